@@ -1,0 +1,164 @@
+//! Every error a client can see, with etcd's gRPC code and message.
+//!
+//! Clients match on these strings, so they come from this one table and
+//! nowhere else. The server turns [`Error::code`] into a gRPC status.
+
+use std::fmt;
+
+use crate::storage::StorageError;
+
+/// gRPC status codes used by etcd's errors (numbers as in gRPC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Code {
+    /// The request was cancelled.
+    Cancelled = 1,
+    /// Bad input.
+    InvalidArgument = 3,
+    /// The deadline passed.
+    DeadlineExceeded = 4,
+    /// Something named does not exist.
+    NotFound = 5,
+    /// Something being created exists already.
+    AlreadyExists = 6,
+    /// The caller may not do this.
+    PermissionDenied = 7,
+    /// A quota or limit was hit.
+    ResourceExhausted = 8,
+    /// The state does not allow this now.
+    FailedPrecondition = 9,
+    /// A revision is outside the stored range.
+    OutOfRange = 11,
+    /// The server does not implement this.
+    Unimplemented = 12,
+    /// A bug or a storage failure.
+    Internal = 13,
+    /// Try again (maybe elsewhere).
+    Unavailable = 14,
+    /// The caller is not authenticated.
+    Unauthenticated = 16,
+}
+
+/// A client-visible error. One variant per cause.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A key was required and is empty.
+    EmptyKey,
+    /// `ignore_value` was set together with a value.
+    ValueProvided,
+    /// `ignore_lease` was set together with a lease.
+    LeaseProvided,
+    /// A txn has more operations than allowed.
+    TooManyOps,
+    /// A txn writes the same key twice in one branch.
+    DuplicateKey,
+    /// The sort order or target is not one etcd knows.
+    InvalidSortOption,
+    /// A put with `ignore_value` or `ignore_lease` names a key that does not
+    /// exist, or a txn holds an empty operation.
+    KeyNotFound,
+    /// The requested revision has been compacted away.
+    Compacted,
+    /// The requested revision is newer than the store.
+    FutureRevision,
+    /// The request is larger than `--max-request-bytes`.
+    RequestTooLarge,
+    /// Too many proposals are waiting to be applied.
+    TooManyRequests,
+    /// The backend quota is exhausted.
+    NoSpace,
+    /// The named lease does not exist.
+    LeaseNotFound,
+    /// A request could not be completed because the leader changed.
+    LeaderChanged,
+    /// There is no leader.
+    NoLeader,
+    /// The request timed out.
+    Timeout,
+    /// The server is stopping.
+    Stopped,
+    /// The RPC is not served by this server (yet).
+    Unimplemented(&'static str),
+    /// Storage failed; the node stops.
+    Storage(StorageError),
+}
+
+impl Error {
+    /// The gRPC status code etcd answers with.
+    pub fn code(&self) -> Code {
+        match self {
+            Self::EmptyKey
+            | Self::ValueProvided
+            | Self::LeaseProvided
+            | Self::TooManyOps
+            | Self::DuplicateKey
+            | Self::InvalidSortOption
+            | Self::KeyNotFound
+            | Self::RequestTooLarge => Code::InvalidArgument,
+            Self::Compacted | Self::FutureRevision => Code::OutOfRange,
+            Self::TooManyRequests | Self::NoSpace => Code::ResourceExhausted,
+            Self::LeaseNotFound => Code::NotFound,
+            Self::LeaderChanged | Self::NoLeader | Self::Timeout | Self::Stopped => {
+                Code::Unavailable
+            }
+            Self::Unimplemented(_) => Code::Unimplemented,
+            Self::Storage(_) => Code::Internal,
+        }
+    }
+
+    /// The message etcd answers with, byte for byte.
+    pub fn message(&self) -> String {
+        let fixed = match self {
+            Self::EmptyKey => "etcdserver: key is not provided",
+            Self::ValueProvided => "etcdserver: value is provided",
+            Self::LeaseProvided => "etcdserver: lease is provided",
+            Self::TooManyOps => "etcdserver: too many operations in txn request",
+            Self::DuplicateKey => "etcdserver: duplicate key given in txn request",
+            Self::InvalidSortOption => "etcdserver: invalid sort option",
+            Self::KeyNotFound => "etcdserver: key not found",
+            Self::Compacted => "etcdserver: mvcc: required revision has been compacted",
+            Self::FutureRevision => "etcdserver: mvcc: required revision is a future revision",
+            Self::RequestTooLarge => "etcdserver: request is too large",
+            Self::TooManyRequests => "etcdserver: too many requests",
+            Self::NoSpace => "etcdserver: mvcc: database space exceeded",
+            Self::LeaseNotFound => "etcdserver: requested lease not found",
+            Self::LeaderChanged => "etcdserver: leader changed",
+            Self::NoLeader => "etcdserver: no leader",
+            Self::Timeout => "etcdserver: request timed out",
+            Self::Stopped => "etcdserver: server stopped",
+            Self::Unimplemented(what) => return format!("unknown service {what}"),
+            Self::Storage(e) => return format!("etcdserver: {e}"),
+        };
+        fixed.to_owned()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<StorageError> for Error {
+    fn from(e: StorageError) -> Self {
+        Self::Storage(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compacted_matches_etcd() {
+        let e = Error::Compacted;
+        assert_eq!(e.code(), Code::OutOfRange);
+        assert_eq!(
+            e.message(),
+            "etcdserver: mvcc: required revision has been compacted"
+        );
+    }
+}

@@ -1,0 +1,91 @@
+//! oxetcd-core: every protocol of oxetcd as one pure state machine.
+//!
+//! The [`Node`] is driven, it never drives: the runtime feeds it [`Input`]s
+//! with the current time, drains [`Output`]s until there are none, and sleeps
+//! until [`Node::poll_timeout`] or the next input. This crate never reads the
+//! clock, opens a socket or a file, spawns a thread or draws ambient
+//! randomness; durable state is reached only through the interfaces in
+//! [`storage`].
+//!
+//! ```
+//! use oxetcd_core::memory::{MemoryKv, MemoryLog};
+//! use oxetcd_core::storage::LogStore;
+//! use oxetcd_core::{Config, Input, Instant, Node, Output, Request};
+//! use oxetcd_proto::etcdserverpb::PutRequest;
+//!
+//! let log = MemoryLog::default();
+//! let kv = MemoryKv::default();
+//! let mut node = Node::new(Config::single("default"), log.clone(), kv.clone(), Instant::ZERO).unwrap();
+//! let put = PutRequest { key: b"foo".to_vec(), value: b"bar".to_vec(), ..Default::default() };
+//! node.handle(Instant::ZERO, Input::Client(7, Request::Put(put)));
+//! let mut answered = false;
+//! for _ in 0..10 {
+//!     while let Some(output) = node.poll_output() {
+//!         match output {
+//!             // The runtime makes the entries durable, then says so.
+//!             Output::Persist { entries, hard_state } => {
+//!                 log.append(&entries, hard_state.as_ref()).unwrap();
+//!                 let index = entries.last().map_or(0, |e| e.index);
+//!                 node.handle(Instant::ZERO, Input::Persisted { index });
+//!             }
+//!             Output::Respond(7, Ok(_)) => answered = true,
+//!             _ => {}
+//!         }
+//!     }
+//! }
+//! assert!(answered);
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod error;
+pub mod ids;
+pub mod memory;
+pub mod mvcc;
+mod node;
+pub mod storage;
+mod time;
+
+pub use error::{Code, Error};
+pub use node::{Config, Input, Node, Output, RequestId};
+pub use time::Instant;
+
+use oxetcd_proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse,
+};
+
+/// A client request the node handles.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Request {
+    /// A read, answered by `Output::Read` once the node has applied what it must see.
+    Range(RangeRequest),
+    /// A write through the log.
+    Put(PutRequest),
+    /// A write through the log.
+    DeleteRange(DeleteRangeRequest),
+    /// A write through the log (reads inside run at apply time).
+    Txn(TxnRequest),
+    /// A write through the log.
+    Compact(CompactionRequest),
+    /// Maintenance status: answered at once from the node's raft state.
+    Status,
+}
+
+/// The node's answer to a [`Request`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Response {
+    /// Answer to a range (produced by [`mvcc::range`], not by the node).
+    Range(RangeResponse),
+    /// Answer to a put.
+    Put(PutResponse),
+    /// Answer to a delete range.
+    DeleteRange(DeleteRangeResponse),
+    /// Answer to a txn.
+    Txn(TxnResponse),
+    /// Answer to a compaction.
+    Compact(CompactionResponse),
+    /// Raft fields of a status answer; the server adds version and sizes.
+    Status(StatusResponse),
+}

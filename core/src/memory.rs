@@ -1,0 +1,506 @@
+//! In-memory implementations of the storage interfaces, for tests, the
+//! simulator and the doctest on the crate's first page.
+//!
+//! Nothing here is durable: a "crash" in the simulator is modelled by keeping
+//! a clone of the handle and dropping the node. Both types are cheap handles;
+//! clones share the same state.
+
+use std::collections::BTreeMap;
+use std::ops::{Bound, ControlFlow};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use raft_proto::eraftpb::{Entry, HardState};
+
+use crate::storage::{
+    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LogState, LogStore, RangeEnd, Revision,
+    StorageError,
+};
+
+/// An in-memory MVCC backend.
+///
+/// Readers hold an immutable snapshot (`Arc<KvState>`); a write transaction
+/// copies the state on its first change and publishes the copy on commit, so
+/// a read view never changes after it is taken. Only one write transaction is
+/// expected at a time (the apply step); if two overlap, the last commit wins.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryKv {
+    shared: Arc<Mutex<Arc<KvState>>>,
+}
+
+/// A read snapshot of a [`MemoryKv`].
+#[derive(Clone, Debug)]
+pub struct MemoryKvRead {
+    state: Arc<KvState>,
+}
+
+/// A write transaction on a [`MemoryKv`].
+#[derive(Debug)]
+pub struct MemoryKvWrite {
+    shared: Arc<Mutex<Arc<KvState>>>,
+    /// Shared with readers until the first change, then private.
+    state: Arc<KvState>,
+}
+
+/// Everything a [`MemoryKv`] stores.
+#[derive(Clone, Debug)]
+struct KvState {
+    meta: KvMeta,
+    /// Every stored version, by key, then by revision.
+    keys: BTreeMap<Vec<u8>, BTreeMap<Revision, KeyVersion>>,
+    /// The key written at each revision, for [`KvRead::changes`].
+    by_revision: BTreeMap<Revision, Vec<u8>>,
+}
+
+impl Default for KvState {
+    fn default() -> Self {
+        Self {
+            // A fresh store is at revision 1, as etcd's is.
+            meta: KvMeta {
+                revision: 1,
+                ..KvMeta::default()
+            },
+            keys: BTreeMap::new(),
+            by_revision: BTreeMap::new(),
+        }
+    }
+}
+
+impl KvStore for MemoryKv {
+    type Read = MemoryKvRead;
+    type Write = MemoryKvWrite;
+
+    fn read(&self) -> Result<MemoryKvRead, StorageError> {
+        Ok(MemoryKvRead {
+            state: Arc::clone(&lock(&self.shared)),
+        })
+    }
+
+    fn write(&self) -> Result<MemoryKvWrite, StorageError> {
+        Ok(MemoryKvWrite {
+            shared: Arc::clone(&self.shared),
+            state: Arc::clone(&lock(&self.shared)),
+        })
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+}
+
+impl KvRead for MemoryKvRead {
+    fn meta(&self) -> Result<KvMeta, StorageError> {
+        Ok(self.state.meta)
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: RangeEnd<'_>,
+        at: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        self.state.scan(start, end, at, visit);
+        Ok(())
+    }
+
+    fn versions(
+        &self,
+        key: &[u8],
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        self.state.versions(key, visit);
+        Ok(())
+    }
+
+    fn changes(
+        &self,
+        from: i64,
+        to: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        self.state.changes(from, to, visit);
+        Ok(())
+    }
+}
+
+impl KvRead for MemoryKvWrite {
+    fn meta(&self) -> Result<KvMeta, StorageError> {
+        Ok(self.state.meta)
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: RangeEnd<'_>,
+        at: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        self.state.scan(start, end, at, visit);
+        Ok(())
+    }
+
+    fn versions(
+        &self,
+        key: &[u8],
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        self.state.versions(key, visit);
+        Ok(())
+    }
+
+    fn changes(
+        &self,
+        from: i64,
+        to: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        self.state.changes(from, to, visit);
+        Ok(())
+    }
+}
+
+impl KvWrite for MemoryKvWrite {
+    fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
+        let state = Arc::make_mut(&mut self.state);
+        state
+            .keys
+            .entry(version.key.clone())
+            .or_default()
+            .insert(version.mod_revision, version.clone());
+        state
+            .by_revision
+            .insert(version.mod_revision, version.key.clone());
+        Ok(())
+    }
+
+    fn remove_version(&mut self, key: &[u8], revision: Revision) -> Result<(), StorageError> {
+        let state = Arc::make_mut(&mut self.state);
+        if let Some(versions) = state.keys.get_mut(key) {
+            if versions.remove(&revision).is_some() {
+                state.by_revision.remove(&revision);
+            }
+            if versions.is_empty() {
+                state.keys.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError> {
+        Arc::make_mut(&mut self.state).meta = *meta;
+        Ok(())
+    }
+
+    fn commit(self) -> Result<(), StorageError> {
+        *lock(&self.shared) = self.state;
+        Ok(())
+    }
+}
+
+impl KvState {
+    fn scan(
+        &self,
+        start: &[u8],
+        end: RangeEnd<'_>,
+        at: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) {
+        let upper = match end {
+            // BTreeMap::range panics on an inverted range; it is simply empty.
+            RangeEnd::Before(end) if end <= start => return,
+            RangeEnd::Before(end) => Bound::Excluded(end),
+            RangeEnd::Unbounded => Bound::Unbounded,
+        };
+        let newest_allowed = Revision {
+            main: at,
+            sub: i64::MAX,
+        };
+        for (_, versions) in self.keys.range::<[u8], _>((Bound::Included(start), upper)) {
+            if let Some((_, version)) = versions.range(..=newest_allowed).next_back() {
+                if visit(version.clone()).is_break() {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn versions(&self, key: &[u8], visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>) {
+        let Some(versions) = self.keys.get(key) else {
+            return;
+        };
+        for version in versions.values().rev() {
+            if visit(version.clone()).is_break() {
+                return;
+            }
+        }
+    }
+
+    fn changes(&self, from: i64, to: i64, visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>) {
+        if from > to {
+            return;
+        }
+        let low = Revision {
+            main: from,
+            sub: i64::MIN,
+        };
+        let high = Revision {
+            main: to,
+            sub: i64::MAX,
+        };
+        for (revision, key) in self.by_revision.range(low..=high) {
+            let version = self
+                .keys
+                .get(key)
+                .and_then(|versions| versions.get(revision));
+            if let Some(version) = version {
+                if visit(version.clone()).is_break() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// An in-memory raft log and hard state.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryLog {
+    inner: Arc<Mutex<LogInner>>,
+}
+
+#[derive(Debug)]
+struct LogInner {
+    hard_state: HardState,
+    /// Index of `entries[0]` (or of the next entry when there are none).
+    first_index: u64,
+    entries: Vec<Entry>,
+}
+
+impl Default for LogInner {
+    fn default() -> Self {
+        Self {
+            hard_state: HardState::default(),
+            first_index: 1,
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl LogInner {
+    fn last_index(&self) -> u64 {
+        self.first_index + self.entries.len() as u64 - 1
+    }
+}
+
+impl LogStore for MemoryLog {
+    fn state(&self) -> Result<LogState, StorageError> {
+        let inner = lock(&self.inner);
+        Ok(LogState {
+            hard_state: inner.hard_state.clone(),
+            first_index: inner.first_index,
+            last_index: inner.last_index(),
+        })
+    }
+
+    fn entries(&self, low: u64, high: u64) -> Result<Vec<Entry>, StorageError> {
+        let inner = lock(&self.inner);
+        if low > high || low < inner.first_index || high > inner.last_index() + 1 {
+            return Err(StorageError::new(format_args!(
+                "entries [{low}, {high}) outside the stored [{}, {}]",
+                inner.first_index,
+                inner.last_index()
+            )));
+        }
+        let from = (low - inner.first_index) as usize;
+        let to = (high - inner.first_index) as usize;
+        Ok(inner.entries[from..to].to_vec())
+    }
+
+    fn append(
+        &self,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+    ) -> Result<(), StorageError> {
+        let mut inner = lock(&self.inner);
+        if let Some(first) = entries.first() {
+            if inner.entries.is_empty() {
+                // An empty log may start anywhere (after a snapshot).
+                inner.first_index = first.index;
+            }
+            if first.index < inner.first_index || first.index > inner.last_index() + 1 {
+                return Err(StorageError::new(format_args!(
+                    "append at {} leaves a gap or rewrites compacted entries (stored [{}, {}])",
+                    first.index,
+                    inner.first_index,
+                    inner.last_index()
+                )));
+            }
+            let keep = (first.index - inner.first_index) as usize;
+            inner.entries.truncate(keep);
+            inner.entries.extend_from_slice(entries);
+        }
+        if let Some(hard_state) = hard_state {
+            inner.hard_state = hard_state.clone();
+        }
+        Ok(())
+    }
+
+    fn compact(&self, index: u64) -> Result<(), StorageError> {
+        let mut inner = lock(&self.inner);
+        if index <= inner.first_index {
+            return Ok(());
+        }
+        let drop = ((index - inner.first_index) as usize).min(inner.entries.len());
+        inner.entries.drain(..drop);
+        inner.first_index = index;
+        Ok(())
+    }
+}
+
+/// Locks shared state. A panic elsewhere while holding the lock cannot leave
+/// it half-written (every mutation is a single assignment or a complete
+/// method), so a poisoned lock is still usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(key: &[u8], main: i64, sub: i64, value: &[u8]) -> KeyVersion {
+        KeyVersion {
+            key: key.to_vec(),
+            mod_revision: Revision { main, sub },
+            create_revision: main,
+            version: 1,
+            lease: 0,
+            value: value.to_vec(),
+            tombstone: false,
+        }
+    }
+
+    fn scan_all(view: &impl KvRead, at: i64) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        view.scan(b"", RangeEnd::Unbounded, at, &mut |v| {
+            out.push((v.key, v.value));
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn fresh_store_is_at_revision_one() {
+        let kv = MemoryKv::default();
+        assert_eq!(kv.read().unwrap().meta().unwrap().revision, 1);
+    }
+
+    #[test]
+    fn read_view_never_changes() {
+        let kv = MemoryKv::default();
+        let before = kv.read().unwrap();
+        let mut w = kv.write().unwrap();
+        w.put_version(&version(b"a", 2, 0, b"1")).unwrap();
+        // The write sees itself, the old view does not, even after commit.
+        assert_eq!(scan_all(&w, 2).len(), 1);
+        assert!(scan_all(&before, 2).is_empty());
+        w.commit().unwrap();
+        assert!(scan_all(&before, 2).is_empty());
+        assert_eq!(scan_all(&kv.read().unwrap(), 2).len(), 1);
+    }
+
+    #[test]
+    fn uncommitted_write_is_invisible() {
+        let kv = MemoryKv::default();
+        let mut w = kv.write().unwrap();
+        w.put_version(&version(b"a", 2, 0, b"1")).unwrap();
+        drop(w);
+        assert!(scan_all(&kv.read().unwrap(), 2).is_empty());
+    }
+
+    #[test]
+    fn scan_picks_newest_at_revision_and_respects_bounds() {
+        let kv = MemoryKv::default();
+        let mut w = kv.write().unwrap();
+        w.put_version(&version(b"a", 2, 0, b"1")).unwrap();
+        w.put_version(&version(b"a", 3, 0, b"2")).unwrap();
+        w.put_version(&version(b"b", 3, 1, b"3")).unwrap();
+        w.commit().unwrap();
+        let r = kv.read().unwrap();
+        assert_eq!(scan_all(&r, 2), vec![(b"a".to_vec(), b"1".to_vec())]);
+        assert_eq!(scan_all(&r, 3).len(), 2);
+        let mut n = 0;
+        r.scan(b"b", RangeEnd::Before(b"a"), 3, &mut |_| {
+            n += 1;
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(n, 0);
+        let mut changes = Vec::new();
+        r.changes(3, 3, &mut |v| {
+            changes.push(v.mod_revision);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(
+            changes,
+            vec![Revision { main: 3, sub: 0 }, Revision { main: 3, sub: 1 }]
+        );
+        let mut newest_first = Vec::new();
+        r.versions(b"a", &mut |v| {
+            newest_first.push(v.mod_revision.main);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(newest_first, vec![3, 2]);
+    }
+
+    #[test]
+    fn remove_version_forgets_it() {
+        let kv = MemoryKv::default();
+        let mut w = kv.write().unwrap();
+        w.put_version(&version(b"a", 2, 0, b"1")).unwrap();
+        w.remove_version(b"a", Revision { main: 2, sub: 0 })
+            .unwrap();
+        assert!(scan_all(&w, 5).is_empty());
+        let mut n = 0;
+        w.changes(0, 5, &mut |_| {
+            n += 1;
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            ..Entry::default()
+        }
+    }
+
+    #[test]
+    fn log_appends_truncates_and_compacts() {
+        let log = MemoryLog::default();
+        let s = log.state().unwrap();
+        assert_eq!((s.first_index, s.last_index), (1, 0));
+        log.append(&[entry(1, 1), entry(2, 1), entry(3, 1)], None)
+            .unwrap();
+        // A conflicting append replaces the tail.
+        log.append(&[entry(2, 2)], None).unwrap();
+        let s = log.state().unwrap();
+        assert_eq!((s.first_index, s.last_index), (1, 2));
+        assert_eq!(log.entries(1, 3).unwrap()[1].term, 2);
+        assert!(log.append(&[entry(5, 2)], None).is_err());
+        log.compact(2).unwrap();
+        assert_eq!(log.state().unwrap().first_index, 2);
+        assert!(log.entries(1, 2).is_err());
+        let hs = HardState {
+            term: 7,
+            ..HardState::default()
+        };
+        log.clone().append(&[], Some(&hs)).unwrap();
+        assert_eq!(log.state().unwrap().hard_state.term, 7);
+    }
+}

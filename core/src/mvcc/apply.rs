@@ -1,0 +1,204 @@
+//! Applying one write request: put, delete range, txn (in `txn.rs`) and
+//! compaction, each all-or-nothing.
+
+use std::ops::ControlFlow;
+
+use oxetcd_proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, ResponseHeader,
+};
+
+use crate::error::Error;
+use crate::storage::{KeyVersion, KvMeta, KvRead, KvWrite, RangeEnd, Revision};
+use crate::{Request, Response};
+
+use super::buffer::WriteBuffer;
+use super::range::{self, key_value, Snapshot};
+use super::{current_revision, txn, LeaseCheck};
+
+/// See [`super::apply_with_leases`].
+pub(super) fn apply<W: KvWrite>(
+    txn: &mut W,
+    meta: &mut KvMeta,
+    request: &Request,
+    leases: &dyn LeaseCheck,
+) -> Result<Response, Error> {
+    let begin = current_revision(meta);
+    let compacted = meta.compact_revision;
+    let (response, changes) = {
+        let mut buffer = WriteBuffer::new(&*txn, begin, compacted);
+        let response = match request {
+            Request::Put(put) => {
+                // A top-level put checks its lease before anything else.
+                check_lease(put, leases)?;
+                Response::Put(apply_put(&mut buffer, put)?)
+            }
+            Request::DeleteRange(delete) => {
+                Response::DeleteRange(apply_delete_range(&mut buffer, delete)?)
+            }
+            Request::Txn(request) => Response::Txn(txn::apply_txn(&mut buffer, request, leases)?),
+            Request::Range(request) => Response::Range(range::execute(&buffer, request)?),
+            Request::Compact(request) => {
+                return compact(txn, meta, request).map(Response::Compact);
+            }
+            Request::Status => {
+                return Err(Error::Unimplemented(
+                    "etcdserverpb.Maintenance/Status in mvcc",
+                ));
+            }
+        };
+        (response, buffer.into_changes())
+    };
+    if !changes.is_empty() {
+        for version in &changes {
+            txn.put_version(version)?;
+        }
+        let mut updated = *meta;
+        updated.revision = begin + 1;
+        txn.set_meta(&updated)?;
+        *meta = updated;
+    }
+    Ok(response)
+}
+
+/// Fails with [`Error::LeaseNotFound`] when `put` attaches a lease that does
+/// not exist.
+pub(super) fn check_lease(put: &PutRequest, leases: &dyn LeaseCheck) -> Result<(), Error> {
+    if put.lease != 0 && !leases.lease_exists(put.lease) {
+        return Err(Error::LeaseNotFound);
+    }
+    Ok(())
+}
+
+/// A put (the lease already checked).
+pub(super) fn apply_put<R: KvRead + ?Sized>(
+    buffer: &mut WriteBuffer<'_, R>,
+    put: &PutRequest,
+) -> Result<PutResponse, Error> {
+    let previous = if put.prev_kv || put.ignore_value || put.ignore_lease {
+        buffer.live(&put.key)?
+    } else {
+        None
+    };
+    let mut value = put.value.clone();
+    let mut lease = put.lease;
+    if put.ignore_value || put.ignore_lease {
+        let Some(previous) = &previous else {
+            return Err(Error::KeyNotFound);
+        };
+        if put.ignore_value {
+            value = previous.value.clone();
+        }
+        if put.ignore_lease {
+            lease = previous.lease;
+        }
+    }
+    buffer.put(&put.key, value, lease)?;
+    Ok(PutResponse {
+        header: Some(header(buffer.begin() + 1)),
+        prev_kv: if put.prev_kv {
+            previous.map(key_value)
+        } else {
+            None
+        },
+    })
+}
+
+/// A delete range. Deleting nothing changes nothing.
+pub(super) fn apply_delete_range<R: KvRead + ?Sized>(
+    buffer: &mut WriteBuffer<'_, R>,
+    delete: &DeleteRangeRequest,
+) -> Result<DeleteRangeResponse, Error> {
+    let mut doomed = Vec::new();
+    range::visit_live(
+        &*buffer,
+        &delete.key,
+        &delete.range_end,
+        buffer.current_revision(),
+        &mut |version| {
+            doomed.push(version);
+            ControlFlow::Continue(())
+        },
+    )?;
+    for version in &doomed {
+        buffer.delete(&version.key);
+    }
+    // As etcd: the revision is the new one if this txn changed anything so
+    // far, this delete included.
+    Ok(DeleteRangeResponse {
+        header: Some(header(buffer.current_revision())),
+        deleted: doomed.len() as i64,
+        prev_kvs: if delete.prev_kv {
+            doomed.into_iter().map(key_value).collect()
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// Compaction: drops every version older than the newest one at or before
+/// the revision, for each key, and that newest one too if it is a tombstone.
+/// It bumps no revision.
+fn compact<W: KvWrite>(
+    txn: &mut W,
+    meta: &mut KvMeta,
+    request: &CompactionRequest,
+) -> Result<CompactionResponse, Error> {
+    let current = current_revision(meta);
+    let at = request.revision;
+    // etcd's store starts with "compacted at -1", so compacting at 0 on a
+    // store never compacted succeeds (and does nothing).
+    if at == 0 && meta.compact_revision == 0 {
+        return Ok(CompactionResponse {
+            header: Some(header(current)),
+        });
+    }
+    if at <= meta.compact_revision {
+        return Err(Error::Compacted);
+    }
+    if at > current {
+        return Err(Error::FutureRevision);
+    }
+    let doomed = compaction_victims(&*txn, at)?;
+    for (key, revision) in &doomed {
+        txn.remove_version(key, *revision)?;
+    }
+    let mut updated = *meta;
+    updated.compact_revision = at;
+    txn.set_meta(&updated)?;
+    *meta = updated;
+    Ok(CompactionResponse {
+        header: Some(header(current)),
+    })
+}
+
+/// The versions compaction at `at` removes.
+fn compaction_victims(view: &impl KvRead, at: i64) -> Result<Vec<(Vec<u8>, Revision)>, Error> {
+    let mut keys = Vec::new();
+    view.scan(b"", RangeEnd::Unbounded, at, &mut |version| {
+        keys.push(version.key);
+        ControlFlow::Continue(())
+    })?;
+    let mut doomed = Vec::new();
+    for key in keys {
+        let mut kept = false;
+        view.versions(&key, &mut |version: KeyVersion| {
+            if version.mod_revision.main <= at {
+                if kept || version.tombstone {
+                    doomed.push((key.clone(), version.mod_revision));
+                }
+                kept = true;
+            }
+            ControlFlow::Continue(())
+        })?;
+    }
+    Ok(doomed)
+}
+
+/// A header with only the revision set; the node fills in the rest.
+pub(super) fn header(revision: i64) -> ResponseHeader {
+    ResponseHeader {
+        revision,
+        ..ResponseHeader::default()
+    }
+}

@@ -1,0 +1,203 @@
+//! The storage interfaces core is written against.
+//!
+//! core never opens a file. It reaches durable state through two interfaces it
+//! defines here:
+//!
+//! - [`LogStore`]: the raft log and hard state. Core only *reads* it (at start
+//!   and to serve lagging peers); writes leave core as `Output::Persist` and
+//!   the runtime applies them with [`LogStore::append`], then answers
+//!   `Input::Persisted`.
+//! - [`KvStore`]: the MVCC backend. The apply step writes it directly inside
+//!   one [`KvWrite`] transaction per batch of entries, together with the
+//!   applied index in [`KvMeta`], so a crash never applies an entry twice.
+//!   Those commits need no fsync of their own: the raft log is the durable
+//!   record, and after a crash the node replays the log from the applied index
+//!   the backend reports. Reads take a [`KvRead`] snapshot that is consistent
+//!   and may be used on any thread while writes go on.
+//!
+//! Both have in-memory implementations in [`crate::memory`] for tests and the
+//! simulator; the `oxetcd-storage` crate implements them on redb.
+
+use std::fmt;
+use std::ops::ControlFlow;
+
+use raft_proto::eraftpb::{Entry, HardState};
+
+/// A point in the MVCC history: the main revision is bumped once per write
+/// transaction, the sub revision counts the changes inside it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Revision {
+    /// Revision of the store after the write transaction.
+    pub main: i64,
+    /// Index of the change within its transaction, from 0.
+    pub sub: i64,
+}
+
+/// One version of one key, as stored by the MVCC backend.
+///
+/// A deletion is stored as a tombstone version with an empty value, so that
+/// historical reads and watch replay see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyVersion {
+    /// The user key.
+    pub key: Vec<u8>,
+    /// The revision that wrote this version.
+    pub mod_revision: Revision,
+    /// Main revision of the put that created the key's current generation;
+    /// 0 on a tombstone.
+    pub create_revision: i64,
+    /// Number of puts since the generation was created (1 on creation);
+    /// 0 on a tombstone.
+    pub version: i64,
+    /// Lease the key is attached to, 0 for none.
+    pub lease: i64,
+    /// The value; empty on a tombstone.
+    pub value: Vec<u8>,
+    /// True when this version records a deletion.
+    pub tombstone: bool,
+}
+
+/// What the backend records beside the data, in the same transaction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvMeta {
+    /// Index of the last raft entry applied to this state (the consistent index).
+    pub applied_index: u64,
+    /// Term of that entry.
+    pub applied_term: u64,
+    /// Current main revision of the store (1 on a fresh store, as etcd).
+    pub revision: i64,
+    /// Revision up to which history has been compacted (0 = none).
+    pub compact_revision: i64,
+}
+
+/// The upper end of a key range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeEnd<'a> {
+    /// Every key at or after the start.
+    Unbounded,
+    /// Keys strictly before this one.
+    Before(&'a [u8]),
+}
+
+/// An error from a storage implementation. It is final: a node that sees one
+/// stops (an fsync error is never retried).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageError {
+    /// What failed, for the log.
+    pub message: String,
+}
+
+impl StorageError {
+    /// Wraps any error's display text.
+    pub fn new(message: impl fmt::Display) -> Self {
+        Self {
+            message: message.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for StorageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "storage: {}", self.message)
+    }
+}
+
+impl std::error::Error for StorageError {}
+
+/// A consistent read view of the MVCC backend.
+pub trait KvRead {
+    /// The meta record as of this view.
+    fn meta(&self) -> Result<KvMeta, StorageError>;
+
+    /// For each key in `[start, end)`, in ascending key order, visits the
+    /// newest version whose main mod revision is `<= at`, tombstones included.
+    /// Keys with no such version are skipped. Stops early when `visit` breaks.
+    fn scan(
+        &self,
+        start: &[u8],
+        end: RangeEnd<'_>,
+        at: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError>;
+
+    /// Visits every stored version of `key`, newest first.
+    fn versions(
+        &self,
+        key: &[u8],
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError>;
+
+    /// Visits every stored version whose main mod revision is in
+    /// `[from, to]`, in revision order (main, then sub).
+    fn changes(
+        &self,
+        from: i64,
+        to: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError>;
+}
+
+/// A write transaction on the MVCC backend. Reads through it see its own
+/// writes. Nothing is visible to other readers until [`KvWrite::commit`].
+pub trait KvWrite: KvRead {
+    /// Stores one version (its key and mod revision identify it).
+    fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError>;
+
+    /// Removes one stored version, as compaction does.
+    fn remove_version(&mut self, key: &[u8], revision: Revision) -> Result<(), StorageError>;
+
+    /// Replaces the meta record.
+    fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError>;
+
+    /// Makes the transaction visible to new readers. It need not be durable:
+    /// the raft log is the durable record.
+    fn commit(self) -> Result<(), StorageError>;
+}
+
+/// The MVCC backend: a handle that may be cloned and used from any thread.
+pub trait KvStore: Clone + Send + Sync + 'static {
+    /// A read snapshot.
+    type Read: KvRead + Send + 'static;
+    /// A write transaction.
+    type Write: KvWrite;
+
+    /// Opens a consistent read snapshot of the last committed state.
+    fn read(&self) -> Result<Self::Read, StorageError>;
+
+    /// Begins the (single) write transaction.
+    fn write(&self) -> Result<Self::Write, StorageError>;
+
+    /// Makes every committed transaction durable (shutdown, snapshots).
+    fn sync(&self) -> Result<(), StorageError>;
+}
+
+/// What a log store holds when the node starts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogState {
+    /// The persisted hard state (term, vote, commit).
+    pub hard_state: HardState,
+    /// Index of the first entry still stored (1 on a fresh log).
+    pub first_index: u64,
+    /// Index of the last entry stored (0 on a fresh log).
+    pub last_index: u64,
+}
+
+/// The raft log and hard state.
+pub trait LogStore: Clone + Send + Sync + 'static {
+    /// The state to start from.
+    fn state(&self) -> Result<LogState, StorageError>;
+
+    /// Entries with index in `[low, high)`, in order. Every index in the
+    /// range must be stored.
+    fn entries(&self, low: u64, high: u64) -> Result<Vec<Entry>, StorageError>;
+
+    /// Durably appends `entries` (replacing any stored entries at or after
+    /// the first one's index) and stores `hard_state` if given, then
+    /// returns. Called by the runtime for `Output::Persist`; fsync means
+    /// fsync.
+    fn append(&self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<(), StorageError>;
+
+    /// Drops entries before `index` (they are applied and durable in the
+    /// backend).
+    fn compact(&self, index: u64) -> Result<(), StorageError>;
+}
