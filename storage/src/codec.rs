@@ -1,0 +1,194 @@
+//! Hand-written record encodings. Everything read back from disk is checked;
+//! a record that does not decode is a [`StorageError`], never a panic.
+//!
+//! A stored version (the key and mod revision live in the table key):
+//!
+//! ```text
+//! flags: u8                bit 0 = tombstone; other bits must be 0
+//! create_revision: varint  zigzag LEB128 of the i64
+//! version: varint
+//! lease: varint
+//! value: bytes             the rest of the record
+//! ```
+
+use oxetcd_core::storage::{KvMeta, StorageError};
+
+const FLAG_TOMBSTONE: u8 = 1;
+
+/// The fields of a version that are not part of its table key.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct VersionRecord<'a> {
+    pub(crate) create_revision: i64,
+    pub(crate) version: i64,
+    pub(crate) lease: i64,
+    pub(crate) tombstone: bool,
+    pub(crate) value: &'a [u8],
+}
+
+impl VersionRecord<'_> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(1 + 3 * 10 + self.value.len());
+        out.push(if self.tombstone { FLAG_TOMBSTONE } else { 0 });
+        put_varint(&mut out, zigzag(self.create_revision));
+        put_varint(&mut out, zigzag(self.version));
+        put_varint(&mut out, zigzag(self.lease));
+        out.extend_from_slice(self.value);
+        out
+    }
+}
+
+impl<'a> VersionRecord<'a> {
+    pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, StorageError> {
+        let (&flags, mut rest) = bytes
+            .split_first()
+            .ok_or_else(|| StorageError::new("corrupt version record: empty"))?;
+        if flags & !FLAG_TOMBSTONE != 0 {
+            return Err(StorageError::new(format_args!(
+                "corrupt version record: unknown flags {flags:#04x}"
+            )));
+        }
+        let create_revision = unzigzag(take_varint(&mut rest)?);
+        let version = unzigzag(take_varint(&mut rest)?);
+        let lease = unzigzag(take_varint(&mut rest)?);
+        Ok(Self {
+            create_revision,
+            version,
+            lease,
+            tombstone: flags & FLAG_TOMBSTONE != 0,
+            value: rest,
+        })
+    }
+}
+
+/// [`KvMeta`] as four little-endian 64-bit words.
+pub(crate) fn encode_kv_meta(meta: &KvMeta) -> [u8; 32] {
+    let mut out = [0; 32];
+    out[0..8].copy_from_slice(&meta.applied_index.to_le_bytes());
+    out[8..16].copy_from_slice(&meta.applied_term.to_le_bytes());
+    out[16..24].copy_from_slice(&meta.revision.to_le_bytes());
+    out[24..32].copy_from_slice(&meta.compact_revision.to_le_bytes());
+    out
+}
+
+pub(crate) fn decode_kv_meta(bytes: &[u8]) -> Result<KvMeta, StorageError> {
+    let bytes: &[u8; 32] = bytes.try_into().map_err(|_| {
+        StorageError::new(format_args!(
+            "corrupt kv meta record: {} bytes",
+            bytes.len()
+        ))
+    })?;
+    let word = |i: usize| {
+        let mut w = [0; 8];
+        w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+        w
+    };
+    Ok(KvMeta {
+        applied_index: u64::from_le_bytes(word(0)),
+        applied_term: u64::from_le_bytes(word(1)),
+        revision: i64::from_le_bytes(word(2)),
+        compact_revision: i64::from_le_bytes(word(3)),
+    })
+}
+
+/// A little-endian u64 record.
+pub(crate) fn decode_u64(what: &str, bytes: &[u8]) -> Result<u64, StorageError> {
+    <[u8; 8]>::try_from(bytes)
+        .map(u64::from_le_bytes)
+        .map_err(|_| {
+            StorageError::new(format_args!("corrupt {what} record: {} bytes", bytes.len()))
+        })
+}
+
+fn zigzag(n: i64) -> u64 {
+    ((n << 1) ^ (n >> 63)) as u64
+}
+
+fn unzigzag(n: u64) -> i64 {
+    ((n >> 1) as i64) ^ -((n & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn take_varint(bytes: &mut &[u8]) -> Result<u64, StorageError> {
+    let mut n = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        let bits = u64::from(b & 0x7f);
+        // The tenth byte may carry only the top bit of a u64.
+        if i == 9 && bits > 1 {
+            break;
+        }
+        n |= bits << (7 * i);
+        if b & 0x80 == 0 {
+            *bytes = &bytes[i + 1..];
+            return Ok(n);
+        }
+    }
+    Err(StorageError::new("corrupt version record: bad varint"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_record_roundtrip() {
+        for (create_revision, version, lease, tombstone, value) in [
+            (0, 0, 0, true, &b""[..]),
+            (1, 1, 0, false, b"v"),
+            (i64::MAX, i64::MAX, i64::MIN, false, &[0xff; 300][..]),
+            (-1, 127, 128, false, b""),
+        ] {
+            let record = VersionRecord {
+                create_revision,
+                version,
+                lease,
+                tombstone,
+                value,
+            };
+            let bytes = record.encode();
+            assert_eq!(VersionRecord::decode(&bytes).unwrap(), record);
+        }
+        assert_eq!(
+            VersionRecord {
+                create_revision: 5,
+                version: 1,
+                lease: 0,
+                tombstone: false,
+                value: b""
+            }
+            .encode()
+            .len(),
+            4
+        );
+    }
+
+    #[test]
+    fn corrupt_version_records_are_errors() {
+        assert!(VersionRecord::decode(b"").is_err());
+        assert!(VersionRecord::decode(&[2, 0, 0, 0]).is_err());
+        assert!(VersionRecord::decode(&[0, 0x80]).is_err());
+        assert!(VersionRecord::decode(&[0, 0, 0]).is_err());
+        assert!(VersionRecord::decode(&[
+            0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn kv_meta_roundtrip() {
+        let meta = KvMeta {
+            applied_index: 7,
+            applied_term: 3,
+            revision: -2,
+            compact_revision: i64::MAX,
+        };
+        assert_eq!(decode_kv_meta(&encode_kv_meta(&meta)).unwrap(), meta);
+        assert!(decode_kv_meta(&[0; 31]).is_err());
+    }
+}

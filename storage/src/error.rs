@@ -1,0 +1,155 @@
+//! Why a data directory could not be opened, and how redb's errors become
+//! core's [`StorageError`].
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use oxetcd_core::storage::StorageError;
+
+/// Why [`crate::open`] could not open a data directory. Each variant names
+/// the path at fault.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// Something other than a directory is where a directory must be.
+    NotADirectory {
+        /// The offending path.
+        path: PathBuf,
+    },
+    /// The process may not read or write the path.
+    PermissionDenied {
+        /// The offending path.
+        path: PathBuf,
+    },
+    /// Another process (or another handle in this one) has the database open.
+    AlreadyOpen {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The file is not a database this crate wrote, or it is damaged.
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The database was written by a newer storage format than this build
+    /// understands; opening it could lose data.
+    NewerFormat {
+        /// The database file.
+        path: PathBuf,
+        /// The format version in the file.
+        found: u64,
+        /// The newest format version this build reads.
+        supported: u64,
+    },
+    /// Any other I/O error.
+    Io {
+        /// The path being opened.
+        path: PathBuf,
+        /// The error from the operating system.
+        error: io::Error,
+    },
+}
+
+impl OpenError {
+    pub(crate) fn from_io(path: &Path, error: io::Error) -> Self {
+        let path = path.to_path_buf();
+        match error.kind() {
+            io::ErrorKind::PermissionDenied => Self::PermissionDenied { path },
+            io::ErrorKind::NotADirectory => Self::NotADirectory { path },
+            _ => Self::Io { path, error },
+        }
+    }
+
+    pub(crate) fn from_redb(path: &Path, error: redb::DatabaseError) -> Self {
+        match error {
+            redb::DatabaseError::DatabaseAlreadyOpen => Self::AlreadyOpen {
+                path: path.to_path_buf(),
+            },
+            redb::DatabaseError::Storage(error) => Self::from_redb_storage(path, error),
+            redb::DatabaseError::UpgradeRequired(version) => Self::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!("redb file format {version} is not supported"),
+            },
+            other => Self::Corrupt {
+                path: path.to_path_buf(),
+                detail: other.to_string(),
+            },
+        }
+    }
+
+    pub(crate) fn from_redb_storage(path: &Path, error: redb::StorageError) -> Self {
+        match error {
+            redb::StorageError::Io(error) => match error.kind() {
+                // redb reports a file it cannot parse as invalid data.
+                io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => Self::Corrupt {
+                    path: path.to_path_buf(),
+                    detail: error.to_string(),
+                },
+                _ => Self::from_io(path, error),
+            },
+            other => Self::Corrupt {
+                path: path.to_path_buf(),
+                detail: other.to_string(),
+            },
+        }
+    }
+
+    /// Any other redb error met while checking a freshly opened database.
+    pub(crate) fn other(path: &Path, error: impl Into<redb::Error>) -> Self {
+        match error.into() {
+            redb::Error::DatabaseAlreadyOpen => Self::AlreadyOpen {
+                path: path.to_path_buf(),
+            },
+            redb::Error::Io(error) => Self::from_io(path, error),
+            other => Self::Corrupt {
+                path: path.to_path_buf(),
+                detail: other.to_string(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotADirectory { path } => {
+                write!(f, "{}: exists but is not a directory", path.display())
+            }
+            Self::PermissionDenied { path } => write!(f, "{}: permission denied", path.display()),
+            Self::AlreadyOpen { path } => write!(
+                f,
+                "{}: database is already open (is another member running on this data directory?)",
+                path.display()
+            ),
+            Self::Corrupt { path, detail } => write!(
+                f,
+                "{}: corrupt or not an oxetcd database: {detail}",
+                path.display()
+            ),
+            Self::NewerFormat { path, found, supported } => write!(
+                f,
+                "{}: written by a newer storage format version ({found}); this build supports up to {supported}",
+                path.display()
+            ),
+            Self::Io { path, error } => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// Turns a redb error into core's final [`StorageError`], saying what was
+/// being done: `.map_err(err("kv read"))`.
+pub(crate) fn err<E: Into<redb::Error>>(what: &'static str) -> impl Fn(E) -> StorageError {
+    move |error| StorageError::new(format_args!("{what}: {}", error.into()))
+}

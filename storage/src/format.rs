@@ -1,0 +1,116 @@
+//! Opening a database file: its `meta` table records the storage format
+//! version and what the file holds, and a file from a newer format, or with
+//! the other database's contents, is refused before anything is written.
+
+use std::path::Path;
+
+use redb::{Database, ReadableTable, TableDefinition, WriteTransaction};
+
+use crate::error::OpenError;
+
+/// Every database's table of named records; each database adds its own
+/// records beside the two below.
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// The storage format version this build writes and the newest it reads.
+/// Bump it on any change to a table layout or record encoding, and teach
+/// [`open_database`] to migrate from the previous one.
+pub(crate) const FORMAT_VERSION: u64 = 1;
+
+/// Meta record: the format version, a little-endian u64.
+const FORMAT_VERSION_KEY: &str = "format_version";
+/// Meta record: what the file holds (`raft-log` or `mvcc`), so that swapped
+/// or misplaced files are refused rather than misread.
+const CONTENTS_KEY: &str = "contents";
+
+/// Opens or creates the database at `path`, checks (or, when it is new,
+/// writes) its format version and contents, and lets `init` create the
+/// caller's tables and default records, all in one durable transaction.
+///
+/// `init` must be idempotent: it runs on every open, so that tables added
+/// within a format version appear in older files too.
+pub(crate) fn open_database(
+    path: &Path,
+    contents: &'static str,
+    init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+) -> Result<Database, OpenError> {
+    let db = Database::create(path).map_err(|e| OpenError::from_redb(path, e))?;
+    let txn = db.begin_write().map_err(|e| OpenError::other(path, e))?;
+    let fresh = txn
+        .list_tables()
+        .map_err(|e| OpenError::other(path, e))?
+        .next()
+        .is_none();
+    {
+        let mut meta = txn
+            .open_table(META)
+            .map_err(|e| OpenError::other(path, e))?;
+        if fresh {
+            meta.insert(FORMAT_VERSION_KEY, FORMAT_VERSION.to_le_bytes().as_slice())
+                .map_err(|e| OpenError::other(path, e))?;
+            meta.insert(CONTENTS_KEY, contents.as_bytes())
+                .map_err(|e| OpenError::other(path, e))?;
+        } else {
+            check_meta(path, contents, &meta)?;
+        }
+    }
+    init(&txn).map_err(|e| OpenError::other(path, e))?;
+    txn.commit().map_err(|e| OpenError::other(path, e))?;
+    Ok(db)
+}
+
+fn check_meta(
+    path: &Path,
+    contents: &'static str,
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<(), OpenError> {
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let version = meta
+        .get(FORMAT_VERSION_KEY)
+        .map_err(|e| OpenError::other(path, e))?
+        .ok_or_else(|| corrupt("no storage format version".into()))?;
+    let version = <[u8; 8]>::try_from(version.value())
+        .map(u64::from_le_bytes)
+        .map_err(|_| corrupt("malformed storage format version".into()))?;
+    if version > FORMAT_VERSION {
+        return Err(OpenError::NewerFormat {
+            path: path.to_path_buf(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if version < FORMAT_VERSION {
+        // Version 1 is the first; there is nothing older to migrate from.
+        return Err(corrupt(format!("unknown storage format version {version}")));
+    }
+    let found = meta
+        .get(CONTENTS_KEY)
+        .map_err(|e| OpenError::other(path, e))?
+        .ok_or_else(|| corrupt("no contents record".into()))?;
+    if found.value() != contents.as_bytes() {
+        return Err(corrupt(format!(
+            "holds {:?}, expected {contents:?}",
+            String::from_utf8_lossy(found.value())
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Rewrites the format version of a closed database file.
+    pub(crate) fn set_format_version(path: &Path, version: u64) {
+        let db = Database::open(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert(FORMAT_VERSION_KEY, version.to_le_bytes().as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+}
