@@ -54,9 +54,10 @@ struct KvState {
 impl Default for KvState {
     fn default() -> Self {
         Self {
-            // A fresh store is at revision 1, as etcd's is.
+            // A fresh store is at revision 1 and never compacted, as etcd's is.
             meta: KvMeta {
                 revision: 1,
+                compact_revision: -1,
                 ..KvMeta::default()
             },
             keys: BTreeMap::new(),

@@ -65,8 +65,10 @@ impl Config {
     /// A single-member node named `name` with etcd's default peer URL and
     /// cluster token, so its IDs match a default etcd's.
     pub fn single(name: &str) -> Self {
-        let member_id =
-            crate::ids::member_id(&["http://localhost:2380"], crate::ids::DEFAULT_CLUSTER_TOKEN);
+        let member_id = crate::ids::member_id(
+            &["http://localhost:2380"],
+            crate::ids::DEFAULT_CLUSTER_TOKEN,
+        );
         Self {
             name: name.to_owned(),
             member_id,
@@ -147,6 +149,10 @@ pub struct Node<L: LogStore, K: KvStore> {
     persisted: u64,
     /// Last-entry indexes of the outstanding `Persist`s, oldest first.
     persist_inflight: VecDeque<u64>,
+    /// Index of the empty entry this leader appended when its term began:
+    /// until it is applied, the leader does not know everything committed
+    /// before it, so linearizable reads wait for it.
+    term_start_index: u64,
     /// The backend's meta as of the last apply.
     meta: KvMeta,
     /// Client requests waiting for their entry to apply, by entry index.
@@ -195,6 +201,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             persist_sent: state.last_index,
             persisted: state.last_index,
             persist_inflight: VecDeque::new(),
+            term_start_index: 0,
             meta,
             proposals: HashMap::new(),
             reads: VecDeque::new(),
@@ -210,7 +217,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let _ = now;
         if self.poisoned {
             if let Input::Client(id, _) = input {
-                self.outputs.push_back(Output::Respond(id, Err(Error::Stopped)));
+                self.outputs
+                    .push_back(Output::Respond(id, Err(Error::Stopped)));
             }
             return;
         }
@@ -265,7 +273,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.hard_state.vote = self.config.member_id;
         self.hard_state_dirty = true;
         let term = self.hard_state.term;
-        self.append(EntryType::EntryNormal, Bytes::new());
+        self.term_start_index = self.append(EntryType::EntryNormal, Bytes::new());
         info!(
             member_id = %format_args!("{:x}", self.config.member_id),
             term,
@@ -334,12 +342,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
 
     fn handle_range(&mut self, id: RequestId, request: RangeRequest) {
         // A serializable read may see any applied state; a linearizable one
-        // must see everything committed before it arrived. With one voter
-        // the leader needs no heartbeat round to confirm its leadership.
+        // must see everything committed before it arrived, which a new
+        // leader knows only once its term's first entry is applied. With one
+        // voter the leader needs no heartbeat round to confirm leadership.
         let read_index = if request.serializable {
             0
         } else {
-            self.hard_state.commit
+            self.hard_state.commit.max(self.term_start_index)
         };
         if read_index <= self.meta.applied_index && self.reads.is_empty() {
             let header = self.header();
@@ -457,10 +466,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             );
             let result = apply_entry(&mut txn, &mut meta, entry).map(|answer| {
                 answer.map(|mut response| {
-                    stamp(&mut response, &ResponseHeader {
-                        revision: meta.revision,
-                        ..identity
-                    });
+                    stamp(
+                        &mut response,
+                        &ResponseHeader {
+                            revision: meta.revision,
+                            ..identity
+                        },
+                    );
                     response
                 })
             });
@@ -507,7 +519,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.poisoned = true;
         self.outputs.push_back(Output::Fatal(error));
         for (_, id) in self.proposals.drain() {
-            self.outputs.push_back(Output::Respond(id, Err(Error::Stopped)));
+            self.outputs
+                .push_back(Output::Respond(id, Err(Error::Stopped)));
         }
         for read in self.reads.drain(..) {
             self.outputs
@@ -585,8 +598,13 @@ mod tests {
 
     impl Harness {
         fn new(log: MemoryLog, kv: MemoryKv) -> Self {
-            let node =
-                Node::new(Config::single("test"), log.clone(), kv.clone(), Instant::ZERO).unwrap();
+            let node = Node::new(
+                Config::single("test"),
+                log.clone(),
+                kv.clone(),
+                Instant::ZERO,
+            )
+            .unwrap();
             let mut h = Self {
                 node,
                 log,
@@ -633,8 +651,7 @@ mod tests {
             };
             self.log.append(&entries, hard_state.as_ref()).unwrap();
             let index = entries.last().map_or(0, |e| e.index);
-            self.node
-                .handle(Instant::ZERO, Input::Persisted { index });
+            self.node.handle(Instant::ZERO, Input::Persisted { index });
             self.drain();
             entries.len()
         }
@@ -686,7 +703,10 @@ mod tests {
     fn put_is_answered_after_persist_and_apply() {
         let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
         h.put(1, "foo", "bar");
-        assert!(h.answer(1).is_none(), "answered before the entry was durable");
+        assert!(
+            h.answer(1).is_none(),
+            "answered before the entry was durable"
+        );
         h.settle();
         let Some(Ok(Response::Put(put))) = h.answer(1) else {
             panic!("no put answer");
@@ -710,9 +730,17 @@ mod tests {
         for id in 2..=100 {
             h.put(id, "a", "x");
         }
-        assert_eq!(h.unpersisted.len(), 1, "no second persist while one is in flight");
+        assert_eq!(
+            h.unpersisted.len(),
+            1,
+            "no second persist while one is in flight"
+        );
         assert_eq!(h.persist_one(), 1);
-        assert_eq!(h.persist_one(), 99, "the 99 waiting writes ride one persist");
+        assert_eq!(
+            h.persist_one(),
+            99,
+            "the 99 waiting writes ride one persist"
+        );
         for id in 1..=100 {
             let Some(Ok(Response::Put(put))) = h.answer(id) else {
                 panic!("put {id} not answered");
@@ -765,6 +793,28 @@ mod tests {
             h.put(id, &format!("k{id}"), "v");
         }
         h.settle();
+        drop(h);
+        // Restart on a backend that applied only part of the log: a read
+        // that arrives before the new term's first entry commits waits for
+        // the replay instead of answering from the old state.
+        let lagging = MemoryKv::default();
+        let node = Node::new(
+            Config::single("test"),
+            log.clone(),
+            lagging.clone(),
+            Instant::ZERO,
+        );
+        let mut h = Harness {
+            node: node.unwrap(),
+            log: log.clone(),
+            kv: lagging,
+            unpersisted: VecDeque::new(),
+            answers: Vec::new(),
+        };
+        h.get(1, "k10");
+        assert!(h.answer(1).is_none(), "read answered before the replay");
+        h.settle();
+        assert_eq!(h.range_answer(1).kvs.len(), 1);
         drop(h);
         // Same backend: nothing is applied twice.
         let mut h = Harness::new(log.clone(), kv.clone());

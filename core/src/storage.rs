@@ -66,7 +66,8 @@ pub struct KvMeta {
     pub applied_term: u64,
     /// Current main revision of the store (1 on a fresh store, as etcd).
     pub revision: i64,
-    /// Revision up to which history has been compacted (0 = none).
+    /// Revision up to which history has been compacted; -1 on a store never
+    /// compacted (so compacting at 0 once succeeds, as etcd's does).
     pub compact_revision: i64,
 }
 
@@ -195,7 +196,8 @@ pub trait LogStore: Clone + Send + Sync + 'static {
     /// the first one's index) and stores `hard_state` if given, then
     /// returns. Called by the runtime for `Output::Persist`; fsync means
     /// fsync.
-    fn append(&self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<(), StorageError>;
+    fn append(&self, entries: &[Entry], hard_state: Option<&HardState>)
+        -> Result<(), StorageError>;
 
     /// Drops entries before `index` (they are applied and durable in the
     /// backend).

@@ -65,12 +65,12 @@ const CHANGES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("change
 const KV_META_KEY: &str = "kv_meta";
 const CONTENTS: &str = "mvcc";
 
-/// The meta record of a fresh store: revision 1, as etcd.
+/// The meta record of a fresh store: revision 1 and never compacted, as etcd.
 const FRESH_META: KvMeta = KvMeta {
     applied_index: 0,
     applied_term: 0,
     revision: 1,
-    compact_revision: 0,
+    compact_revision: -1,
 };
 
 /// The MVCC backend in its own redb database. Cloning shares the database.

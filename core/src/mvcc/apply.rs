@@ -146,13 +146,8 @@ fn compact<W: KvWrite>(
 ) -> Result<CompactionResponse, Error> {
     let current = current_revision(meta);
     let at = request.revision;
-    // etcd's store starts with "compacted at -1", so compacting at 0 on a
-    // store never compacted succeeds (and does nothing).
-    if at == 0 && meta.compact_revision == 0 {
-        return Ok(CompactionResponse {
-            header: Some(header(current)),
-        });
-    }
+    // A store never compacted says -1, so compacting at 0 once succeeds (and
+    // removes nothing), as etcd's does.
     if at <= meta.compact_revision {
         return Err(Error::Compacted);
     }

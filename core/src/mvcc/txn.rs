@@ -178,19 +178,15 @@ fn check_puts(
 }
 
 /// Before writing: every range on the taken path must ask for a revision
-/// that exists before the txn. As etcd's store starts "compacted at -1", a
+/// that exists before the txn. A store never compacted says -1, so a
 /// negative revision is compacted only once something was compacted, or
-/// below -1.
+/// below -1, as etcd's is.
 fn check_ranges(
     snapshot: &impl Snapshot,
     request: &TxnRequest,
     decision: &Decision,
 ) -> Result<(), Error> {
-    let first = if snapshot.compact_revision() == 0 {
-        -1
-    } else {
-        snapshot.compact_revision()
-    };
+    let first = snapshot.compact_revision();
     let mut nested = decision.nested.iter();
     for op in decision.branch(request) {
         match &op.request {
