@@ -1,0 +1,153 @@
+//! `oxetcd-smol`: the server on smol.
+//!
+//! This file holds only what is smol-specific — the [`Runtime`]
+//! implementation, an adapter from async-io sockets to hyper's I/O traits,
+//! and `main`; everything else is in `oxetcd-server`. No tokio runtime,
+//! reactor or timer is started: tasks run on an `async-executor`, sockets
+//! and timers on async-io's reactor, blocking work on smol's thread pool,
+//! and signals arrive through `async-signal` (smol's own crate, already in
+//! its dependency tree, which delivers them through the same reactor).
+
+use std::future::Future;
+use std::io;
+use std::net::{TcpListener, TcpStream};
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use async_io::{Async, Timer};
+use async_signal::{Signal, Signals};
+use futures_lite::{AsyncRead, AsyncWrite, StreamExt};
+use oxetcd_server::Runtime;
+use smol::Executor;
+
+/// Tasks run on this executor, polled by one thread per core.
+#[derive(Clone)]
+struct Smol {
+    executor: Arc<Executor<'static>>,
+}
+
+impl Runtime for Smol {
+    type Listener = Async<TcpListener>;
+    type Io = SmolIo;
+    type Sleep = Timer;
+
+    fn spawn(&self, future: impl Future<Output = ()> + Send + 'static) {
+        self.executor.spawn(future).detach();
+    }
+
+    fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static) {
+        smol::unblock(work).detach();
+    }
+
+    fn listener(&self, listener: TcpListener) -> io::Result<Async<TcpListener>> {
+        Async::new(listener)
+    }
+
+    async fn accept(&self, listener: &Async<TcpListener>) -> io::Result<SmolIo> {
+        let (stream, _peer) = listener.accept().await?;
+        stream.get_ref().set_nodelay(true)?;
+        Ok(SmolIo {
+            stream,
+            scratch: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
+        })
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> Timer {
+        Timer::at(deadline)
+    }
+
+    fn shutdown_signal(&self) -> io::Result<impl Future<Output = ()> + Send + 'static> {
+        let mut signals = Signals::new([Signal::Int, Signal::Term])?;
+        Ok(async move {
+            signals.next().await;
+        })
+    }
+}
+
+/// Bytes read from a socket per call. hyper asks for at most its buffer's
+/// free space; this bounds the per-connection copy buffer.
+const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// An accepted connection as hyper's I/O. Reads go through an initialized
+/// scratch buffer, which keeps this adapter free of unsafe code at the cost
+/// of one copy.
+struct SmolIo {
+    stream: Async<TcpStream>,
+    scratch: Box<[u8]>,
+}
+
+impl hyper::rt::Read for SmolIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let len = this.scratch.len().min(buf.remaining());
+        let read = Pin::new(&mut this.stream).poll_read(cx, &mut this.scratch[..len]);
+        match read {
+            Poll::Ready(Ok(n)) => {
+                buf.put_slice(&this.scratch[..n]);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl hyper::rt::Write for SmolIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_close(cx)
+    }
+}
+
+fn main() -> ExitCode {
+    let config = oxetcd_server::config::from_process();
+    let executor = Arc::new(Executor::new());
+    // The main thread polls the executor too, so one extra thread per
+    // remaining core.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for i in 1..threads {
+        let executor = executor.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("oxetcd-smol-{i}"))
+            .spawn(move || async_io::block_on(executor.run(futures_lite::future::pending::<()>())));
+        if let Err(e) = spawned {
+            eprintln!("error: cannot start an executor thread: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let runtime = Smol {
+        executor: executor.clone(),
+    };
+    let result = async_io::block_on(executor.run(oxetcd_server::run(runtime, config)));
+    oxetcd_server::exit_code(result)
+}

@@ -1,0 +1,74 @@
+//! `oxetcd`: the server on tokio.
+//!
+//! This file holds only what is tokio-specific — the [`Runtime`]
+//! implementation and `main`; everything else is in `oxetcd-server`.
+
+use std::future::Future;
+use std::io;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use hyper_util::rt::TokioIo;
+use oxetcd_server::Runtime;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// tokio's multi-threaded runtime, which the server runs on inside `main`.
+#[derive(Clone, Copy, Debug)]
+struct Tokio;
+
+impl Runtime for Tokio {
+    type Listener = TcpListener;
+    type Io = TokioIo<TcpStream>;
+    type Sleep = tokio::time::Sleep;
+
+    fn spawn(&self, future: impl Future<Output = ()> + Send + 'static) {
+        tokio::spawn(future);
+    }
+
+    fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static) {
+        tokio::task::spawn_blocking(work);
+    }
+
+    fn listener(&self, listener: std::net::TcpListener) -> io::Result<TcpListener> {
+        TcpListener::from_std(listener)
+    }
+
+    async fn accept(&self, listener: &TcpListener) -> io::Result<TokioIo<TcpStream>> {
+        let (stream, _peer) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        Ok(TokioIo::new(stream))
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> tokio::time::Sleep {
+        tokio::time::sleep_until(deadline.into())
+    }
+
+    fn shutdown_signal(&self) -> io::Result<impl Future<Output = ()> + Send + 'static> {
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        Ok(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    let config = oxetcd_server::config::from_process();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("oxetcd-tokio")
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(oxetcd_server::run(Tokio, config));
+    oxetcd_server::exit_code(result)
+}

@@ -1,0 +1,914 @@
+//! Flags and `ETCD_*` environment variables, with etcd's names and defaults.
+//!
+//! Design: one table ([`FLAGS`]) names every flag, its default and its help
+//! text. [`parse`] is a pure function of the arguments and the environment —
+//! it reads neither itself — so every rule is unit-tested: `--flag value` and
+//! `--flag=value` (one or two dashes), a flag beats its `ETCD_*` variable,
+//! an unknown flag or a malformed value is an error, an unknown `ETCD_*`
+//! variable only a warning. [`from_process`] wraps it for `main`: help and
+//! version go to stdout with exit code 0, errors to stderr with exit code 1.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use oxetcd_core::ids;
+
+/// A fully resolved server configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Human-readable member name (`--name`).
+    pub name: String,
+    /// Where the raft log and the backend live (`--data-dir`).
+    pub data_dir: PathBuf,
+    /// Addresses to serve clients on (`--listen-client-urls`).
+    pub listen_client_urls: Vec<ListenUrl>,
+    /// Client URLs published to the cluster (`--advertise-client-urls`).
+    pub advertise_client_urls: Vec<String>,
+    /// Addresses to serve peers on (`--listen-peer-urls`); not served yet.
+    pub listen_peer_urls: Vec<ListenUrl>,
+    /// Peer URLs advertised to the cluster (`--initial-advertise-peer-urls`);
+    /// with the token they determine the member ID.
+    pub initial_advertise_peer_urls: Vec<String>,
+    /// `--initial-cluster-token`.
+    pub initial_cluster_token: String,
+    /// Largest client request accepted, in bytes (`--max-request-bytes`).
+    pub max_request_bytes: usize,
+    /// Largest number of operations in one txn (`--max-txn-ops`).
+    pub max_txn_ops: usize,
+    /// `--log-level`.
+    pub log_level: LogLevel,
+    /// Things worth a warning once logging is up (unknown `ETCD_*`
+    /// variables, variables shadowed by flags).
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// This member's ID, derived from its advertised peer URLs and the
+    /// cluster token.
+    pub fn member_id(&self) -> u64 {
+        let urls: Vec<&str> = self
+            .initial_advertise_peer_urls
+            .iter()
+            .map(String::as_str)
+            .collect();
+        ids::member_id(&urls, &self.initial_cluster_token)
+    }
+
+    /// The ID of the (single-member) cluster.
+    pub fn cluster_id(&self) -> u64 {
+        ids::cluster_id(&[self.member_id()])
+    }
+
+    /// The node's configuration.
+    pub fn node_config(&self) -> oxetcd_core::Config {
+        let member_id = self.member_id();
+        // `Limits` grows as core enforces more of etcd's limits; the
+        // defaults fill what no flag sets yet.
+        #[allow(clippy::needless_update)]
+        oxetcd_core::Config {
+            name: self.name.clone(),
+            member_id,
+            cluster_id: self.cluster_id(),
+            max_request_bytes: self.max_request_bytes,
+            limits: oxetcd_core::mvcc::Limits {
+                txn_ops_max: self.max_txn_ops,
+                ..Default::default()
+            },
+            rng_seed: member_id,
+        }
+    }
+}
+
+/// A URL to listen on, with the socket address it binds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenUrl {
+    /// The URL as normalized (`http://host:port`).
+    pub url: String,
+    /// Where to bind (`localhost` binds 127.0.0.1).
+    pub addr: SocketAddr,
+}
+
+impl fmt::Display for ListenUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// `--log-level`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Everything.
+    Debug,
+    /// The default.
+    Info,
+    /// Warnings and errors.
+    Warn,
+    /// Errors only.
+    Error,
+}
+
+impl LogLevel {
+    /// The level as a `tracing` filter directive.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Warn => "warn",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)]
+pub enum Command {
+    /// Run the server.
+    Run(Config),
+    /// Print usage and exit.
+    Help,
+    /// Print the version and exit.
+    Version,
+}
+
+/// Why the command line or environment could not be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A flag nobody defined.
+    UnknownFlag(String),
+    /// A flag that needs a value was last on the line.
+    MissingValue(String),
+    /// An argument that is not a flag.
+    NotAFlag(String),
+    /// A flag or variable whose value does not parse.
+    InvalidValue {
+        /// The flag's name, without dashes.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownFlag(flag) => write!(f, "flag provided but not defined: {flag}"),
+            Self::MissingValue(flag) => write!(f, "flag needs an argument: {flag}"),
+            Self::NotAFlag(arg) => write!(f, "'{arg}' is not a valid flag"),
+            Self::InvalidValue {
+                flag,
+                value,
+                reason,
+            } => {
+                write!(f, "invalid value {value:?} for flag --{flag}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// One flag: its name, a placeholder for its value (`None`: a boolean
+/// switch), its default, and its help text.
+struct Flag {
+    name: &'static str,
+    value: Option<&'static str>,
+    default: &'static str,
+    help: &'static str,
+}
+
+const fn flag(
+    name: &'static str,
+    value: &'static str,
+    default: &'static str,
+    help: &'static str,
+) -> Flag {
+    Flag {
+        name,
+        value: Some(value),
+        default,
+        help,
+    }
+}
+
+/// Every flag the server accepts.
+const FLAGS: &[Flag] = &[
+    flag(
+        "name",
+        "NAME",
+        "default",
+        "Human-readable name for this member.",
+    ),
+    flag(
+        "data-dir",
+        "DIR",
+        "${name}.etcd",
+        "Path to the data directory.",
+    ),
+    flag(
+        "listen-client-urls",
+        "URLS",
+        "http://localhost:2379",
+        "Comma-separated URLs to listen on for client traffic.",
+    ),
+    flag(
+        "advertise-client-urls",
+        "URLS",
+        "http://localhost:2379",
+        "Comma-separated client URLs of this member, published to the cluster.",
+    ),
+    flag(
+        "listen-peer-urls",
+        "URLS",
+        "http://localhost:2380",
+        "Comma-separated URLs to listen on for peer traffic.",
+    ),
+    flag(
+        "initial-advertise-peer-urls",
+        "URLS",
+        "http://localhost:2380",
+        "Comma-separated peer URLs of this member, advertised to the cluster.",
+    ),
+    flag(
+        "initial-cluster-token",
+        "TOKEN",
+        ids::DEFAULT_CLUSTER_TOKEN,
+        "Initial cluster token; it keeps the IDs of distinct clusters apart.",
+    ),
+    flag(
+        "max-request-bytes",
+        "BYTES",
+        "1572864",
+        "Maximum client request size in bytes the server will accept.",
+    ),
+    flag(
+        "max-txn-ops",
+        "N",
+        "128",
+        "Maximum number of operations permitted in a transaction.",
+    ),
+    flag(
+        "log-level",
+        "LEVEL",
+        "info",
+        "Log level: debug, info, warn or error.",
+    ),
+    Flag {
+        name: "version",
+        value: None,
+        default: "false",
+        help: "Print the version and exit.",
+    },
+    Flag {
+        name: "help",
+        value: None,
+        default: "false",
+        help: "Show this help and exit.",
+    },
+];
+
+/// Prefix of the environment variables that stand in for flags.
+const ENV_PREFIX: &str = "ETCD_";
+
+/// Parses `args` (without the program name) and the environment `env`.
+pub fn parse<A, E, S, T>(args: A, env: E) -> Result<Command, ConfigError>
+where
+    A: IntoIterator<Item = S>,
+    S: AsRef<str>,
+    E: IntoIterator<Item = (T, T)>,
+    T: AsRef<str>,
+{
+    let mut warnings = Vec::new();
+    let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
+    let mut switches: BTreeMap<&'static str, bool> = BTreeMap::new();
+
+    // Flags first; the environment only fills what they left unset.
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let arg = arg.as_ref();
+        if arg == "--" {
+            if let Some(extra) = args.next() {
+                return Err(ConfigError::NotAFlag(extra.as_ref().to_owned()));
+            }
+            break;
+        }
+        let Some(body) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            return Err(ConfigError::NotAFlag(arg.to_owned()));
+        };
+        let (name, inline) = match body.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (body, None),
+        };
+        let Some(flag) = FLAGS.iter().find(|f| f.name == name) else {
+            return Err(ConfigError::UnknownFlag(arg.to_owned()));
+        };
+        match flag.value {
+            None => {
+                let on = match inline {
+                    None => true,
+                    Some(value) => parse_bool(flag.name, value)?,
+                };
+                switches.insert(flag.name, on);
+            }
+            Some(_) => {
+                let value = match inline {
+                    Some(value) => value.to_owned(),
+                    None => match args.next() {
+                        Some(value) => value.as_ref().to_owned(),
+                        None => return Err(ConfigError::MissingValue(arg.to_owned())),
+                    },
+                };
+                values.insert(flag.name, value);
+            }
+        }
+    }
+    if switches.get("help").copied().unwrap_or(false) {
+        return Ok(Command::Help);
+    }
+    if switches.get("version").copied().unwrap_or(false) {
+        return Ok(Command::Version);
+    }
+
+    let mut env: Vec<(String, String)> = env
+        .into_iter()
+        .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
+    env.sort();
+    for (key, value) in env {
+        let name = key[ENV_PREFIX.len()..]
+            .to_ascii_lowercase()
+            .replace('_', "-");
+        // Switches are not taken from the environment: `ETCD_VERSION` is
+        // commonly set by scripts to say which release they want.
+        let flag = FLAGS.iter().find(|f| f.name == name && f.value.is_some());
+        match flag {
+            None => warnings.push(format!("unrecognized environment variable {key}={value}")),
+            Some(flag) if values.contains_key(flag.name) => warnings.push(format!(
+                "environment variable {key} is shadowed by the command-line flag --{}",
+                flag.name
+            )),
+            Some(flag) => {
+                values.insert(flag.name, value);
+            }
+        }
+    }
+
+    let value = |name: &'static str| -> String {
+        values.get(name).cloned().unwrap_or_else(|| {
+            FLAGS
+                .iter()
+                .find(|f| f.name == name)
+                .map(|f| f.default.to_owned())
+                .unwrap_or_default()
+        })
+    };
+
+    let name = value("name");
+    let data_dir = match values.get("data-dir") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        Some(_) => return Err(invalid("data-dir", "", "must not be empty")),
+        None => PathBuf::from(format!("{name}.etcd")),
+    };
+    let listen_client_urls = parse_listen_urls("listen-client-urls", &value("listen-client-urls"))?;
+    let advertise_client_urls =
+        parse_urls("advertise-client-urls", &value("advertise-client-urls"))?;
+    let listen_peer_urls = parse_listen_urls("listen-peer-urls", &value("listen-peer-urls"))?;
+    let initial_advertise_peer_urls = parse_urls(
+        "initial-advertise-peer-urls",
+        &value("initial-advertise-peer-urls"),
+    )?;
+    let initial_cluster_token = value("initial-cluster-token");
+    let max_request_bytes = parse_positive("max-request-bytes", &value("max-request-bytes"))?;
+    let max_txn_ops = parse_positive("max-txn-ops", &value("max-txn-ops"))?;
+    let log_level = parse_log_level(&value("log-level"))?;
+
+    Ok(Command::Run(Config {
+        name,
+        data_dir,
+        listen_client_urls,
+        advertise_client_urls,
+        listen_peer_urls,
+        initial_advertise_peer_urls,
+        initial_cluster_token,
+        max_request_bytes,
+        max_txn_ops,
+        log_level,
+        warnings,
+    }))
+}
+
+/// Parses the process's arguments and environment. Prints help or the
+/// version and exits 0 when asked; prints a clear error and exits 1 on a bad
+/// flag or value.
+pub fn from_process() -> Config {
+    let mut args = std::env::args_os();
+    let program = args
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "oxetcd".to_owned());
+    let mut arguments = Vec::new();
+    for arg in args {
+        match arg.into_string() {
+            Ok(arg) => arguments.push(arg),
+            Err(arg) => {
+                eprintln!("{program}: argument {arg:?} is not valid UTF-8");
+                std::process::exit(1);
+            }
+        }
+    }
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    match parse(arguments, env) {
+        Ok(Command::Run(config)) => config,
+        Ok(Command::Help) => {
+            print!("{}", usage(&program));
+            std::process::exit(0);
+        }
+        Ok(Command::Version) => {
+            print!("{}", version());
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("{program}: error verifying flags, {e}. See '{program} --help'.");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The `--help` text.
+pub fn usage(program: &str) -> String {
+    let mut text = format!(
+        "Usage:\n\n  {program} [flags]\n\nStart an etcd-compatible server.\n\nFlags \
+         (each may also be set by an ETCD_* environment variable, e.g. \
+         --data-dir as ETCD_DATA_DIR; a flag wins over its variable):\n\n"
+    );
+    for flag in FLAGS {
+        let head = match flag.value {
+            Some(value) => format!("  --{} {value}", flag.name),
+            None => format!("  --{}", flag.name),
+        };
+        text.push_str(&format!("{head}\n      {}", flag.help));
+        if flag.value.is_some() {
+            text.push_str(&format!(" (default: {:?})", flag.default));
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// The `--version` text. Its first line has the shape tools parse to learn
+/// which etcd API a server speaks.
+pub fn version() -> String {
+    format!(
+        "etcd Version: {}\noxetcd Version: {}\nOS/Arch: {}/{}\n",
+        crate::grpc::ETCD_VERSION,
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+    )
+}
+
+fn invalid(flag: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidValue {
+        flag,
+        value: value.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_bool(flag: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(invalid(flag, value, "expected true or false")),
+    }
+}
+
+fn parse_positive(flag: &'static str, value: &str) -> Result<usize, ConfigError> {
+    match value.trim().parse::<usize>() {
+        Ok(0) => Err(invalid(flag, value, "must be greater than zero")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(invalid(flag, value, e.to_string())),
+    }
+}
+
+fn parse_log_level(value: &str) -> Result<LogLevel, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "debug" => Ok(LogLevel::Debug),
+        "info" => Ok(LogLevel::Info),
+        "warn" => Ok(LogLevel::Warn),
+        "error" => Ok(LogLevel::Error),
+        _ => Err(invalid(
+            "log-level",
+            value,
+            "expected debug, info, warn or error",
+        )),
+    }
+}
+
+/// A parsed `http://host:port` URL.
+struct Url {
+    /// `http://host:port`, host as given (IPv6 in brackets).
+    normalized: String,
+    host: String,
+    port: u16,
+}
+
+fn split_list(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn parse_urls(flag: &'static str, value: &str) -> Result<Vec<String>, ConfigError> {
+    let urls: Vec<String> = split_list(value)
+        .map(|url| parse_url(flag, url).map(|u| u.normalized))
+        .collect::<Result<_, _>>()?;
+    if urls.is_empty() {
+        return Err(invalid(flag, value, "at least one URL is required"));
+    }
+    Ok(urls)
+}
+
+fn parse_listen_urls(flag: &'static str, value: &str) -> Result<Vec<ListenUrl>, ConfigError> {
+    let mut urls = Vec::new();
+    for raw in split_list(value) {
+        let url = parse_url(flag, raw)?;
+        let ip = if url.host.eq_ignore_ascii_case("localhost") {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            let bare = url.host.trim_start_matches('[').trim_end_matches(']');
+            bare.parse::<IpAddr>().map_err(|_| {
+                invalid(
+                    flag,
+                    raw,
+                    "expected an IP address or localhost in a URL to listen on",
+                )
+            })?
+        };
+        urls.push(ListenUrl {
+            url: url.normalized,
+            addr: SocketAddr::new(ip, url.port),
+        });
+    }
+    if urls.is_empty() {
+        return Err(invalid(flag, value, "at least one URL is required"));
+    }
+    Ok(urls)
+}
+
+fn parse_url(flag: &'static str, raw: &str) -> Result<Url, ConfigError> {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return Err(invalid(
+            flag,
+            raw,
+            "expected a URL like http://127.0.0.1:2379",
+        ));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => {}
+        "https" | "unixs" => {
+            return Err(invalid(
+                flag,
+                raw,
+                "TLS is not supported yet; use an http:// URL",
+            ));
+        }
+        _ => {
+            return Err(invalid(
+                flag,
+                raw,
+                format!("unsupported URL scheme {scheme:?}; use http://"),
+            ))
+        }
+    }
+    let authority = match rest.split_once('/') {
+        Some((authority, "")) => authority,
+        Some(_) => return Err(invalid(flag, raw, "a URL path is not allowed")),
+        None => rest,
+    };
+    if authority.contains(['@', '?', '#']) {
+        return Err(invalid(flag, raw, "expected http://host:port"));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && (!host.contains(':') || host.ends_with(']')) => {
+            (host, port)
+        }
+        _ => return Err(invalid(flag, raw, "a port is required (http://host:port)")),
+    };
+    if host.starts_with('[') != host.ends_with(']') {
+        return Err(invalid(
+            flag,
+            raw,
+            "unbalanced brackets around an IPv6 address",
+        ));
+    }
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| invalid(flag, raw, format!("invalid port {port:?}")))?;
+    Ok(Url {
+        normalized: format!("http://{host}:{port}"),
+        host: host.to_owned(),
+        port,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_ENV: [(&str, &str); 0] = [];
+
+    fn run(args: &[&str], env: &[(&str, &str)]) -> Config {
+        match parse(args, env.iter().copied()) {
+            Ok(Command::Run(config)) => config,
+            other => panic!("expected a config, got {other:?}"),
+        }
+    }
+
+    fn error(args: &[&str], env: &[(&str, &str)]) -> ConfigError {
+        match parse(args, env.iter().copied()) {
+            Err(e) => e,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_etcd() {
+        let config = run(&[], &[]);
+        assert_eq!(config.name, "default");
+        assert_eq!(config.data_dir, PathBuf::from("default.etcd"));
+        assert_eq!(config.listen_client_urls.len(), 1);
+        assert_eq!(config.listen_client_urls[0].url, "http://localhost:2379");
+        assert_eq!(
+            config.listen_client_urls[0].addr,
+            "127.0.0.1:2379".parse().unwrap()
+        );
+        assert_eq!(config.advertise_client_urls, ["http://localhost:2379"]);
+        assert_eq!(
+            config.listen_peer_urls[0].addr,
+            "127.0.0.1:2380".parse().unwrap()
+        );
+        assert_eq!(
+            config.initial_advertise_peer_urls,
+            ["http://localhost:2380"]
+        );
+        assert_eq!(config.initial_cluster_token, "etcd-cluster");
+        assert_eq!(config.max_request_bytes, 1_572_864);
+        assert_eq!(config.max_txn_ops, 128);
+        assert_eq!(config.log_level, LogLevel::Info);
+        assert!(config.warnings.is_empty());
+        assert_eq!(format!("{:x}", config.member_id()), "8e9e05c52164694d");
+        assert_eq!(format!("{:x}", config.cluster_id()), "cdf818194e3a8c32");
+    }
+
+    #[test]
+    fn data_dir_defaults_to_name() {
+        assert_eq!(
+            run(&["--name", "n1"], &[]).data_dir,
+            PathBuf::from("n1.etcd")
+        );
+        assert_eq!(
+            run(&["--name=n1", "--data-dir=/tmp/x"], &[]).data_dir,
+            PathBuf::from("/tmp/x")
+        );
+    }
+
+    #[test]
+    fn both_flag_spellings_and_dashes() {
+        let a = run(
+            &[
+                "--max-request-bytes",
+                "10",
+                "-max-txn-ops=3",
+                "-log-level",
+                "debug",
+            ],
+            &[],
+        );
+        assert_eq!(a.max_request_bytes, 10);
+        assert_eq!(a.max_txn_ops, 3);
+        assert_eq!(a.log_level, LogLevel::Debug);
+        let b = run(
+            &[
+                "--max-request-bytes=10",
+                "--max-txn-ops",
+                "3",
+                "--log-level=debug",
+            ],
+            &[],
+        );
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn url_lists() {
+        let config = run(
+            &[
+                "--listen-client-urls",
+                "http://127.0.0.1:1234, http://[::1]:5678,http://0.0.0.0:9",
+                "--advertise-client-urls=http://a.example:1,http://b.example:2/",
+            ],
+            &[],
+        );
+        let addrs: Vec<SocketAddr> = config.listen_client_urls.iter().map(|u| u.addr).collect();
+        assert_eq!(
+            addrs,
+            [
+                "127.0.0.1:1234".parse().unwrap(),
+                "[::1]:5678".parse().unwrap(),
+                "0.0.0.0:9".parse().unwrap()
+            ]
+        );
+        assert_eq!(config.listen_client_urls[1].url, "http://[::1]:5678");
+        assert_eq!(
+            config.advertise_client_urls,
+            ["http://a.example:1", "http://b.example:2"]
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_refused() {
+        for url in [
+            "localhost:2379",
+            "http://localhost",
+            "http://localhost:notaport",
+            "http://localhost:70000",
+            "http://localhost:2379/path",
+            "ftp://localhost:2379",
+            "http://::1:2379",
+            "http://[::1:2379",
+            "http://user@localhost:2379",
+        ] {
+            let e = error(&["--listen-client-urls", url], &[]);
+            assert!(
+                matches!(
+                    e,
+                    ConfigError::InvalidValue {
+                        flag: "listen-client-urls",
+                        ..
+                    }
+                ),
+                "{url}: {e}"
+            );
+        }
+        // Listening needs an address, not a host name.
+        let e = error(&["--listen-client-urls", "http://example.com:2379"], &[]);
+        assert!(e.to_string().contains("IP address"), "{e}");
+        // Advertising may use host names.
+        run(&["--advertise-client-urls", "http://example.com:2379"], &[]);
+        assert!(matches!(
+            error(&["--advertise-client-urls", ""], &[]),
+            ConfigError::InvalidValue { .. }
+        ));
+    }
+
+    #[test]
+    fn https_is_a_clear_error() {
+        let e = error(&["--listen-client-urls=https://127.0.0.1:2379"], &[]);
+        assert!(e.to_string().contains("TLS is not supported yet"), "{e}");
+    }
+
+    #[test]
+    fn unknown_and_malformed_flags() {
+        assert_eq!(
+            error(&["--nope"], &[]),
+            ConfigError::UnknownFlag("--nope".into())
+        );
+        assert_eq!(
+            error(&["--nope=1"], &[]),
+            ConfigError::UnknownFlag("--nope=1".into())
+        );
+        assert_eq!(
+            error(&["--name"], &[]),
+            ConfigError::MissingValue("--name".into())
+        );
+        assert_eq!(
+            error(&["stray"], &[]),
+            ConfigError::NotAFlag("stray".into())
+        );
+        assert_eq!(
+            error(&["--", "stray"], &[]),
+            ConfigError::NotAFlag("stray".into())
+        );
+        for args in [
+            &["--max-request-bytes", "lots"][..],
+            &["--max-request-bytes", "0"],
+            &["--max-txn-ops=-1"],
+            &["--log-level", "loud"],
+            &["--version=maybe"],
+        ] {
+            assert!(
+                matches!(error(args, &[]), ConfigError::InvalidValue { .. }),
+                "{args:?}"
+            );
+        }
+        let message = error(&["--nope"], &[]).to_string();
+        assert_eq!(message, "flag provided but not defined: --nope");
+    }
+
+    #[test]
+    fn help_and_version() {
+        assert_eq!(parse(["--help"], NO_ENV), Ok(Command::Help));
+        assert_eq!(
+            parse(["-h"], NO_ENV),
+            Err(ConfigError::UnknownFlag("-h".into()))
+        );
+        assert_eq!(parse(["--version"], NO_ENV), Ok(Command::Version));
+        assert_eq!(parse(["--version=true"], NO_ENV), Ok(Command::Version));
+        assert!(matches!(
+            parse(["--version=false"], NO_ENV),
+            Ok(Command::Run(_))
+        ));
+        assert!(version().starts_with("etcd Version: 3.6.0\n"));
+        assert!(usage("oxetcd").contains("--max-request-bytes BYTES"));
+    }
+
+    #[test]
+    fn environment_fills_unset_flags() {
+        let config = run(
+            &[],
+            &[
+                ("ETCD_NAME", "envname"),
+                ("ETCD_MAX_REQUEST_BYTES", "2048"),
+                ("ETCD_LISTEN_CLIENT_URLS", "http://127.0.0.1:4000"),
+                ("PATH", "/bin"),
+                ("ETCDCTL_API", "3"),
+            ],
+        );
+        assert_eq!(config.name, "envname");
+        assert_eq!(config.data_dir, PathBuf::from("envname.etcd"));
+        assert_eq!(config.max_request_bytes, 2048);
+        assert_eq!(
+            config.listen_client_urls[0].addr,
+            "127.0.0.1:4000".parse().unwrap()
+        );
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn flag_beats_environment() {
+        let config = run(&["--name", "flagname"], &[("ETCD_NAME", "envname")]);
+        assert_eq!(config.name, "flagname");
+        assert_eq!(config.warnings.len(), 1);
+        assert!(
+            config.warnings[0].contains("shadowed"),
+            "{:?}",
+            config.warnings
+        );
+    }
+
+    #[test]
+    fn unknown_environment_is_a_warning() {
+        let config = run(
+            &[],
+            &[("ETCD_FROBNICATE", "yes"), ("ETCD_VERSION", "v3.5.9")],
+        );
+        assert_eq!(config.warnings.len(), 2, "{:?}", config.warnings);
+        assert!(config
+            .warnings
+            .iter()
+            .all(|w| w.contains("unrecognized environment variable")));
+    }
+
+    #[test]
+    fn malformed_environment_is_an_error() {
+        let e = error(&[], &[("ETCD_MAX_TXN_OPS", "many")]);
+        assert!(
+            matches!(
+                e,
+                ConfigError::InvalidValue {
+                    flag: "max-txn-ops",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn peer_urls_and_token_give_the_member_id() {
+        let a = run(
+            &["--initial-advertise-peer-urls", "http://10.0.0.1:2380"],
+            &[],
+        );
+        let b = run(
+            &[
+                "--initial-advertise-peer-urls",
+                "http://10.0.0.1:2380",
+                "--initial-cluster-token",
+                "t",
+            ],
+            &[],
+        );
+        let expected = ids::member_id(&["http://10.0.0.1:2380"], "etcd-cluster");
+        assert_eq!(a.member_id(), expected);
+        assert_ne!(a.member_id(), b.member_id());
+        assert_eq!(a.node_config().member_id, expected);
+        assert_eq!(a.node_config().cluster_id, ids::cluster_id(&[expected]));
+    }
+}

@@ -1,0 +1,156 @@
+//! The `etcdserverpb.Maintenance` service. `Status` combines the node's raft
+//! state with what only the server knows (version, database size); the
+//! other methods are not served yet and answer `Unimplemented`.
+
+use std::path::Path;
+
+use oxetcd_core::storage::KvStore;
+use oxetcd_core::{Request, Response};
+use oxetcd_proto::etcdserverpb::maintenance_server::Maintenance;
+use oxetcd_proto::etcdserverpb::{
+    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
+    DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
+    MoveLeaderResponse, ResponseHeader, SnapshotRequest, SnapshotResponse, StatusRequest,
+    StatusResponse,
+};
+use tonic::codegen::BoxStream;
+use tonic::Status;
+
+use super::{mismatched, status_from_error, Member, ETCD_VERSION};
+use crate::driver::Handle;
+
+/// Serves `etcdserverpb.Maintenance`.
+pub struct MaintenanceService<K: KvStore> {
+    handle: Handle<K>,
+    member: Member,
+}
+
+impl<K: KvStore> MaintenanceService<K> {
+    /// A service answering from `handle` and reporting `member`.
+    pub fn new(handle: Handle<K>, member: Member) -> Self {
+        Self { handle, member }
+    }
+}
+
+fn unimplemented(method: &str) -> Status {
+    Status::unimplemented(format!(
+        "unknown method {method} for service etcdserverpb.Maintenance"
+    ))
+}
+
+#[tonic::async_trait]
+impl<K: KvStore> Maintenance for MaintenanceService<K> {
+    type SnapshotStream = BoxStream<SnapshotResponse>;
+
+    async fn status(
+        &self,
+        _request: tonic::Request<StatusRequest>,
+    ) -> Result<tonic::Response<StatusResponse>, Status> {
+        let response = self.handle.request(Request::Status).await;
+        let mut status = match response.map_err(|e| status_from_error(&e))? {
+            Response::Status(status) => status,
+            other => return Err(mismatched("status", &other)),
+        };
+        status.version = ETCD_VERSION.to_owned();
+        if status.storage_version.is_empty() {
+            status.storage_version = ETCD_VERSION.to_owned();
+        }
+        let db_size = i64::try_from(dir_size(&self.member.data_dir)).unwrap_or(i64::MAX);
+        status.db_size = db_size;
+        if status.db_size_in_use == 0 {
+            status.db_size_in_use = db_size;
+        }
+        // A single-member cluster: this member leads.
+        if status.leader == 0 {
+            status.leader = self.member.member_id;
+        }
+        if status.header.is_none() {
+            let meta = self
+                .handle
+                .meta()
+                .await
+                .map_err(|e| status_from_error(&e))?;
+            status.header = Some(ResponseHeader {
+                cluster_id: self.member.cluster_id,
+                member_id: self.member.member_id,
+                revision: meta.revision,
+                raft_term: status.raft_term,
+            });
+        }
+        Ok(tonic::Response::new(status))
+    }
+
+    async fn alarm(
+        &self,
+        _request: tonic::Request<AlarmRequest>,
+    ) -> Result<tonic::Response<AlarmResponse>, Status> {
+        Err(unimplemented("Alarm"))
+    }
+
+    async fn defragment(
+        &self,
+        _request: tonic::Request<DefragmentRequest>,
+    ) -> Result<tonic::Response<DefragmentResponse>, Status> {
+        Err(unimplemented("Defragment"))
+    }
+
+    async fn hash(
+        &self,
+        _request: tonic::Request<HashRequest>,
+    ) -> Result<tonic::Response<HashResponse>, Status> {
+        Err(unimplemented("Hash"))
+    }
+
+    async fn hash_kv(
+        &self,
+        _request: tonic::Request<HashKvRequest>,
+    ) -> Result<tonic::Response<HashKvResponse>, Status> {
+        Err(unimplemented("HashKV"))
+    }
+
+    async fn snapshot(
+        &self,
+        _request: tonic::Request<SnapshotRequest>,
+    ) -> Result<tonic::Response<Self::SnapshotStream>, Status> {
+        Err(unimplemented("Snapshot"))
+    }
+
+    async fn move_leader(
+        &self,
+        _request: tonic::Request<MoveLeaderRequest>,
+    ) -> Result<tonic::Response<MoveLeaderResponse>, Status> {
+        Err(unimplemented("MoveLeader"))
+    }
+
+    async fn downgrade(
+        &self,
+        _request: tonic::Request<DowngradeRequest>,
+    ) -> Result<tonic::Response<DowngradeResponse>, Status> {
+        Err(unimplemented("Downgrade"))
+    }
+}
+
+/// Bytes used by the files under `dir` (the database and the raft log).
+/// Unreadable entries count as empty: this is a report, not a check.
+fn dir_size(dir: &Path) -> u64 {
+    /// A data directory is shallow; deeper trees are not ours to measure.
+    const DEPTH_MAX: usize = 4;
+    fn walk(dir: &Path, depth: usize) -> u64 {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        let mut total = 0u64;
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                if depth < DEPTH_MAX {
+                    total = total.saturating_add(walk(&entry.path(), depth + 1));
+                }
+            } else {
+                total = total.saturating_add(meta.len());
+            }
+        }
+        total
+    }
+    walk(dir, 0)
+}

@@ -1,0 +1,257 @@
+//! The gRPC side of the client port.
+//!
+//! Design: tonic's generated `*Server` types do the gRPC framing; our service
+//! structs turn each call into a core [`Request`](oxetcd_core::Request) sent
+//! through the driver [`Handle`]. A small router of our own dispatches by the
+//! path's service name (`/etcdserverpb.KV/Range` → the KV server); an unknown
+//! service is answered as gRPC `Unimplemented`, never as an HTTP error.
+//! Core errors become gRPC statuses in exactly one place,
+//! [`status_from_error`], so clients see etcd's codes and messages.
+
+mod kv;
+mod maintenance;
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+
+use futures_util::future::poll_fn;
+use hyper::body::Incoming;
+use oxetcd_core::storage::KvStore;
+use oxetcd_core::Error;
+use oxetcd_proto::etcdserverpb::kv_server::KvServer;
+use oxetcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use tonic::body::Body;
+use tonic::codegen::Service;
+
+pub use kv::KvService;
+pub use maintenance::MaintenanceService;
+
+use crate::driver::Handle;
+
+/// What etcd lets a gRPC message carry beyond `--max-request-bytes` (its
+/// gRPC overhead allowance), so that a request just over the limit reaches
+/// the node and gets `etcdserver: request is too large` rather than a
+/// transport error.
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+/// The etcd API version this server reports.
+pub const ETCD_VERSION: &str = "3.6.0";
+
+/// Turns a core error into the gRPC status etcd answers with.
+pub fn status_from_error(error: &Error) -> tonic::Status {
+    tonic::Status::new(tonic::Code::from_i32(error.code() as i32), error.message())
+}
+
+/// Identity and location facts the services report.
+#[derive(Clone, Debug)]
+pub struct Member {
+    /// This member's ID.
+    pub member_id: u64,
+    /// The cluster's ID.
+    pub cluster_id: u64,
+    /// The data directory, measured for `db_size`.
+    pub data_dir: PathBuf,
+}
+
+/// Dispatches gRPC requests to the generated servers by service name.
+pub struct GrpcRouter<K: KvStore> {
+    kv: KvServer<KvService<K>>,
+    maintenance: MaintenanceServer<MaintenanceService<K>>,
+}
+
+impl<K: KvStore> GrpcRouter<K> {
+    /// Builds every service over `handle`; messages up to
+    /// `max_request_bytes` plus [`GRPC_OVERHEAD_BYTES`] are decoded.
+    pub fn new(handle: Handle<K>, member: Member, max_request_bytes: usize) -> Self {
+        let decode_max = max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
+        // Responses are as large as the data asked for, as in etcd.
+        let encode_max = usize::MAX;
+        Self {
+            kv: KvServer::new(KvService::new(handle.clone()))
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
+            maintenance: MaintenanceServer::new(MaintenanceService::new(handle, member))
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
+        }
+    }
+
+    /// Answers one gRPC request.
+    pub async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+        let path = request.uri().path();
+        let service = path
+            .strip_prefix('/')
+            .and_then(|rest| rest.split_once('/'))
+            .map_or(path, |(service, _method)| service);
+        let response = match service {
+            "etcdserverpb.KV" => call(self.kv.clone(), request).await,
+            "etcdserverpb.Maintenance" => call(self.maintenance.clone(), request).await,
+            _ => {
+                let status = tonic::Status::unimplemented(format!("unknown service {service}"));
+                return status.into_http();
+            }
+        };
+        oversized_as_etcd(response)
+    }
+}
+
+/// Rewrites the status of a request refused for its size while decoding to
+/// the code and message etcd's clients see for it (`ResourceExhausted`,
+/// `grpc: received message larger than max (N vs. M)`); the codec reports
+/// it as `OutOfRange` with its own wording.
+fn oversized_as_etcd(response: http::Response<Body>) -> http::Response<Body> {
+    const CODEC_PREFIX: &str = "Error, decoded message length too large: found ";
+    let out_of_range = response
+        .headers()
+        .get(tonic::Status::GRPC_STATUS)
+        .is_some_and(|code| code.as_bytes() == b"11");
+    if !out_of_range {
+        return response;
+    }
+    let Some(status) = tonic::Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    match parse_oversized(status.message().strip_prefix(CODEC_PREFIX)) {
+        Some((found, limit)) => tonic::Status::resource_exhausted(format!(
+            "grpc: received message larger than max ({found} vs. {limit})"
+        ))
+        .into_http(),
+        None => response,
+    }
+}
+
+/// Reads `N bytes, the limit is: M bytes` into `(N, M)`.
+fn parse_oversized(rest: Option<&str>) -> Option<(u64, u64)> {
+    let (found, rest) = rest?.split_once(" bytes, the limit is: ")?;
+    let limit = rest.strip_suffix(" bytes")?;
+    Some((found.parse().ok()?, limit.parse().ok()?))
+}
+
+async fn call<S>(mut service: S, request: http::Request<Incoming>) -> http::Response<Body>
+where
+    S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>,
+{
+    let ready = poll_fn(|cx| service.poll_ready(cx)).await;
+    match ready {
+        Ok(()) => match service.call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        Err(never) => match never {},
+    }
+}
+
+/// The answer a service gets when the node replied with the wrong kind of
+/// response (a bug, reported rather than panicking).
+fn mismatched(expected: &str, got: &oxetcd_core::Response) -> tonic::Status {
+    tracing::error!(
+        expected,
+        ?got,
+        "the node answered with the wrong response kind"
+    );
+    tonic::Status::internal(format!("etcdserver: unexpected response to {expected}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_etcd_statuses() {
+        let cases = [
+            (
+                Error::Compacted,
+                tonic::Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted",
+            ),
+            (
+                Error::FutureRevision,
+                tonic::Code::OutOfRange,
+                "etcdserver: mvcc: required revision is a future revision",
+            ),
+            (
+                Error::RequestTooLarge,
+                tonic::Code::InvalidArgument,
+                "etcdserver: request is too large",
+            ),
+            (
+                Error::TooManyRequests,
+                tonic::Code::ResourceExhausted,
+                "etcdserver: too many requests",
+            ),
+            (
+                Error::EmptyKey,
+                tonic::Code::InvalidArgument,
+                "etcdserver: key is not provided",
+            ),
+            (
+                Error::LeaseNotFound,
+                tonic::Code::NotFound,
+                "etcdserver: requested lease not found",
+            ),
+            (
+                Error::NoLeader,
+                tonic::Code::Unavailable,
+                "etcdserver: no leader",
+            ),
+            (
+                Error::Stopped,
+                tonic::Code::Unavailable,
+                "etcdserver: server stopped",
+            ),
+            (
+                Error::Unimplemented("etcdserverpb.Lease"),
+                tonic::Code::Unimplemented,
+                "unknown service etcdserverpb.Lease",
+            ),
+        ];
+        for (error, code, message) in cases {
+            let status = status_from_error(&error);
+            assert_eq!(status.code(), code, "{error:?}");
+            assert_eq!(status.message(), message, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn oversized_messages_get_etcds_status() {
+        let codec = tonic::Status::out_of_range(
+            "Error, decoded message length too large: found 600007 bytes, the limit is: 525288 bytes",
+        );
+        let response = oversized_as_etcd(codec.into_http());
+        let status = tonic::Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            status.message(),
+            "grpc: received message larger than max (600007 vs. 525288)"
+        );
+
+        let other = status_from_error(&Error::Compacted).into_http();
+        let response = oversized_as_etcd(other);
+        let status = tonic::Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::OutOfRange);
+    }
+
+    #[test]
+    fn every_core_code_is_a_grpc_code() {
+        use oxetcd_core::Code;
+        for code in [
+            Code::Cancelled,
+            Code::InvalidArgument,
+            Code::DeadlineExceeded,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::OutOfRange,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::Unavailable,
+            Code::Unauthenticated,
+        ] {
+            let grpc = tonic::Code::from_i32(code as i32);
+            assert_ne!(grpc, tonic::Code::Unknown, "{code:?}");
+            assert_eq!(grpc as i32, code as i32, "{code:?}");
+        }
+    }
+}

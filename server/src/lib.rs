@@ -1,0 +1,158 @@
+//! oxetcd-server: everything the runtimes share.
+//!
+//! A runtime crate implements [`Runtime`] (spawn, blocking work, accept,
+//! sleep, signals), parses flags with [`config::from_process`] and calls
+//! [`run`]. Everything else is here, written once:
+//!
+//! - [`config`]: flags and `ETCD_*` variables.
+//! - [`driver`]: the node on its own thread, the log writer, the [`Handle`]
+//!   services use.
+//! - [`grpc`]: the etcd v3 services and the router in front of them.
+//! - [`http`]: `/health`, `/version`.
+//! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
+//! - `serve` (private): listeners, accept loops, one connection's HTTP/1.1
+//!   and h2c, and the gRPC-or-HTTP split by content type.
+//!
+//! This crate never starts a runtime, never spawns a thread except the
+//! driver's two, and never touches the node other than through the driver.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod config;
+pub mod driver;
+pub mod grpc;
+pub mod http;
+pub mod runtime;
+mod serve;
+
+use std::fmt;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+pub use config::Config;
+pub use driver::Handle;
+pub use runtime::Runtime;
+
+/// Why the server could not start or run.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The data directory could not be created or opened.
+    DataDir(String),
+    /// The node refused to start on the stored state.
+    Node(oxetcd_core::Error),
+    /// A listener could not be bound.
+    Bind {
+        /// The URL asked for.
+        url: String,
+        /// What went wrong.
+        error: std::io::Error,
+    },
+    /// Signal handlers could not be installed.
+    Signals(std::io::Error),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DataDir(message) => write!(f, "cannot use the data directory: {message}"),
+            Self::Node(e) => write!(f, "cannot start the node: {e}"),
+            Self::Bind { url, error } => write!(f, "cannot listen on {url}: {error}"),
+            Self::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// Runs the server until SIGINT or SIGTERM: opens storage, starts the node,
+/// serves clients, and on a signal stops the node and syncs the backend.
+pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError> {
+    init_logging(config.log_level);
+    for warning in &config.warnings {
+        warn!("{warning}");
+    }
+    let shutdown = runtime.shutdown_signal().map_err(RunError::Signals)?;
+
+    // Bind first: a busy port fails before the node starts.
+    let listeners = serve::bind(&runtime, &config)?;
+    create_data_dir(&config.data_dir)?;
+    let (log, kv) = oxetcd_storage::open(&config.data_dir)
+        .map_err(|e| RunError::DataDir(format!("{}: {e}", config.data_dir.display())))?;
+    let blocking: driver::Blocking = {
+        let runtime = runtime.clone();
+        Arc::new(move |work| runtime.spawn_blocking(work))
+    };
+    let handle = driver::start(config.node_config(), log, kv, blocking)
+        .await
+        .map_err(RunError::Node)?;
+    info!(
+        name = %config.name,
+        member_id = %format_args!("{:x}", config.member_id()),
+        data_dir = %config.data_dir.display(),
+        "node started"
+    );
+
+    serve::start(&runtime, &config, handle.clone(), listeners);
+    info!(
+        "published {{Name:{} ClientURLs:[{}]}} to cluster {:x}",
+        config.name,
+        config.advertise_client_urls.join(" "),
+        config.cluster_id()
+    );
+    info!("enabled capabilities for version 3.6");
+    info!("ready to serve client requests");
+
+    shutdown.await;
+    info!("received a stop signal; shutting down");
+    handle.stop().await;
+    info!("stopped");
+    Ok(())
+}
+
+/// The process exit code for `run`'s result, logging the error if any.
+pub fn exit_code(result: Result<(), RunError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Logging is up by the time `run` can fail; it writes to stderr.
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr at `level`. A second call (tests) keeps the first setup.
+fn init_logging(level: config::LogLevel) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::new(level.as_str());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Creates the data directory if it is missing, private to this user as a
+/// data directory should be.
+fn create_data_dir(dir: &std::path::Path) -> Result<(), RunError> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder
+        .create(dir)
+        .map_err(|e| RunError::DataDir(format!("{}: {e}", dir.display())))?;
+    if !dir.is_dir() {
+        return Err(RunError::DataDir(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! The seam between the server and an async runtime.
+//!
+//! [`Runtime`] holds only what differs between the runtimes we ship: spawning
+//! a task, running blocking work, wrapping a bound listener and accepting
+//! connections on it, sleeping, and waiting for a stop signal. Everything
+//! built on top of those — hyper's executor and timer, accept loops, the
+//! driver, the services — is written once, here in `server`, so no logic is
+//! duplicated across runtimes. Sockets are bound with `std` (plain blocking
+//! calls that need no reactor) and handed to the runtime to register.
+
+use std::future::Future;
+use std::io;
+use std::net::TcpListener;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// What the server needs from an async runtime.
+pub trait Runtime: Clone + Send + Sync + 'static {
+    /// A listening socket registered with the runtime's reactor.
+    type Listener: Send + Sync + 'static;
+    /// An accepted connection, readable and writable by hyper.
+    type Io: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static;
+    /// The future returned by [`Runtime::sleep_until`].
+    type Sleep: Future + Send + Sync + 'static;
+
+    /// Runs `future` to completion in the background.
+    fn spawn(&self, future: impl Future<Output = ()> + Send + 'static);
+
+    /// Runs `work` on a thread where blocking is allowed (disk reads).
+    fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static);
+
+    /// Registers a bound, non-blocking listener with the runtime.
+    fn listener(&self, listener: TcpListener) -> io::Result<Self::Listener>;
+
+    /// Accepts the next connection, with `TCP_NODELAY` set (responses are
+    /// small and latency-bound).
+    fn accept<'a>(
+        &'a self,
+        listener: &'a Self::Listener,
+    ) -> impl Future<Output = io::Result<Self::Io>> + Send + 'a;
+
+    /// A future that completes at `deadline`.
+    fn sleep_until(&self, deadline: Instant) -> Self::Sleep;
+
+    /// Installs handlers for SIGINT and SIGTERM now, and returns a future
+    /// that completes when either arrives. Installing eagerly means a signal
+    /// sent right after the readiness lines is not lost to the default
+    /// action.
+    fn shutdown_signal(&self) -> io::Result<impl Future<Output = ()> + Send + 'static>;
+}
+
+/// hyper's executor, on any [`Runtime`].
+#[derive(Clone)]
+pub(crate) struct HyperExecutor<R>(pub(crate) R);
+
+impl<R, F> hyper::rt::Executor<F> for HyperExecutor<R>
+where
+    R: Runtime,
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        self.0.spawn(async move {
+            future.await;
+        });
+    }
+}
+
+/// hyper's timer (HTTP/1 header timeouts, HTTP/2 keep-alive), on any
+/// [`Runtime`].
+#[derive(Clone)]
+pub(crate) struct HyperTimer<R>(pub(crate) R);
+
+impl<R: Runtime> hyper::rt::Timer for HyperTimer<R> {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep_until(deadline_after(duration))
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HyperSleep(Box::pin(self.0.sleep_until(deadline))))
+    }
+}
+
+/// A runtime's sleep future as hyper's `Sleep`; boxed inside so it is `Unpin`
+/// without unsafe pin projection.
+struct HyperSleep<S>(Pin<Box<S>>);
+
+impl<S: Future> Future for HyperSleep<S> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx).map(|_| ())
+    }
+}
+
+impl<S: Future + Send + Sync> hyper::rt::Sleep for HyperSleep<S> {}
+
+/// `now + duration`, or a deadline far enough away to mean "never" when the
+/// sum overflows.
+pub(crate) fn deadline_after(duration: Duration) -> Instant {
+    /// Stands in for "never": about thirty years.
+    const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    let now = Instant::now();
+    now.checked_add(duration)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
+/// Runs `future` until it completes or `duration` passes (then `None`).
+pub(crate) async fn timeout<R: Runtime, F: Future>(
+    runtime: &R,
+    duration: Duration,
+    future: F,
+) -> Option<F::Output> {
+    let sleep = runtime.sleep_until(deadline_after(duration));
+    let future = std::pin::pin!(future);
+    let sleep = std::pin::pin!(sleep);
+    match futures_util::future::select(future, sleep).await {
+        futures_util::future::Either::Left((output, _)) => Some(output),
+        futures_util::future::Either::Right(_) => None,
+    }
+}

@@ -1,0 +1,175 @@
+//! The client port: listeners, accept loops, and one connection.
+//!
+//! Design: each `--listen-client-urls` address is bound with `std` (so a bad
+//! address fails before anything is announced), registered with the
+//! runtime, and served by one accept loop task. Every connection is served
+//! by hyper's auto builder, which speaks HTTP/1.1 and HTTP/2 with prior
+//! knowledge (h2c) on the same port. Each request goes to gRPC when its
+//! content type is `application/grpc*`, otherwise to the plain HTTP
+//! endpoints. A connection's errors end that connection only.
+
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper_util::server::conn::auto;
+use oxetcd_core::storage::KvStore;
+use tonic::body::Body;
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, ListenUrl};
+use crate::driver::Handle;
+use crate::grpc::{GrpcRouter, Member};
+use crate::http::HttpEndpoints;
+use crate::runtime::{deadline_after, HyperExecutor, HyperTimer, Runtime};
+use crate::RunError;
+
+/// HTTP/2 streams one client connection may have open at once. Clients
+/// multiplex many calls (and, later, watches) over one connection; the
+/// driver's in-flight bound still caps the work they can queue.
+const STREAMS_PER_CONNECTION_MAX: u32 = 4096;
+
+/// Pause after a failed accept (out of file descriptors, typically), so the
+/// loop does not spin while the condition lasts.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A bound client listener.
+pub(crate) struct Bound<L> {
+    url: ListenUrl,
+    local_addr: SocketAddr,
+    listener: L,
+}
+
+/// Binds every client URL.
+pub(crate) fn bind<R: Runtime>(
+    runtime: &R,
+    config: &Config,
+) -> Result<Vec<Bound<R::Listener>>, RunError> {
+    config
+        .listen_client_urls
+        .iter()
+        .map(|url| {
+            let bind_error = |error| RunError::Bind {
+                url: url.url.clone(),
+                error,
+            };
+            let listener = TcpListener::bind(url.addr).map_err(bind_error)?;
+            listener.set_nonblocking(true).map_err(bind_error)?;
+            let local_addr = listener.local_addr().map_err(bind_error)?;
+            let listener = runtime.listener(listener).map_err(bind_error)?;
+            Ok(Bound {
+                url: url.clone(),
+                local_addr,
+                listener,
+            })
+        })
+        .collect()
+}
+
+/// Starts serving clients on every bound listener.
+pub(crate) fn start<R: Runtime, K: KvStore>(
+    runtime: &R,
+    config: &Config,
+    handle: Handle<K>,
+    listeners: Vec<Bound<R::Listener>>,
+) {
+    let member = Member {
+        member_id: config.member_id(),
+        cluster_id: config.cluster_id(),
+        data_dir: config.data_dir.clone(),
+    };
+    let mut builder = auto::Builder::new(HyperExecutor(runtime.clone()));
+    builder.http1().timer(HyperTimer(runtime.clone()));
+    builder
+        .http2()
+        .timer(HyperTimer(runtime.clone()))
+        .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX);
+    let app = Arc::new(App {
+        grpc: GrpcRouter::new(handle.clone(), member, config.max_request_bytes),
+        http: HttpEndpoints::new(runtime.clone(), handle),
+        builder,
+    });
+    for bound in listeners {
+        info!(
+            url = %bound.url,
+            address = %bound.local_addr,
+            "serving client traffic insecurely (gRPC and HTTP)"
+        );
+        runtime.spawn(accept_loop(runtime.clone(), bound.listener, app.clone()));
+    }
+}
+
+/// What every connection shares.
+struct App<R: Runtime, K: KvStore> {
+    grpc: GrpcRouter<K>,
+    http: HttpEndpoints<R, K>,
+    builder: auto::Builder<HyperExecutor<R>>,
+}
+
+impl<R: Runtime, K: KvStore> App<R, K> {
+    async fn serve(self: Arc<Self>, io: R::Io) {
+        let app = self.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(app.route(request).await) }
+        });
+        if let Err(e) = self.builder.serve_connection(io, service).await {
+            debug!(error = %e, "client connection ended with an error");
+        }
+    }
+
+    async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+        if is_grpc(&request) {
+            self.grpc.route(request).await
+        } else {
+            self.http.route(request).await
+        }
+    }
+}
+
+async fn accept_loop<R: Runtime, K: KvStore>(
+    runtime: R,
+    listener: R::Listener,
+    app: Arc<App<R, K>>,
+) {
+    loop {
+        match runtime.accept(&listener).await {
+            Ok(io) => runtime.spawn(app.clone().serve(io)),
+            Err(e) => {
+                warn!(error = %e, "accepting a client connection failed");
+                runtime
+                    .sleep_until(deadline_after(ACCEPT_ERROR_BACKOFF))
+                    .await;
+            }
+        }
+    }
+}
+
+/// gRPC requests carry `content-type: application/grpc` (or `+proto`, …).
+fn is_grpc<B>(request: &http::Request<B>) -> bool {
+    request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_is_told_by_content_type() {
+        let with = |content_type: &str| {
+            http::Request::builder()
+                .header(http::header::CONTENT_TYPE, content_type)
+                .body(())
+                .unwrap()
+        };
+        assert!(is_grpc(&with("application/grpc")));
+        assert!(is_grpc(&with("application/grpc+proto")));
+        assert!(!is_grpc(&with("application/json")));
+        assert!(!is_grpc(&http::Request::new(())));
+    }
+}
