@@ -1,0 +1,199 @@
+//! The "core" target: a single-member `Node` over in-memory storage, driven
+//! synchronously in the calling thread. No network, no threads, no clock:
+//! time is a counter this driver advances itself.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use oxetcd_core::memory::{MemoryKv, MemoryLog};
+use oxetcd_core::storage::{KvRead, KvStore, LogStore};
+use oxetcd_core::{Config, Error, Input, Instant, Node, Output, Request, RequestId, Response};
+use oxetcd_proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse,
+};
+
+use crate::target::Failure;
+
+/// Rounds of "drain outputs, then let time pass" before a request counts as
+/// never answered. A single member elects itself within a few election
+/// timeouts; this leaves a wide margin while still bounding a stuck node.
+const ROUNDS_MAX: usize = 10_000;
+
+/// Outputs drained per round before the driver declares a livelock.
+const OUTPUTS_PER_ROUND_MAX: usize = 100_000;
+
+/// How far virtual time moves when the node has no timer pending.
+const IDLE_STEP: Duration = Duration::from_millis(10);
+
+/// A node and its in-memory storage, driven by this struct.
+pub struct InProcess {
+    node: Node<MemoryLog, MemoryKv>,
+    log: MemoryLog,
+    kv: MemoryKv,
+    now: Instant,
+    next_id: RequestId,
+    answers: HashMap<RequestId, Result<Response, Failure>>,
+}
+
+impl InProcess {
+    /// A fresh single-member node named `default`, as `etcd` with no flags.
+    pub fn new() -> Result<Self, String> {
+        let log = MemoryLog::default();
+        let kv = MemoryKv::default();
+        let now = Instant::ZERO;
+        let node = Node::new(Config::single("default"), log.clone(), kv.clone(), now)
+            .map_err(|e| format!("Node::new: {e}"))?;
+        Ok(Self {
+            node,
+            log,
+            kv,
+            now,
+            next_id: 1,
+            answers: HashMap::new(),
+        })
+    }
+
+    /// `KV.Range`.
+    pub fn range(&mut self, request: RangeRequest) -> Result<RangeResponse, Failure> {
+        match self.call(Request::Range(request))? {
+            Response::Range(r) => Ok(r),
+            other => Err(unexpected("range", &other)),
+        }
+    }
+
+    /// `KV.Put`.
+    pub fn put(&mut self, request: PutRequest) -> Result<PutResponse, Failure> {
+        match self.call(Request::Put(request))? {
+            Response::Put(r) => Ok(r),
+            other => Err(unexpected("put", &other)),
+        }
+    }
+
+    /// `KV.DeleteRange`.
+    pub fn delete_range(
+        &mut self,
+        request: DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, Failure> {
+        match self.call(Request::DeleteRange(request))? {
+            Response::DeleteRange(r) => Ok(r),
+            other => Err(unexpected("delete range", &other)),
+        }
+    }
+
+    /// `KV.Txn`.
+    pub fn txn(&mut self, request: TxnRequest) -> Result<TxnResponse, Failure> {
+        match self.call(Request::Txn(request))? {
+            Response::Txn(r) => Ok(r),
+            other => Err(unexpected("txn", &other)),
+        }
+    }
+
+    /// `KV.Compact`.
+    pub fn compact(&mut self, request: CompactionRequest) -> Result<CompactionResponse, Failure> {
+        match self.call(Request::Compact(request))? {
+            Response::Compact(r) => Ok(r),
+            other => Err(unexpected("compact", &other)),
+        }
+    }
+
+    /// `Maintenance.Status` (raft fields only).
+    pub fn status(&mut self) -> Result<StatusResponse, Failure> {
+        match self.call(Request::Status)? {
+            Response::Status(r) => Ok(r),
+            other => Err(unexpected("status", &other)),
+        }
+    }
+
+    /// Feeds one request, then drains outputs and lets virtual time pass
+    /// until it is answered (bounded by [`ROUNDS_MAX`]).
+    fn call(&mut self, request: Request) -> Result<Response, Failure> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.node.handle(self.now, Input::Client(id, request));
+        for _ in 0..ROUNDS_MAX {
+            self.drain()?;
+            if let Some(answer) = self.answers.remove(&id) {
+                return answer;
+            }
+            self.now = match self.node.poll_timeout() {
+                Some(deadline) if deadline > self.now => deadline,
+                _ => self.now + IDLE_STEP,
+            };
+            self.node.handle_timeout(self.now);
+        }
+        Err(Failure::new(
+            4,
+            format!("in-process node did not answer request {id} within {ROUNDS_MAX} rounds"),
+        ))
+    }
+
+    /// Executes every pending output, as a runtime would.
+    fn drain(&mut self) -> Result<(), Failure> {
+        for _ in 0..OUTPUTS_PER_ROUND_MAX {
+            let Some(output) = self.node.poll_output() else {
+                return Ok(());
+            };
+            #[allow(unreachable_patterns)]
+            match output {
+                Output::Persist {
+                    entries,
+                    hard_state,
+                } => {
+                    self.log
+                        .append(&entries, hard_state.as_ref())
+                        .map_err(|e| storage_failure(&e))?;
+                    let index = entries.last().map_or(0, |e| e.index);
+                    self.node.handle(self.now, Input::Persisted { index });
+                }
+                Output::Read {
+                    id,
+                    request,
+                    mut header,
+                } => {
+                    let answer = self.read(&request).map(|mut response| {
+                        header.revision = response.header.take().map_or(0, |h| h.revision);
+                        response.header = Some(header);
+                        Response::Range(response)
+                    });
+                    self.answers.insert(id, answer);
+                }
+                Output::Respond(id, answer) => {
+                    self.answers.insert(id, answer.map_err(|e| failure(&e)));
+                }
+                _ => {}
+            }
+        }
+        Err(Failure::new(
+            13,
+            format!(
+                "in-process node produced more than {OUTPUTS_PER_ROUND_MAX} outputs in one round"
+            ),
+        ))
+    }
+
+    /// Runs a range on a fresh snapshot; the returned header carries only
+    /// the snapshot's revision.
+    fn read(&self, request: &RangeRequest) -> Result<RangeResponse, Failure> {
+        let snapshot = self.kv.read().map_err(|e| storage_failure(&e))?;
+        let revision = snapshot.meta().map_err(|e| storage_failure(&e))?.revision;
+        let mut response = oxetcd_core::mvcc::range(&snapshot, request).map_err(|e| failure(&e))?;
+        response.header = Some(oxetcd_proto::etcdserverpb::ResponseHeader {
+            revision,
+            ..Default::default()
+        });
+        Ok(response)
+    }
+}
+
+fn failure(e: &Error) -> Failure {
+    Failure::new(e.code() as i32, e.message())
+}
+
+fn storage_failure(e: &oxetcd_core::storage::StorageError) -> Failure {
+    Failure::new(13, format!("etcdserver: {e}"))
+}
+
+fn unexpected(call: &str, response: &Response) -> Failure {
+    Failure::new(13, format!("{call} answered with {response:?}"))
+}

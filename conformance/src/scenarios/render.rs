@@ -1,0 +1,146 @@
+//! A compact, complete text form of KV answers, so expectations read like
+//! etcd's documentation and failures show exactly which field differs.
+//! Cluster ID, member ID and raft term are left out: they are not the
+//! KV's business and differ between servers.
+
+use oxetcd_proto::etcdserverpb::{
+    response_op, CompactionResponse, DeleteRangeResponse, PutResponse, RangeResponse,
+    ResponseHeader, TxnResponse,
+};
+use oxetcd_proto::mvccpb::KeyValue;
+
+use crate::target::Failure;
+
+/// Values longer than this render as their length.
+const VALUE_SHOWN_BYTES_MAX: usize = 64;
+
+/// A text form of an answer.
+pub trait Render {
+    /// The rendering (see the module docs of `scenarios`).
+    fn render(&self) -> String;
+}
+
+impl<T: Render> Render for Result<T, Failure> {
+    fn render(&self) -> String {
+        match self {
+            Ok(answer) => answer.render(),
+            Err(e) => format!("error {} {}", e.code, e.message),
+        }
+    }
+}
+
+impl Render for RangeResponse {
+    fn render(&self) -> String {
+        let more = if self.more { " more" } else { "" };
+        format!(
+            "{} count {}{more} {}",
+            header(self.header.as_ref()),
+            self.count,
+            kvs(&self.kvs)
+        )
+    }
+}
+
+impl Render for PutResponse {
+    fn render(&self) -> String {
+        match &self.prev_kv {
+            Some(prev) => format!("{} prev {}", header(self.header.as_ref()), kv(prev)),
+            None => header(self.header.as_ref()),
+        }
+    }
+}
+
+impl Render for DeleteRangeResponse {
+    fn render(&self) -> String {
+        let prev = if self.prev_kvs.is_empty() {
+            String::new()
+        } else {
+            format!(" prev {}", kvs(&self.prev_kvs))
+        };
+        format!(
+            "{} deleted {}{prev}",
+            header(self.header.as_ref()),
+            self.deleted
+        )
+    }
+}
+
+impl Render for TxnResponse {
+    fn render(&self) -> String {
+        let branch = if self.succeeded {
+            "succeeded"
+        } else {
+            "failed"
+        };
+        let ops: Vec<String> = self
+            .responses
+            .iter()
+            .map(|op| match &op.response {
+                Some(response_op::Response::ResponseRange(r)) => format!("range({})", r.render()),
+                Some(response_op::Response::ResponsePut(r)) => format!("put({})", r.render()),
+                Some(response_op::Response::ResponseDeleteRange(r)) => {
+                    format!("delete({})", r.render())
+                }
+                Some(response_op::Response::ResponseTxn(r)) => format!("txn({})", r.render()),
+                None => "none".to_owned(),
+            })
+            .collect();
+        format!(
+            "{} {branch} {{{}}}",
+            header(self.header.as_ref()),
+            ops.join("; ")
+        )
+    }
+}
+
+impl Render for CompactionResponse {
+    fn render(&self) -> String {
+        header(self.header.as_ref())
+    }
+}
+
+fn header(header: Option<&ResponseHeader>) -> String {
+    match header {
+        Some(h) => format!("rev {}", h.revision),
+        None => "rev none".to_owned(),
+    }
+}
+
+fn kvs(kvs: &[KeyValue]) -> String {
+    let shown: Vec<String> = kvs.iter().map(kv).collect();
+    format!("[{}]", shown.join(", "))
+}
+
+/// `key=value cCREATE mMOD vVERSION` plus ` lLEASE` when leased.
+pub fn kv(kv: &KeyValue) -> String {
+    let value = if kv.value.len() > VALUE_SHOWN_BYTES_MAX {
+        format!("<{} bytes>", kv.value.len())
+    } else {
+        bytes(&kv.value)
+    };
+    let lease = if kv.lease != 0 {
+        format!(" l{}", kv.lease)
+    } else {
+        String::new()
+    };
+    format!(
+        "{}={value} c{} m{} v{}{lease}",
+        bytes(&kv.key),
+        kv.create_revision,
+        kv.mod_revision,
+        kv.version
+    )
+}
+
+/// Printable ASCII as is, everything else (and `\`) as `\xNN`.
+pub fn bytes(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    for &c in b {
+        if (0x21..0x7f).contains(&c) && c != b'\\' && c != b',' && c != b'=' {
+            out.push(c as char);
+        } else {
+            out.push_str(&format!("\\x{c:02x}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,122 @@
+//! The one interface every scenario is written against.
+
+use std::fmt;
+
+use oxetcd_proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse,
+};
+
+use crate::grpc::Grpc;
+use crate::in_process::InProcess;
+use crate::launch::{Server, ServerKind};
+
+/// An error answer: the gRPC status code (as a number) and message, exactly
+/// as a client sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// gRPC status code (3 = InvalidArgument, 11 = OutOfRange, …).
+    pub code: i32,
+    /// Status message, byte for byte.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with this code and message.
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "code {} {:?}", self.code, self.message)
+    }
+}
+
+/// Something that answers etcd's KV and status calls: the in-process core
+/// or a server over gRPC. A small enum rather than a trait object, so the
+/// scenarios stay plain synchronous functions.
+pub enum Target {
+    /// A node driven in this thread.
+    InProcess(Box<InProcess>),
+    /// A server reached over gRPC (which may own the server process).
+    Grpc(Box<Grpc>),
+}
+
+impl Target {
+    /// A fresh single-member node in memory.
+    pub fn in_process() -> Result<Self, String> {
+        Ok(Self::InProcess(Box::new(InProcess::new()?)))
+    }
+
+    /// Starts a fresh server of `kind` on a temporary data dir and connects
+    /// to it; the server is killed when the target is dropped.
+    pub fn launch(kind: ServerKind) -> Result<Self, String> {
+        let server = Server::start(kind)?;
+        let grpc = Grpc::connect(server.endpoint())
+            .map_err(|e| format!("{e}\n--- {} log ---\n{}", kind.name(), server.log_tail()))?;
+        Ok(Self::Grpc(Box::new(grpc.owning(server))))
+    }
+
+    /// `KV.Range`.
+    pub fn range(&mut self, request: RangeRequest) -> Result<RangeResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.range(request),
+            Self::Grpc(t) => t.range(request),
+        }
+    }
+
+    /// `KV.Put`.
+    pub fn put(&mut self, request: PutRequest) -> Result<PutResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.put(request),
+            Self::Grpc(t) => t.put(request),
+        }
+    }
+
+    /// `KV.DeleteRange`.
+    pub fn delete_range(
+        &mut self,
+        request: DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.delete_range(request),
+            Self::Grpc(t) => t.delete_range(request),
+        }
+    }
+
+    /// `KV.Txn`.
+    pub fn txn(&mut self, request: TxnRequest) -> Result<TxnResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.txn(request),
+            Self::Grpc(t) => t.txn(request),
+        }
+    }
+
+    /// `KV.Compact`.
+    pub fn compact(&mut self, request: CompactionRequest) -> Result<CompactionResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.compact(request),
+            Self::Grpc(t) => t.compact(request),
+        }
+    }
+
+    /// `Maintenance.Status`. The in-process node answers only the raft
+    /// fields; version and sizes are the server's.
+    pub fn status(&mut self) -> Result<StatusResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.status(),
+            Self::Grpc(t) => t.status(),
+        }
+    }
+
+    /// True when the answers come from a server process (which fills in
+    /// version and database sizes in status).
+    pub fn is_server(&self) -> bool {
+        matches!(self, Self::Grpc(_))
+    }
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Put throughput and latency of oxetcd, oxetcd-smol and Debian's etcd, side by
+# side on this machine, in one run. Prints one table; raw bench output lands
+# in bench-out/.
+#
+#   scripts/bench.sh [TOTAL]      # TOTAL puts per measurement (default 20000)
+#
+# Each server gets a fresh data dir and its own 127.0.0.1 port. For every
+# server: puts with 1, 16 and 256 clients, single-client p50/p99 latency, CPU
+# seconds per 1000 puts (server process user+system time), and peak RSS
+# (VmHWM).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOTAL=${1:-20000}
+OUT=bench-out
+mkdir -p "$OUT"
+command -v etcd >/dev/null || scripts/install-deps.sh
+cargo build --release --bins -q
+BIN=target/release
+
+clk=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+
+start_server() { # name kind port dir
+  local kind=$2 port=$3 dir=$4
+  rm -rf "$dir"
+  local flags=(--name bench --data-dir "$dir" --listen-client-urls "http://127.0.0.1:$port"
+    --advertise-client-urls "http://127.0.0.1:$port" --log-level error)
+  case $kind in
+    etcd) etcd "${flags[@]}" --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" \
+            --initial-cluster "bench=http://127.0.0.1:$((port + 1))" >"$OUT/$1.log" 2>&1 & ;;
+    *) "$BIN/$kind" "${flags[@]}" >"$OUT/$1.log" 2>&1 & ;;
+  esac
+  echo $!
+}
+
+wait_ready() { # port
+  for _ in $(seq 1 100); do
+    if ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$1" endpoint health >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  echo "server on port $1 did not become healthy" >&2
+  return 1
+}
+
+bench() { # port clients conns total -> summary text
+  "$BIN/oxetcdctl" --endpoints "127.0.0.1:$1" bench put --clients "$2" --conns "$3" \
+    --total "$4" --key-size 8 --val-size 256 --key-space-size 100000
+}
+
+field() { awk -v k="$1" -F'\t' '$1 ~ k {print $2}' | head -1 | awk '{print $1}'; }
+pct() { awk -v k="  $1% in" 'index($0, k) == 1 {printf "%.2f", $3 * 1000}'; }
+
+printf '%-12s %10s %10s %10s %10s %10s %12s %10s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "rss MiB"
+port=23790
+for kind in oxetcd oxetcd-smol etcd; do
+  name=$kind
+  pid=$(start_server "$name" "$kind" "$port" "$OUT/$name.data")
+  trap 'kill $pid 2>/dev/null || true' EXIT
+  wait_ready "$port"
+  before=$(cpu_ticks "$pid")
+  one=$(bench "$port" 1 1 "$((TOTAL / 4))"); echo "$one" >"$OUT/$name-1.txt"
+  sixteen=$(bench "$port" 16 4 "$TOTAL"); echo "$sixteen" >"$OUT/$name-16.txt"
+  many=$(bench "$port" 256 16 "$TOTAL"); echo "$many" >"$OUT/$name-256.txt"
+  after=$(cpu_ticks "$pid")
+  puts=$((TOTAL / 4 + TOTAL * 2))
+  cpu=$(awk -v t="$((after - before))" -v c="$clk" -v n="$puts" 'BEGIN {printf "%.3f", t / c / n * 1000}')
+  rss=$(peak_rss_mib "$pid")
+  printf '%-12s %10.0f %10.0f %10.0f %10s %10s %12s %10s\n' "$name" \
+    "$(echo "$one" | field 'Requests/sec')" "$(echo "$sixteen" | field 'Requests/sec')" \
+    "$(echo "$many" | field 'Requests/sec')" "$(echo "$one" | pct 50)" "$(echo "$one" | pct 99)" "$cpu" "$rss"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  port=$((port + 10))
+done
