@@ -101,7 +101,8 @@ async fn client_loop(
     options: Options,
 ) -> Report {
     let mut kv = KvClient::new(channel).max_decoding_message_size(usize::MAX);
-    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ (client + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    let mut rng =
+        XorShift(0x9E37_79B9_7F4A_7C15 ^ (client + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
     let value = vec![b'v'; options.val_size];
     let mut report = Report::default();
     loop {
@@ -206,8 +207,16 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(out, "Summary:");
         let _ = writeln!(out, "  Total:\t{:.4} secs.", self.elapsed.as_secs_f64());
-        let _ = writeln!(out, "  Slowest:\t{:.4} secs.", secs(f64::from(sorted.last().copied().unwrap_or(0))));
-        let _ = writeln!(out, "  Fastest:\t{:.4} secs.", secs(f64::from(sorted.first().copied().unwrap_or(0))));
+        let _ = writeln!(
+            out,
+            "  Slowest:\t{:.4} secs.",
+            secs(f64::from(sorted.last().copied().unwrap_or(0)))
+        );
+        let _ = writeln!(
+            out,
+            "  Fastest:\t{:.4} secs.",
+            secs(f64::from(sorted.first().copied().unwrap_or(0)))
+        );
         let _ = writeln!(out, "  Average:\t{:.4} secs.", secs(mean));
         let _ = writeln!(out, "  Stddev:\t{:.4} secs.", secs(var.sqrt()));
         let _ = writeln!(out, "  Requests/sec:\t{:.4}", self.requests_per_second());
@@ -274,7 +283,14 @@ mod tests {
         let text = histogram(&sorted);
         let counted: usize = text
             .lines()
-            .filter_map(|l| l.split('[').nth(1)?.split(']').next()?.parse::<usize>().ok())
+            .filter_map(|l| {
+                l.split('[')
+                    .nth(1)?
+                    .split(']')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
             .sum();
         assert_eq!(counted, 1000);
     }

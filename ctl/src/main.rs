@@ -7,10 +7,19 @@ use clap::{Args, Parser, Subcommand};
 use oxetcd_ctl::bench::{self, Options, Workload};
 
 #[derive(Parser)]
-#[command(name = "oxetcdctl", version, about = "A command-line client for oxetcd and any etcd-compatible endpoint")]
+#[command(
+    name = "oxetcdctl",
+    version,
+    about = "A command-line client for oxetcd and any etcd-compatible endpoint"
+)]
 struct Cli {
     /// gRPC endpoints, comma-separated.
-    #[arg(long, global = true, value_delimiter = ',', default_value = "127.0.0.1:2379")]
+    #[arg(
+        long,
+        global = true,
+        value_delimiter = ',',
+        default_value = "127.0.0.1:2379"
+    )]
     endpoints: Vec<String>,
     /// Time to establish a connection.
     #[arg(long, global = true, default_value = "2s", value_parser = parse_duration)]
@@ -74,7 +83,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .map_or((text, "s"), |at| text.split_at(at));
-    let value: f64 = number.parse().map_err(|_| format!("bad duration {text:?}"))?;
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("bad duration {text:?}"))?;
     let scale = match unit {
         "ms" => 1e-3,
         "s" => 1.0,
@@ -87,7 +98,10 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("Error: {e}");
@@ -103,13 +117,15 @@ fn main() -> ExitCode {
                         serializable: consistency == 's',
                     },
                 };
-                let channels = match oxetcd_ctl::connect(&cli.endpoints, common.conns, cli.dial_timeout).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        eprintln!("Error: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                };
+                let channels =
+                    match oxetcd_ctl::connect(&cli.endpoints, common.conns, cli.dial_timeout).await
+                    {
+                        Ok(c) => c,
+                        Err(e) => {
+                            eprintln!("Error: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    };
                 let report = bench::run(
                     channels,
                     Options {

@@ -82,15 +82,20 @@ mod tests {
         let txn = TxnRequest {
             compare: vec![],
             success: vec![RequestOp {
-                request: Some(request_op::Request::RequestDeleteRange(DeleteRangeRequest {
-                    key: b"a".to_vec(),
-                    range_end: b"b".to_vec(),
-                    prev_kv: true,
-                })),
+                request: Some(request_op::Request::RequestDeleteRange(
+                    DeleteRangeRequest {
+                        key: b"a".to_vec(),
+                        range_end: b"b".to_vec(),
+                        prev_kv: true,
+                    },
+                )),
             }],
             failure: vec![],
         };
-        let proposal = Proposal { id: 42, request: Some(proposal::Request::Txn(txn)) };
+        let proposal = Proposal {
+            id: 42,
+            request: Some(proposal::Request::Txn(txn)),
+        };
         let bytes = proposal.encode_to_vec();
         assert_eq!(Proposal::decode(bytes.as_slice()).unwrap(), proposal);
     }
@@ -135,6 +140,11 @@ mod tests {
             #[prost(string, tag = "1")]
             name: String,
         }
-        Set::decode(bytes).unwrap().file.into_iter().map(|f| f.name).collect()
+        Set::decode(bytes)
+            .unwrap()
+            .file
+            .into_iter()
+            .map(|f| f.name)
+            .collect()
     }
 }
