@@ -22,6 +22,17 @@ clk=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
+free_port() { # a port nobody listens on, with the next one free too (etcd's peer port)
+  python3 -c 'import socket
+while True:
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", p + 1)); print(p); break
+    except OSError:
+        pass'
+}
+
 start_server() { # name kind port dir
   local kind=$2 port=$3 dir=$4
   rm -rf "$dir"
@@ -54,9 +65,9 @@ field() { awk -v k="$1" -F'\t' '$1 ~ k {print $2}' | head -1 | awk '{print $1}';
 pct() { awk -v k="  $1% in" 'index($0, k) == 1 {printf "%.2f", $3 * 1000}'; }
 
 printf '%-12s %10s %10s %10s %10s %10s %12s %10s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "rss MiB"
-port=23790
 for kind in oxetcd oxetcd-smol etcd; do
   name=$kind
+  port=$(free_port)
   pid=$(start_server "$name" "$kind" "$port" "$OUT/$name.data")
   trap 'kill $pid 2>/dev/null || true' EXIT
   wait_ready "$port"
@@ -72,5 +83,4 @@ for kind in oxetcd oxetcd-smol etcd; do
     "$(echo "$one" | field 'Requests/sec')" "$(echo "$sixteen" | field 'Requests/sec')" \
     "$(echo "$many" | field 'Requests/sec')" "$(echo "$one" | pct 50)" "$(echo "$one" | pct 99)" "$cpu" "$rss"
   kill "$pid"; wait "$pid" 2>/dev/null || true
-  port=$((port + 10))
 done
