@@ -6,7 +6,11 @@
 //! by hyper's auto builder, which speaks HTTP/1.1 and HTTP/2 with prior
 //! knowledge (h2c) on the same port. Each request goes to gRPC when its
 //! content type is `application/grpc*`, otherwise to the plain HTTP
-//! endpoints. A connection's errors end that connection only.
+//! endpoints. A connection's errors end that connection only. Inbound
+//! HTTP/2 passes through `authority::AuthorityRewrite` first, which
+//! repairs the `:authority` etcdctl 3.4 sends for `http://` endpoints.
+
+mod authority;
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
@@ -25,6 +29,7 @@ use crate::grpc::{GrpcRouter, Member};
 use crate::http::HttpEndpoints;
 use crate::runtime::{deadline_after, HyperExecutor, HyperTimer, Runtime};
 use crate::RunError;
+use authority::AuthorityRewrite;
 
 /// HTTP/2 streams one client connection may have open at once. Clients
 /// multiplex many calls (and, later, watches) over one connection; the
@@ -115,6 +120,7 @@ impl<R: Runtime, K: KvStore> App<R, K> {
             let app = app.clone();
             async move { Ok::<_, Infallible>(app.route(request).await) }
         });
+        let io = AuthorityRewrite::new(io);
         if let Err(e) = self.builder.serve_connection(io, service).await {
             debug!(error = %e, "client connection ended with an error");
         }
