@@ -44,6 +44,7 @@ pub mod ids;
 pub mod memory;
 pub mod mvcc;
 mod node;
+pub mod raft;
 pub mod storage;
 mod time;
 
