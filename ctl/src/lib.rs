@@ -1,46 +1,28 @@
 //! The oxetcd client library and the `oxetcdctl` commands built on it.
 //!
-//! [`Client`] holds one gRPC channel per endpoint and hands them out
-//! round-robin; the benchmark in [`bench`] drives many concurrent requests
-//! over a few connections.
+//! - [`client`]: a cluster client over a list of endpoints, moving
+//!   round-robin to the next endpoint when one fails (etcd 3.4's balancer).
+//! - [`command`]: etcdctl's commands, flags, messages and exit codes.
+//! - [`output`]: etcdctl's output formats (`simple`, `json`, `fields`,
+//!   `table`, `protobuf`), byte for byte.
+//! - [`bench`]: a load generator in the manner of etcd's `benchmark` tool,
+//!   with CSV samples and SVG plots.
 
 pub mod bench;
+pub mod client;
+pub mod command;
+pub mod error;
+pub mod output;
 
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
-/// An error that reaches the user: connecting failed, or the server
-/// answered with a status (its message is etcd's).
-#[derive(Debug)]
-pub enum Error {
-    /// An endpoint URL could not be parsed.
-    BadEndpoint(String),
-    /// No endpoint could be reached.
-    Connect(String),
-    /// The server answered with an error status.
-    Status(tonic::Status),
-}
+pub use client::{Client, Config};
+pub use error::Error;
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::BadEndpoint(e) => write!(f, "bad endpoint: {e}"),
-            Self::Connect(e) => write!(f, "cannot connect: {e}"),
-            Self::Status(s) => write!(f, "{}", s.message()),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<tonic::Status> for Error {
-    fn from(s: tonic::Status) -> Self {
-        Self::Status(s)
-    }
-}
-
-/// Opens `conns` connections spread round-robin over `endpoints`.
+/// Opens `conns` plain connections spread round-robin over `endpoints`, for
+/// the benchmark (which measures connections, so it does no failover).
 pub async fn connect(
     endpoints: &[String],
     conns: usize,
@@ -51,7 +33,7 @@ pub async fn connect(
     }
     let mut channels = Vec::with_capacity(conns);
     for i in 0..conns.max(1) {
-        let url = with_scheme(&endpoints[i % endpoints.len()]);
+        let url = client::with_scheme(&endpoints[i % endpoints.len()]);
         let endpoint = Endpoint::from_shared(url.clone())
             .map_err(|e| Error::BadEndpoint(format!("{url}: {e}")))?
             .connect_timeout(dial_timeout)
@@ -59,17 +41,63 @@ pub async fn connect(
         let channel = endpoint
             .connect()
             .await
-            .map_err(|e| Error::Connect(format!("{url}: {e}")))?;
+            .map_err(|e| Error::Protocol(format!("cannot connect to {url}: {e}")))?;
         channels.push(channel);
     }
     Ok(channels)
 }
 
-/// etcd's tools accept `host:port` as well as URLs.
-fn with_scheme(endpoint: &str) -> String {
-    if endpoint.contains("://") {
-        endpoint.to_owned()
-    } else {
-        format!("http://{endpoint}")
+/// Go's `time.ParseDuration` for the forms flags use: `5s`, `1.5s`,
+/// `500ms`, `1m30s`, `2h`, `100us`; a bare number is seconds.
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "time: invalid duration {}",
+            output::go::quote(text.as_bytes())
+        )
+    };
+    if let Ok(seconds) = text.parse::<f64>() {
+        return if seconds >= 0.0 && seconds.is_finite() {
+            Ok(Duration::from_secs_f64(seconds))
+        } else {
+            Err(bad())
+        };
+    }
+    let mut rest = text;
+    let mut total = 0.0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let unit_len = rest[number_len..]
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len() - number_len);
+        let value: f64 = rest[..number_len].parse().map_err(|_| bad())?;
+        let scale = match &rest[number_len..number_len + unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += value * scale;
+        rest = &rest[number_len + unit_len..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_go() {
+        assert_eq!(parse_go_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_go_duration("5x").is_err());
     }
 }

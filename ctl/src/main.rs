@@ -1,103 +1,181 @@
-//! `oxetcdctl`: the command-line client of oxetcd.
+//! `oxetcdctl`: the command-line client of oxetcd, with etcdctl's
+//! commands, flags, output and exit codes, plus `bench`.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-use oxetcd_ctl::bench::{self, Options, Workload};
+use clap::{ArgAction, Parser, Subcommand};
+use oxetcd_ctl::bench::BenchArgs;
+use oxetcd_ctl::client::{Client, Config, Credentials, Tls};
+use oxetcd_ctl::command::endpoint::EndpointArgs;
+use oxetcd_ctl::command::kv::{CompactionArgs, DelArgs, GetArgs, PutArgs};
+use oxetcd_ctl::command::lease::LeaseCommand;
+use oxetcd_ctl::command::maintenance::{
+    AlarmCommand, DefragArgs, DowngradeCommand, SnapshotCommand,
+};
+use oxetcd_ctl::command::member::MemberCommand;
+use oxetcd_ctl::command::txn::TxnArgs;
+use oxetcd_ctl::command::watch::WatchArgs;
+use oxetcd_ctl::command::{self, exit, Context, Failure};
+use oxetcd_ctl::output::{Format, Printer};
+use oxetcd_ctl::parse_go_duration;
 
 #[derive(Parser)]
 #[command(
     name = "oxetcdctl",
     version,
-    about = "A command-line client for oxetcd and any etcd-compatible endpoint"
+    about = "A simple command line client for oxetcd and any etcd-compatible cluster",
+    infer_subcommands = true
 )]
 struct Cli {
-    /// gRPC endpoints, comma-separated.
-    #[arg(
-        long,
-        global = true,
-        value_delimiter = ',',
-        default_value = "127.0.0.1:2379"
-    )]
-    endpoints: Vec<String>,
-    /// Time to establish a connection.
-    #[arg(long, global = true, default_value = "2s", value_parser = parse_duration)]
-    dial_timeout: Duration,
+    #[command(flatten)]
+    global: Global,
     #[command(subcommand)]
     command: Command,
 }
 
+/// etcdctl's global flags (and their `ETCDCTL_*` variables).
+#[derive(clap::Args)]
+struct Global {
+    /// gRPC endpoints
+    #[arg(
+        long,
+        global = true,
+        value_delimiter = ',',
+        default_value = "127.0.0.1:2379",
+        env = "ETCDCTL_ENDPOINTS"
+    )]
+    endpoints: Vec<String>,
+    /// enable client-side debug logging
+    #[arg(long, global = true, env = "ETCDCTL_DEBUG")]
+    debug: bool,
+    /// set the output format (fields, json, protobuf, simple, table)
+    #[arg(
+        short = 'w',
+        long,
+        global = true,
+        default_value = "simple",
+        env = "ETCDCTL_WRITE_OUT"
+    )]
+    write_out: String,
+    /// print byte strings as hex encoded strings
+    #[arg(long, global = true, env = "ETCDCTL_HEX")]
+    hex: bool,
+    /// dial timeout for client connections
+    #[arg(long, global = true, default_value = "2s", value_parser = parse_go_duration, env = "ETCDCTL_DIAL_TIMEOUT")]
+    dial_timeout: Duration,
+    /// timeout for short running command (excluding dial timeout)
+    #[arg(long, global = true, value_parser = parse_go_duration, env = "ETCDCTL_COMMAND_TIMEOUT")]
+    command_timeout: Option<Duration>,
+    /// keepalive time for client connections
+    #[arg(long, global = true, default_value = "2s", value_parser = parse_go_duration, env = "ETCDCTL_KEEPALIVE_TIME")]
+    keepalive_time: Duration,
+    /// keepalive timeout for client connections
+    #[arg(long, global = true, default_value = "6s", value_parser = parse_go_duration, env = "ETCDCTL_KEEPALIVE_TIMEOUT")]
+    keepalive_timeout: Duration,
+    /// disable transport security for client connections
+    #[arg(long, global = true, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
+    insecure_transport: bool,
+    /// accept insecure SRV records describing cluster endpoints
+    #[arg(long, global = true, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
+    insecure_discovery: bool,
+    /// skip server certificate verification (CAUTION: this option should be enabled only for testing purposes)
+    #[arg(long, global = true, env = "ETCDCTL_INSECURE_SKIP_TLS_VERIFY")]
+    insecure_skip_tls_verify: bool,
+    /// identify secure client using this TLS certificate file
+    #[arg(long, global = true, env = "ETCDCTL_CERT")]
+    cert: Option<String>,
+    /// identify secure client using this TLS key file
+    #[arg(long, global = true, env = "ETCDCTL_KEY")]
+    key: Option<String>,
+    /// verify certificates of TLS-enabled secure servers using this CA bundle
+    #[arg(long, global = true, env = "ETCDCTL_CACERT")]
+    cacert: Option<String>,
+    /// username[:password] for authentication (prompt if password is not supplied)
+    #[arg(long, global = true, env = "ETCDCTL_USER")]
+    user: Option<String>,
+    /// password for authentication (if this option is used, --user option shouldn't include password)
+    #[arg(long, global = true, env = "ETCDCTL_PASSWORD")]
+    password: Option<String>,
+    /// domain name to query for SRV records describing cluster endpoints
+    #[arg(short = 'd', long, global = true)]
+    discovery_srv: Option<String>,
+    /// service name to query when using DNS discovery
+    #[arg(long, global = true)]
+    discovery_srv_name: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Measure request throughput and latency.
-    Bench {
+    /// Gets the key or a range of keys
+    Get(GetArgs),
+    /// Puts the given key into the store
+    Put(PutArgs),
+    /// Removes the specified key or range of keys [key, range_end)
+    Del(DelArgs),
+    /// Txn processes all the requests in one transaction
+    Txn(TxnArgs),
+    /// Compacts the event history in etcd
+    Compaction(CompactionArgs),
+    /// Alarm related commands
+    Alarm {
         #[command(subcommand)]
-        workload: BenchWorkload,
-        #[command(flatten)]
-        common: BenchArgs,
+        command: AlarmCommand,
     },
-}
-
-#[derive(Subcommand, Clone, Copy)]
-enum BenchWorkload {
-    /// Puts of `--val-size` bytes.
-    Put,
-    /// Ranges of one key.
-    Range {
-        /// `l` for linearizable, `s` for serializable.
-        #[arg(long, default_value = "l")]
-        consistency: char,
+    /// Defragments the storage of the etcd members with given endpoints
+    Defrag(DefragArgs),
+    /// Endpoint related commands
+    Endpoint(EndpointArgs),
+    /// Transfers leadership to another etcd cluster member.
+    MoveLeader {
+        /// <transferee-member-id>
+        args: Vec<String>,
     },
-}
-
-#[derive(Args)]
-struct BenchArgs {
-    /// Concurrent request loops.
-    #[arg(long, global = true, default_value_t = 1)]
-    clients: usize,
-    /// gRPC connections shared by the clients.
-    #[arg(long, global = true, default_value_t = 1)]
-    conns: usize,
-    /// Requests in all.
-    #[arg(long, global = true, default_value_t = 10_000)]
-    total: u64,
-    /// Run for a time instead of a count (e.g. 10s).
-    #[arg(long, global = true, value_parser = parse_duration)]
-    duration: Option<Duration>,
-    /// Bytes per key.
-    #[arg(long, global = true, default_value_t = 8)]
-    key_size: usize,
-    /// Bytes per value.
-    #[arg(long, global = true, default_value_t = 8)]
-    val_size: usize,
-    /// Distinct keys.
-    #[arg(long, global = true, default_value_t = 1)]
-    key_space_size: u64,
-    /// Walk keys in order.
-    #[arg(long, global = true)]
-    sequential_keys: bool,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((text, "s"), |at| text.split_at(at));
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("bad duration {text:?}"))?;
-    let scale = match unit {
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("bad duration unit in {text:?}")),
-    };
-    Ok(Duration::from_secs_f64(value * scale))
+    /// Watches events stream on keys or prefixes
+    Watch(WatchArgs),
+    /// Prints the version of oxetcdctl
+    Version,
+    /// Lease related commands
+    Lease {
+        #[command(subcommand)]
+        command: LeaseCommand,
+    },
+    /// Membership related commands
+    Member {
+        #[command(subcommand)]
+        command: MemberCommand,
+    },
+    /// Manages etcd node snapshots
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+    /// Downgrade related commands
+    Downgrade {
+        #[command(subcommand)]
+        command: DowngradeCommand,
+    },
+    /// Measure request throughput and latency
+    Bench(BenchArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // etcdctl reports flag errors as `Error: …` and exits 1.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!("Error: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(exit::ERROR as u8);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -108,45 +186,142 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
-        match cli.command {
-            Command::Bench { workload, common } => {
-                let workload = match workload {
-                    BenchWorkload::Put => Workload::Put,
-                    BenchWorkload::Range { consistency } => Workload::Range {
-                        serializable: consistency == 's',
-                    },
-                };
-                let channels =
-                    match oxetcd_ctl::connect(&cli.endpoints, common.conns, cli.dial_timeout).await
-                    {
-                        Ok(c) => c,
-                        Err(e) => {
-                            eprintln!("Error: {e}");
-                            return ExitCode::FAILURE;
-                        }
-                    };
-                let report = bench::run(
-                    channels,
-                    Options {
-                        workload,
-                        clients: common.clients,
-                        total: common.total,
-                        duration: common.duration,
-                        key_size: common.key_size,
-                        val_size: common.val_size,
-                        key_space_size: common.key_space_size,
-                        sequential_keys: common.sequential_keys,
-                    },
-                )
-                .await;
-                print!("{}", report.summary());
-                if report.latencies_us.is_empty() {
-                    ExitCode::FAILURE
-                } else {
-                    ExitCode::SUCCESS
-                }
+    let code = match runtime.block_on(run(cli)) {
+        Ok(()) => exit::SUCCESS,
+        Err(failure) => {
+            if let Some(message) = failure.message {
+                let _ = std::io::stdout().flush();
+                eprintln!("Error: {message}");
             }
+            failure.code
         }
+    };
+    // Lingering streams (watch, keepalive) must not keep the process alive.
+    runtime.shutdown_background();
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let g = cli.global;
+    if let Command::Version = cli.command {
+        println!("oxetcdctl version: {}", env!("CARGO_PKG_VERSION"));
+        println!("API version: 3.6");
+        return Ok(());
+    }
+    if let Command::Bench(args) = &cli.command {
+        return bench(&g, args).await;
+    }
+    let format: Format = g
+        .write_out
+        .parse()
+        .map_err(|e: String| Failure::new(exit::BAD_FEATURE, e))?;
+    if g.discovery_srv.is_some() {
+        return Err(Failure::bad_args(
+            "DNS discovery (--discovery-srv) is not supported yet",
+        ));
+    }
+    let ctx = Context {
+        client: Client::new(config(&g)?).map_err(Failure::bad_args)?,
+        printer: Printer {
+            format,
+            hex: g.hex,
+            value_only: false,
+        },
+        command_timeout_given: g.command_timeout.is_some(),
+    };
+    match &cli.command {
+        Command::Get(a) => command::kv::get(&ctx, a).await,
+        Command::Put(a) => command::kv::put(&ctx, a).await,
+        Command::Del(a) => command::kv::del(&ctx, a).await,
+        Command::Txn(a) => command::txn::txn(&ctx, a).await,
+        Command::Compaction(a) => command::kv::compaction(&ctx, a).await,
+        Command::Alarm { command } => command::maintenance::alarm(&ctx, command).await,
+        Command::Defrag(a) => command::maintenance::defrag(&ctx, a).await,
+        Command::Endpoint(a) => command::endpoint::endpoint(&ctx, a).await,
+        Command::MoveLeader { args } => command::maintenance::move_leader(&ctx, args).await,
+        Command::Watch(a) => command::watch::watch(&ctx, a).await,
+        Command::Lease { command } => command::lease::lease_command(&ctx, command).await,
+        Command::Member { command } => command::member::member(&ctx, command).await,
+        Command::Snapshot { command } => command::maintenance::snapshot(&ctx, command).await,
+        Command::Downgrade { command } => command::maintenance::downgrade(&ctx, command).await,
+        Command::Version | Command::Bench(_) => unreachable!("handled above"),
+    }
+}
+
+/// The client configuration from the global flags, with etcdctl's checks.
+fn config(g: &Global) -> Result<Config, Failure> {
+    for (flag, value) in [("cert", &g.cert), ("key", &g.key), ("cacert", &g.cacert)] {
+        if value.as_deref() == Some("") {
+            return Err(Failure::bad_args(format!(
+                "empty string is passed to --{flag} option"
+            )));
+        }
+    }
+    let credentials = match (&g.user, &g.password) {
+        (None, _) => None,
+        (Some(user), _) if user.is_empty() => None,
+        (Some(user), Some(password)) if !password.is_empty() => Some(Credentials {
+            user: user.clone(),
+            password: password.clone(),
+        }),
+        (Some(user), _) => match user.split_once(':') {
+            Some((user, password)) => Some(Credentials {
+                user: user.to_owned(),
+                password: password.to_owned(),
+            }),
+            None => {
+                eprint!("Password: ");
+                let mut password = String::new();
+                std::io::stdin()
+                    .read_line(&mut password)
+                    .map_err(Failure::error)?;
+                Some(Credentials {
+                    user: user.clone(),
+                    password: password.trim_end_matches(['\r', '\n']).to_owned(),
+                })
+            }
+        },
+    };
+    Ok(Config {
+        endpoints: g.endpoints.iter().map(|e| e.trim().to_owned()).collect(),
+        dial_timeout: g.dial_timeout,
+        command_timeout: g.command_timeout.unwrap_or(Duration::from_secs(5)),
+        keepalive_time: g.keepalive_time,
+        keepalive_timeout: g.keepalive_timeout,
+        tls: Tls {
+            ca_cert: g.cacert.as_ref().map(Into::into),
+            cert: g.cert.as_ref().map(Into::into),
+            key: g.key.as_ref().map(Into::into),
+            insecure_skip_verify: g.insecure_skip_tls_verify,
+        },
+        credentials,
     })
+}
+
+async fn bench(g: &Global, args: &BenchArgs) -> Result<(), Failure> {
+    let options = args
+        .options()
+        .map_err(|e| Failure::new(exit::BAD_FEATURE, e))?;
+    let channels = oxetcd_ctl::connect(&g.endpoints, args.conns, g.dial_timeout)
+        .await
+        .map_err(Failure::error)?;
+    let report = oxetcd_ctl::bench::run(channels, options).await;
+    print!("{}", report.summary());
+    if let Some(path) = &args.csv {
+        std::fs::write(path, report.csv())
+            .map_err(|e| Failure::new(exit::IO, format!("{}: {e}", path.display())))?;
+    }
+    if let Some(path) = &args.plot {
+        let figure = oxetcd_ctl::bench::plot::svg(&report, &args.title());
+        std::fs::write(path, figure)
+            .map_err(|e| Failure::new(exit::IO, format!("{}: {e}", path.display())))?;
+    }
+    if report.samples.is_empty() {
+        return Err(Failure::error(
+            report
+                .first_error
+                .unwrap_or_else(|| "no request completed".to_owned()),
+        ));
+    }
+    Ok(())
 }

@@ -45,7 +45,18 @@ pub fn program() -> Result<PathBuf, String> {
 /// Runs `etcdctl --endpoints <address> <args>` with `stdin`, bounded by
 /// [`RUN_DEADLINE`].
 pub fn run(address: &str, args: &[String], stdin: Option<&str>) -> Result<Output, String> {
-    let mut child = Command::new(program()?)
+    run_program(&program()?, address, args, stdin)
+}
+
+/// Runs another etcdctl-compatible client (`oxetcdctl`) exactly as [`run`]
+/// runs etcdctl: same global flags, environment, stdin and deadline.
+pub fn run_program(
+    program: &std::path::Path,
+    address: &str,
+    args: &[String],
+    stdin: Option<&str>,
+) -> Result<Output, String> {
+    let mut child = Command::new(program)
         .env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={address}"))
         .arg("--dial-timeout=5s")
@@ -59,7 +70,7 @@ pub fn run(address: &str, args: &[String], stdin: Option<&str>) -> Result<Output
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("spawn etcdctl: {e}"))?;
+        .map_err(|e| format!("spawn {}: {e}", program.display()))?;
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         pipe.write_all(text.as_bytes())
             .map_err(|e| format!("etcdctl stdin: {e}"))?;

@@ -1,0 +1,660 @@
+//! A client for any etcd-compatible cluster: one connection at a time,
+//! moved round-robin over the endpoints on failure.
+//!
+//! This is etcd 3.4's balancer, and deliberately nothing more: the client
+//! keeps no health bookkeeping about endpoints. A request that cannot
+//! connect, or that the server answers `Unavailable`, moves the client to the
+//! next endpoint; repeatable requests (reads, and anything that provably
+//! never left the client) are retried there until the command timeout runs
+//! out. A mutation whose fate is unknown is not retried: its error is
+//! returned, and the next request goes to the next endpoint.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), oxetcd_ctl::Error> {
+//! use oxetcd_ctl::client::{Client, Config};
+//! use oxetcd_proto::etcdserverpb::PutRequest;
+//!
+//! let client = Client::new(Config::new(vec!["127.0.0.1:2379".into(), "127.0.0.1:22379".into()]))?;
+//! let put = PutRequest { key: b"k".to_vec(), value: b"v".to_vec(), ..Default::default() };
+//! let response = client.put(put).await?;
+//! # let _ = response; Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oxetcd_proto::etcdserverpb::auth_client::AuthClient;
+use oxetcd_proto::etcdserverpb::cluster_client::ClusterClient;
+use oxetcd_proto::etcdserverpb::kv_client::KvClient;
+use oxetcd_proto::etcdserverpb::lease_client::LeaseClient;
+use oxetcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use oxetcd_proto::etcdserverpb::{
+    AlarmRequest, AlarmResponse, AuthenticateRequest, CompactionRequest, CompactionResponse,
+    DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse,
+    DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MemberAddRequest,
+    MemberAddResponse, MemberListRequest, MemberListResponse, MemberPromoteRequest,
+    MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
+    MemberUpdateResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+};
+use tokio::time::Instant;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{Error, AUTH_NOT_ENABLED};
+
+/// Pause before walking the endpoint list again once every endpoint has
+/// failed, so a cluster that is down is not hammered until the deadline.
+const ROUND_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Responses can be large (a range over the whole key space); etcd's client
+/// accepts any size the server is willing to send.
+const RESPONSE_BYTES_MAX: usize = usize::MAX;
+
+/// How to reach the cluster. Defaults are etcdctl's.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `host:port` or URLs; tried in order, round-robin.
+    pub endpoints: Vec<String>,
+    /// Longest one connection attempt may take.
+    pub dial_timeout: Duration,
+    /// Longest one request may take, retries and reconnections included.
+    pub command_timeout: Duration,
+    /// Interval of HTTP/2 keepalive pings.
+    pub keepalive_time: Duration,
+    /// How long to wait for a ping's answer before dropping the connection.
+    pub keepalive_timeout: Duration,
+    /// Transport security files; see [`Tls`].
+    pub tls: Tls,
+    /// User name and password, when the cluster has authentication on.
+    pub credentials: Option<Credentials>,
+}
+
+impl Config {
+    /// etcdctl's defaults for these endpoints.
+    pub fn new(endpoints: Vec<String>) -> Self {
+        Self {
+            endpoints,
+            dial_timeout: Duration::from_secs(2),
+            command_timeout: Duration::from_secs(5),
+            keepalive_time: Duration::from_secs(2),
+            keepalive_timeout: Duration::from_secs(6),
+            tls: Tls::default(),
+            credentials: None,
+        }
+    }
+}
+
+/// etcdctl's TLS flags. This build speaks plaintext gRPC only: giving a
+/// certificate file or an `https://` endpoint is refused with
+/// "TLS not supported yet" rather than silently sending cleartext.
+#[derive(Clone, Debug, Default)]
+pub struct Tls {
+    /// `--cacert`: CA bundle to verify servers with.
+    pub ca_cert: Option<PathBuf>,
+    /// `--cert`: client certificate.
+    pub cert: Option<PathBuf>,
+    /// `--key`: client key.
+    pub key: Option<PathBuf>,
+    /// `--insecure-skip-tls-verify`: only meaningful with TLS; accepted and
+    /// ignored on plaintext endpoints, as etcdctl does.
+    pub insecure_skip_verify: bool,
+}
+
+impl Tls {
+    fn requested(&self) -> bool {
+        self.ca_cert.is_some() || self.cert.is_some() || self.key.is_some()
+    }
+}
+
+/// A user and password for etcd's `Authenticate`.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    /// User name.
+    pub user: String,
+    /// Password.
+    pub password: String,
+}
+
+/// The gRPC transport every typed client in this module runs over: a
+/// channel plus the auth token, when there is one.
+pub type Transport = InterceptedService<Channel, Token>;
+
+/// Adds etcd's `token` metadata to each request once authenticated.
+#[derive(Clone, Debug, Default)]
+pub struct Token(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Token {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request.metadata_mut().insert("token", token.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A cluster client. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct Client {
+    config: Arc<Config>,
+    state: Arc<Mutex<State>>,
+}
+
+/// Which endpoint is in use, and its connection once made.
+struct State {
+    current: usize,
+    connection: Option<(usize, Transport)>,
+}
+
+impl Client {
+    /// A client for `config`. Connects lazily, on the first request, so
+    /// that a dead first endpoint costs no more than one dial timeout.
+    pub fn new(config: Config) -> Result<Self, Error> {
+        if config.endpoints.is_empty() {
+            return Err(Error::BadEndpoint("no endpoints given".into()));
+        }
+        let https = config.endpoints.iter().any(|e| e.starts_with("https://"));
+        if config.tls.requested() || https {
+            return Err(Error::Unsupported(
+                "TLS not supported yet: oxetcdctl speaks plaintext gRPC only \
+                 (--cacert, --cert, --key and https:// endpoints are refused)"
+                    .into(),
+            ));
+        }
+        for endpoint in &config.endpoints {
+            Endpoint::from_shared(with_scheme(endpoint))
+                .map_err(|e| Error::BadEndpoint(format!("{endpoint}: {e}")))?;
+        }
+        Ok(Self {
+            config: Arc::new(config),
+            state: Arc::new(Mutex::new(State {
+                current: 0,
+                connection: None,
+            })),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A client for one of the endpoints only (status, hash and defrag
+    /// address members one by one), with the same settings.
+    pub fn for_endpoint(&self, endpoint: &str) -> Result<Self, Error> {
+        let mut config = (*self.config).clone();
+        config.endpoints = vec![endpoint.to_owned()];
+        Self::new(config)
+    }
+
+    /// The endpoint requests go to now.
+    pub fn current_endpoint(&self) -> String {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.config.endpoints[state.current].clone()
+    }
+
+    /// The connection to the current endpoint, connecting (and moving on
+    /// from endpoints that refuse) until `deadline`. Returns the endpoint's
+    /// index with it, for [`Client::failed`].
+    pub async fn transport(&self, deadline: Instant) -> Result<(usize, Transport), Error> {
+        let mut last = None;
+        let mut failures_in_round = 0;
+        loop {
+            let index = {
+                let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((index, transport)) = &state.connection {
+                    return Ok((*index, transport.clone()));
+                }
+                state.current
+            };
+            if Instant::now() >= deadline {
+                return Err(Error::DeadlineExceeded { last });
+            }
+            let dial = tokio::time::timeout_at(deadline, self.dial(index)).await;
+            match dial {
+                Ok(Ok(transport)) => {
+                    let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if state.current == index && state.connection.is_none() {
+                        state.connection = Some((index, transport.clone()));
+                    }
+                    return Ok((index, transport));
+                }
+                Ok(Err(e)) => {
+                    // Wrong credentials are final; anything else is the
+                    // endpoint's problem, and the next one may do better.
+                    if matches!(e, Error::Status { .. }) {
+                        return Err(e);
+                    }
+                    last = Some(e.to_string());
+                    self.failed(index);
+                    failures_in_round += 1;
+                    if failures_in_round >= self.config.endpoints.len() {
+                        failures_in_round = 0;
+                        tokio::time::sleep_until(deadline.min(Instant::now() + ROUND_BACKOFF))
+                            .await;
+                    }
+                }
+                Err(_) => return Err(Error::DeadlineExceeded { last }),
+            }
+        }
+    }
+
+    /// Reports that the endpoint at `index` failed: drop its connection and
+    /// move to the next endpoint (unless someone already moved on).
+    pub fn failed(&self, index: usize) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.current == index {
+            state.current = (index + 1) % self.config.endpoints.len();
+            state.connection = None;
+        }
+    }
+
+    async fn dial(&self, index: usize) -> Result<Transport, Error> {
+        let url = with_scheme(&self.config.endpoints[index]);
+        let endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|e| Error::BadEndpoint(format!("{url}: {e}")))?
+            .connect_timeout(self.config.dial_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(self.config.keepalive_time)
+            .keep_alive_timeout(self.config.keepalive_timeout);
+        let channel = tokio::time::timeout(self.config.dial_timeout, endpoint.connect())
+            .await
+            .map_err(|_| Error::Protocol(format!("{url}: dial timeout")))?
+            .map_err(|e| Error::Protocol(format!("{url}: {}", error_chain(&e))))?;
+        let Some(credentials) = &self.config.credentials else {
+            return Ok(InterceptedService::new(channel, Token::default()));
+        };
+        let mut auth = AuthClient::new(channel.clone());
+        let answer = auth
+            .authenticate(AuthenticateRequest {
+                name: credentials.user.clone(),
+                password: credentials.password.clone(),
+            })
+            .await;
+        let token = match answer {
+            Ok(response) => {
+                let token = response.into_inner().token;
+                Some(
+                    token
+                        .parse()
+                        .map_err(|_| Error::Protocol("server sent an unusable token".into()))?,
+                )
+            }
+            // etcd's client carries on without a token when auth is off.
+            Err(status) if status.message() == AUTH_NOT_ENABLED => None,
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                return Err(Error::Protocol(status.message().to_owned()))
+            }
+            Err(status) => return Err(Error::from_status(&status)),
+        };
+        Ok(InterceptedService::new(channel, Token(token)))
+    }
+
+    /// Runs one unary call with failover: `call` gets a transport and sends
+    /// the request. `repeatable` says whether the request may be sent again
+    /// after a failure that might have reached the server.
+    pub async fn unary<T, F, Fut>(&self, repeatable: bool, mut call: F) -> Result<T, Error>
+    where
+        F: FnMut(Transport) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = Instant::now() + self.config.command_timeout;
+        let mut last = None;
+        let mut failures_in_round = 0;
+        loop {
+            let (index, transport) = match self.transport(deadline).await {
+                Ok(t) => t,
+                Err(Error::DeadlineExceeded { last: dial }) => {
+                    return Err(Error::DeadlineExceeded {
+                        last: dial.or(last),
+                    })
+                }
+                Err(e) => return Err(e),
+            };
+            let status = match tokio::time::timeout_at(deadline, call(transport)).await {
+                Err(_) => return Err(Error::DeadlineExceeded { last }),
+                Ok(Ok(response)) => return Ok(response.into_inner()),
+                Ok(Err(status)) => status,
+            };
+            if !endpoint_failed(&status) {
+                return Err(Error::from_status(&status));
+            }
+            self.failed(index);
+            if !repeatable && !never_sent(&status) {
+                return Err(Error::from_status(&status));
+            }
+            last = Some(status.message().to_owned());
+            failures_in_round += 1;
+            if failures_in_round >= self.config.endpoints.len() {
+                failures_in_round = 0;
+                tokio::time::sleep_until(deadline.min(Instant::now() + ROUND_BACKOFF)).await;
+            }
+        }
+    }
+
+    /// `KV.Range`.
+    pub async fn range(&self, request: RangeRequest) -> Result<RangeResponse, Error> {
+        self.unary(true, |t| {
+            let request = request.clone();
+            async move { kv(t).range(request).await }
+        })
+        .await
+    }
+
+    /// `KV.Put`.
+    pub async fn put(&self, request: PutRequest) -> Result<PutResponse, Error> {
+        self.unary(false, |t| {
+            let request = request.clone();
+            async move { kv(t).put(request).await }
+        })
+        .await
+    }
+
+    /// `KV.DeleteRange`.
+    pub async fn delete_range(
+        &self,
+        request: DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, Error> {
+        self.unary(false, |t| {
+            let request = request.clone();
+            async move { kv(t).delete_range(request).await }
+        })
+        .await
+    }
+
+    /// `KV.Txn`; repeatable when it only reads.
+    pub async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, Error> {
+        use oxetcd_proto::etcdserverpb::request_op::Request;
+        let read_only = request
+            .success
+            .iter()
+            .chain(&request.failure)
+            .all(|op| matches!(op.request, Some(Request::RequestRange(_))));
+        self.unary(read_only, |t| {
+            let request = request.clone();
+            async move { kv(t).txn(request).await }
+        })
+        .await
+    }
+
+    /// `KV.Compact`.
+    pub async fn compact(&self, request: CompactionRequest) -> Result<CompactionResponse, Error> {
+        self.unary(false, |t| async move { kv(t).compact(request).await })
+            .await
+    }
+
+    /// `Lease.LeaseGrant`.
+    pub async fn lease_grant(
+        &self,
+        request: LeaseGrantRequest,
+    ) -> Result<LeaseGrantResponse, Error> {
+        self.unary(
+            false,
+            |t| async move { lease(t).lease_grant(request).await },
+        )
+        .await
+    }
+
+    /// `Lease.LeaseRevoke`.
+    pub async fn lease_revoke(&self, id: i64) -> Result<LeaseRevokeResponse, Error> {
+        self.unary(true, |t| async move {
+            lease(t).lease_revoke(LeaseRevokeRequest { id }).await
+        })
+        .await
+    }
+
+    /// `Lease.LeaseTimeToLive`.
+    pub async fn lease_time_to_live(
+        &self,
+        request: LeaseTimeToLiveRequest,
+    ) -> Result<LeaseTimeToLiveResponse, Error> {
+        self.unary(true, |t| async move {
+            lease(t).lease_time_to_live(request).await
+        })
+        .await
+    }
+
+    /// `Lease.LeaseLeases`.
+    pub async fn lease_leases(&self) -> Result<LeaseLeasesResponse, Error> {
+        self.unary(true, |t| async move {
+            lease(t).lease_leases(LeaseLeasesRequest {}).await
+        })
+        .await
+    }
+
+    /// `Cluster.MemberList`.
+    pub async fn member_list(&self, linearizable: bool) -> Result<MemberListResponse, Error> {
+        self.unary(true, |t| async move {
+            cluster(t)
+                .member_list(MemberListRequest { linearizable })
+                .await
+        })
+        .await
+    }
+
+    /// `Cluster.MemberAdd`.
+    pub async fn member_add(&self, request: MemberAddRequest) -> Result<MemberAddResponse, Error> {
+        self.unary(false, |t| {
+            let request = request.clone();
+            async move { cluster(t).member_add(request).await }
+        })
+        .await
+    }
+
+    /// `Cluster.MemberRemove`.
+    pub async fn member_remove(&self, id: u64) -> Result<MemberRemoveResponse, Error> {
+        self.unary(false, |t| async move {
+            cluster(t).member_remove(MemberRemoveRequest { id }).await
+        })
+        .await
+    }
+
+    /// `Cluster.MemberUpdate`.
+    pub async fn member_update(
+        &self,
+        request: MemberUpdateRequest,
+    ) -> Result<MemberUpdateResponse, Error> {
+        self.unary(false, |t| {
+            let request = request.clone();
+            async move { cluster(t).member_update(request).await }
+        })
+        .await
+    }
+
+    /// `Cluster.MemberPromote`.
+    pub async fn member_promote(&self, id: u64) -> Result<MemberPromoteResponse, Error> {
+        self.unary(false, |t| async move {
+            cluster(t).member_promote(MemberPromoteRequest { id }).await
+        })
+        .await
+    }
+
+    /// `Maintenance.Status` of the current endpoint.
+    pub async fn status(&self) -> Result<StatusResponse, Error> {
+        self.unary(true, |t| async move {
+            maintenance(t).status(StatusRequest {}).await
+        })
+        .await
+    }
+
+    /// `Maintenance.HashKV` of the current endpoint.
+    pub async fn hash_kv(&self, revision: i64) -> Result<HashKvResponse, Error> {
+        self.unary(true, |t| async move {
+            maintenance(t).hash_kv(HashKvRequest { revision }).await
+        })
+        .await
+    }
+
+    /// `Maintenance.Defragment` of the current endpoint.
+    pub async fn defragment(&self) -> Result<DefragmentResponse, Error> {
+        self.unary(true, |t| async move {
+            maintenance(t).defragment(DefragmentRequest {}).await
+        })
+        .await
+    }
+
+    /// `Maintenance.Alarm`.
+    pub async fn alarm(&self, request: AlarmRequest) -> Result<AlarmResponse, Error> {
+        self.unary(true, |t| async move { maintenance(t).alarm(request).await })
+            .await
+    }
+
+    /// `Maintenance.MoveLeader` (must reach the leader).
+    pub async fn move_leader(&self, target_id: u64) -> Result<MoveLeaderResponse, Error> {
+        self.unary(false, |t| async move {
+            maintenance(t)
+                .move_leader(MoveLeaderRequest { target_id })
+                .await
+        })
+        .await
+    }
+
+    /// `Maintenance.Downgrade`.
+    pub async fn downgrade(&self, request: DowngradeRequest) -> Result<DowngradeResponse, Error> {
+        self.unary(false, |t| {
+            let request = request.clone();
+            async move { maintenance(t).downgrade(request).await }
+        })
+        .await
+    }
+}
+
+/// A KV client over `transport`.
+pub fn kv(transport: Transport) -> KvClient<Transport> {
+    KvClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
+}
+
+/// A Lease client over `transport`.
+pub fn lease(transport: Transport) -> LeaseClient<Transport> {
+    LeaseClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
+}
+
+/// A Cluster client over `transport`.
+pub fn cluster(transport: Transport) -> ClusterClient<Transport> {
+    ClusterClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
+}
+
+/// A Maintenance client over `transport`.
+pub fn maintenance(transport: Transport) -> MaintenanceClient<Transport> {
+    MaintenanceClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
+}
+
+/// A Watch client over `transport`.
+pub fn watch(
+    transport: Transport,
+) -> oxetcd_proto::etcdserverpb::watch_client::WatchClient<Transport> {
+    oxetcd_proto::etcdserverpb::watch_client::WatchClient::new(transport)
+        .max_decoding_message_size(RESPONSE_BYTES_MAX)
+}
+
+/// etcd's tools accept `host:port` as well as URLs.
+pub fn with_scheme(endpoint: &str) -> String {
+    if endpoint.contains("://") {
+        endpoint.to_owned()
+    } else {
+        format!("http://{endpoint}")
+    }
+}
+
+/// True when `status` says the endpoint, not the request, failed: the
+/// server answered `Unavailable`, or the client's transport broke. tonic
+/// reports a dropped connection as `Unknown: transport error` or, when the
+/// connection's worker is gone, `Cancelled: operation was canceled`; the
+/// statuses it makes itself carry their cause as a source, ones decoded
+/// from a server never do.
+pub fn endpoint_failed(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    let client_made = std::error::Error::source(status).is_some();
+    status.code() == Code::Unavailable
+        || (client_made && matches!(status.code(), Code::Unknown | Code::Cancelled))
+}
+
+/// True when `status` was made by the client because no connection could
+/// be opened, so the request cannot have reached any server and is safe to
+/// send elsewhere even if it is a write.
+fn never_sent(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        if error.to_string().contains("tcp connect error") {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// An error with its causes, `a: b: c`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_files_are_refused_clearly() {
+        let mut config = Config::new(vec!["127.0.0.1:2379".into()]);
+        config.tls.ca_cert = Some("ca.pem".into());
+        let error = Client::new(config).err().expect("refused");
+        assert!(error.to_string().starts_with("TLS not supported yet"));
+        let config = Config::new(vec!["https://127.0.0.1:2379".into()]);
+        assert!(Client::new(config).is_err());
+        let mut config = Config::new(vec!["127.0.0.1:2379".into()]);
+        config.tls.insecure_skip_verify = true;
+        assert!(Client::new(config).is_ok());
+    }
+
+    #[test]
+    fn failures_move_round_robin() {
+        let config = Config::new(vec!["a:1".into(), "b:2".into(), "c:3".into()]);
+        let client = Client::new(config).expect("client");
+        assert_eq!(client.current_endpoint(), "a:1");
+        client.failed(0);
+        assert_eq!(client.current_endpoint(), "b:2");
+        // A stale report about an endpoint no longer in use changes nothing.
+        client.failed(0);
+        assert_eq!(client.current_endpoint(), "b:2");
+        client.failed(1);
+        client.failed(2);
+        assert_eq!(client.current_endpoint(), "a:1");
+    }
+
+    #[tokio::test]
+    async fn a_dead_cluster_ends_at_the_command_timeout() {
+        let mut config = Config::new(vec!["127.0.0.1:1".into()]);
+        config.command_timeout = Duration::from_millis(300);
+        let client = Client::new(config).expect("client");
+        let started = std::time::Instant::now();
+        let error = client
+            .range(RangeRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("nothing listens on port 1");
+        assert_eq!(error.to_string(), "context deadline exceeded");
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}
