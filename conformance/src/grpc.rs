@@ -4,14 +4,25 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use oxetcd_proto::etcdserverpb::kv_client::KvClient;
+use oxetcd_proto::etcdserverpb::lease_client::LeaseClient;
 use oxetcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest,
-    TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse, WatchRequest,
+    WatchResponse,
 };
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
+use tonic::Streaming;
 
 use crate::launch::Server;
 use crate::target::Failure;
@@ -30,6 +41,9 @@ const CONNECT_RETRY: Duration = Duration::from_millis(25);
 pub struct Grpc {
     kv: KvClient<Channel>,
     maintenance: MaintenanceClient<Channel>,
+    lease: LeaseClient<Channel>,
+    watch: WatchClient<Channel>,
+    watch_streams: Vec<WatchStream>,
     // Dropped after the clients (field order), before the server.
     runtime: tokio::runtime::Runtime,
     server: Option<Server>,
@@ -66,6 +80,9 @@ impl Grpc {
                 Ok(channel) => {
                     return Ok(Self {
                         kv: KvClient::new(channel.clone()),
+                        lease: LeaseClient::new(channel.clone()),
+                        watch: WatchClient::new(channel.clone()),
+                        watch_streams: Vec::new(),
                         maintenance: MaintenanceClient::new(channel),
                         runtime,
                         server: None,
@@ -130,6 +147,124 @@ impl Grpc {
         self.block_on(async move { maintenance.status(StatusRequest {}).await })
     }
 
+    /// `Lease.LeaseGrant`.
+    pub fn lease_grant(
+        &mut self,
+        request: LeaseGrantRequest,
+    ) -> Result<LeaseGrantResponse, Failure> {
+        let mut lease = self.lease.clone();
+        self.block_on(async move { lease.lease_grant(request).await })
+    }
+
+    /// `Lease.LeaseRevoke`.
+    pub fn lease_revoke(
+        &mut self,
+        request: LeaseRevokeRequest,
+    ) -> Result<LeaseRevokeResponse, Failure> {
+        let mut lease = self.lease.clone();
+        self.block_on(async move { lease.lease_revoke(request).await })
+    }
+
+    /// One round trip on a fresh keep-alive stream.
+    pub fn lease_keep_alive(
+        &mut self,
+        request: LeaseKeepAliveRequest,
+    ) -> Result<LeaseKeepAliveResponse, Failure> {
+        let mut lease = self.lease.clone();
+        let (sender, receiver) = unbounded_channel();
+        let _ = sender.send(request);
+        let mut responses =
+            self.block_on(async move { lease.lease_keep_alive(Requests(receiver)).await })?;
+        let answer = self
+            .runtime
+            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, responses.message()).await });
+        drop(sender);
+        match answer {
+            Ok(Ok(Some(response))) => Ok(response),
+            Ok(Ok(None)) => Err(Failure::new(2, "keep-alive stream ended")),
+            Ok(Err(status)) => Err(Failure::new(
+                i32::from(status.code()),
+                status.message().to_owned(),
+            )),
+            Err(_) => Err(Failure::new(4, "client: no keep-alive answer")),
+        }
+    }
+
+    /// `Lease.LeaseTimeToLive`.
+    pub fn lease_time_to_live(
+        &mut self,
+        request: LeaseTimeToLiveRequest,
+    ) -> Result<LeaseTimeToLiveResponse, Failure> {
+        let mut lease = self.lease.clone();
+        self.block_on(async move { lease.lease_time_to_live(request).await })
+    }
+
+    /// `Lease.LeaseLeases`.
+    pub fn lease_leases(&mut self) -> Result<LeaseLeasesResponse, Failure> {
+        let mut lease = self.lease.clone();
+        self.block_on(async move { lease.lease_leases(LeaseLeasesRequest {}).await })
+    }
+
+    /// A new watch stream; the call starts with its first request (etcd
+    /// sends the response headers only with the first response).
+    pub fn watch_open(&mut self) -> usize {
+        let (sender, receiver) = unbounded_channel();
+        self.watch_streams.push(WatchStream {
+            sender,
+            receiver: Some(receiver),
+            responses: None,
+        });
+        self.watch_streams.len() - 1
+    }
+
+    /// Sends one request on a watch stream.
+    pub fn watch_send(&mut self, stream: usize, request: WatchRequest) -> Result<(), Failure> {
+        let Some(watch) = self.watch_streams.get_mut(stream) else {
+            return Err(Failure::new(13, format!("no watch stream {stream}")));
+        };
+        watch
+            .sender
+            .send(request)
+            .map_err(|_| Failure::new(1, "watch stream closed"))?;
+        if let Some(receiver) = watch.receiver.take() {
+            let mut client = self.watch.clone();
+            let responses = self.block_on(async move { client.watch(Requests(receiver)).await })?;
+            if let Some(watch) = self.watch_streams.get_mut(stream) {
+                watch.responses = Some(responses);
+            }
+        }
+        Ok(())
+    }
+
+    /// The next response on a watch stream, or `None` within `wait`.
+    pub fn watch_recv(
+        &mut self,
+        stream: usize,
+        wait: Duration,
+    ) -> Result<Option<WatchResponse>, Failure> {
+        let Some(responses) = self
+            .watch_streams
+            .get_mut(stream)
+            .and_then(|w| w.responses.as_mut())
+        else {
+            return Err(Failure::new(
+                13,
+                format!("watch stream {stream} not started"),
+            ));
+        };
+        let answer = self
+            .runtime
+            .block_on(async { tokio::time::timeout(wait, responses.message()).await });
+        match answer {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(status)) => Err(Failure::new(
+                i32::from(status.code()),
+                status.message().to_owned(),
+            )),
+            Err(_) => Ok(None),
+        }
+    }
+
     fn block_on<T>(
         &self,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -147,5 +282,24 @@ impl Grpc {
                 )),
             }
         })
+    }
+}
+
+/// One client watch stream.
+struct WatchStream {
+    sender: UnboundedSender<WatchRequest>,
+    /// Taken when the call starts.
+    receiver: Option<UnboundedReceiver<WatchRequest>>,
+    responses: Option<Streaming<WatchResponse>>,
+}
+
+/// A channel's receiving end as the request stream of a call.
+struct Requests<T>(UnboundedReceiver<T>);
+
+impl<T> Stream for Requests<T> {
+    type Item = T;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        self.0.poll_recv(cx)
     }
 }

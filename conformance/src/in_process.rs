@@ -2,15 +2,19 @@
 //! synchronously in the calling thread. No network, no threads, no clock:
 //! time is a counter this driver advances itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use oxetcd_core::memory::{MemoryKv, MemoryLog};
 use oxetcd_core::storage::{KvRead, KvStore, LogStore};
+use oxetcd_core::watch::{self, CatchUpOutcome};
 use oxetcd_core::{Config, Error, Input, Instant, Node, Output, Request, RequestId, Response};
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
+    TxnRequest, TxnResponse, WatchRequest, WatchResponse,
 };
 
 use crate::target::Failure;
@@ -34,6 +38,8 @@ pub struct InProcess {
     now: Instant,
     next_id: RequestId,
     answers: HashMap<RequestId, Result<Response, Failure>>,
+    /// Responses of each watch stream not yet received, by stream number.
+    watch_streams: Vec<VecDeque<WatchResponse>>,
 }
 
 impl InProcess {
@@ -51,6 +57,7 @@ impl InProcess {
             now,
             next_id: 1,
             answers: HashMap::new(),
+            watch_streams: Vec::new(),
         })
     }
 
@@ -103,6 +110,116 @@ impl InProcess {
             Response::Status(r) => Ok(r),
             other => Err(unexpected("status", &other)),
         }
+    }
+
+    /// `Lease.LeaseGrant`.
+    pub fn lease_grant(
+        &mut self,
+        request: LeaseGrantRequest,
+    ) -> Result<LeaseGrantResponse, Failure> {
+        match self.call(Request::LeaseGrant(request))? {
+            Response::LeaseGrant(r) => Ok(r),
+            other => Err(unexpected("lease grant", &other)),
+        }
+    }
+
+    /// `Lease.LeaseRevoke`.
+    pub fn lease_revoke(
+        &mut self,
+        request: LeaseRevokeRequest,
+    ) -> Result<LeaseRevokeResponse, Failure> {
+        match self.call(Request::LeaseRevoke(request))? {
+            Response::LeaseRevoke(r) => Ok(r),
+            other => Err(unexpected("lease revoke", &other)),
+        }
+    }
+
+    /// One keep-alive.
+    pub fn lease_keep_alive(
+        &mut self,
+        request: LeaseKeepAliveRequest,
+    ) -> Result<LeaseKeepAliveResponse, Failure> {
+        match self.call(Request::LeaseKeepAlive(request))? {
+            Response::LeaseKeepAlive(r) => Ok(r),
+            other => Err(unexpected("lease keep-alive", &other)),
+        }
+    }
+
+    /// `Lease.LeaseTimeToLive`.
+    pub fn lease_time_to_live(
+        &mut self,
+        request: LeaseTimeToLiveRequest,
+    ) -> Result<LeaseTimeToLiveResponse, Failure> {
+        match self.call(Request::LeaseTimeToLive(request))? {
+            Response::LeaseTimeToLive(r) => Ok(r),
+            other => Err(unexpected("lease time-to-live", &other)),
+        }
+    }
+
+    /// `Lease.LeaseLeases`.
+    pub fn lease_leases(&mut self) -> Result<LeaseLeasesResponse, Failure> {
+        match self.call(Request::LeaseLeases)? {
+            Response::LeaseLeases(r) => Ok(r),
+            other => Err(unexpected("lease leases", &other)),
+        }
+    }
+
+    /// A new watch stream.
+    pub fn watch_open(&mut self) -> usize {
+        self.watch_streams.push(VecDeque::new());
+        self.watch_streams.len() - 1
+    }
+
+    /// Feeds a watch request and runs what it causes.
+    pub fn watch_send(&mut self, stream: usize, request: WatchRequest) -> Result<(), Failure> {
+        if stream >= self.watch_streams.len() {
+            return Err(Failure::new(13, format!("no watch stream {stream}")));
+        }
+        self.node.handle(
+            self.now,
+            Input::Watch {
+                stream: stream as u64,
+                request,
+            },
+        );
+        self.drain()
+    }
+
+    /// The next response of a stream, letting up to `wait` of virtual time
+    /// pass while there is none.
+    pub fn watch_recv(
+        &mut self,
+        stream: usize,
+        wait: Duration,
+    ) -> Result<Option<WatchResponse>, Failure> {
+        self.drain()?;
+        if let Some(response) = self.pop_watched(stream) {
+            return Ok(Some(response));
+        }
+        self.sleep(wait);
+        Ok(self.pop_watched(stream))
+    }
+
+    /// Lets `duration` of virtual time pass, firing timers on the way.
+    pub fn sleep(&mut self, duration: Duration) {
+        let until = self.now + duration;
+        for _ in 0..ROUNDS_MAX {
+            let _ = self.drain();
+            match self.node.poll_timeout() {
+                Some(deadline) if deadline <= until => {
+                    self.now = self.now.max(deadline);
+                    self.node.handle_timeout(self.now);
+                }
+                _ => break,
+            }
+        }
+        self.now = until;
+        self.node.handle_timeout(self.now);
+        let _ = self.drain();
+    }
+
+    fn pop_watched(&mut self, stream: usize) -> Option<WatchResponse> {
+        self.watch_streams.get_mut(stream)?.pop_front()
     }
 
     /// Feeds one request, then drains outputs and lets virtual time pass
@@ -160,6 +277,35 @@ impl InProcess {
                 }
                 Output::Respond(id, answer) => {
                     self.answers.insert(id, answer.map_err(|e| failure(&e)));
+                }
+                Output::Watch {
+                    stream,
+                    response,
+                    fragment,
+                } => {
+                    let max_bytes = 1_572_864;
+                    let parts = if fragment {
+                        watch::fragments(response, max_bytes)
+                    } else {
+                        vec![response]
+                    };
+                    if let Some(queue) = self.watch_streams.get_mut(stream as usize) {
+                        queue.extend(parts);
+                    }
+                }
+                Output::WatchCatchUp(job) => {
+                    let view = self.kv.read().map_err(|e| storage_failure(&e))?;
+                    let outcome = watch::catch_up(&view, &job).map_err(|e| storage_failure(&e))?;
+                    let response = match &outcome {
+                        CatchUpOutcome::Events { response, .. } => response.clone(),
+                        CatchUpOutcome::Compacted { response } => Some(response.clone()),
+                    };
+                    if let (Some(response), Some(queue)) =
+                        (response, self.watch_streams.get_mut(job.stream as usize))
+                    {
+                        queue.push_back(response);
+                    }
+                    self.node.handle(self.now, outcome.input(&job));
                 }
                 _ => {}
             }

@@ -2,9 +2,14 @@
 
 use std::fmt;
 
+use std::time::Duration;
+
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
+    TxnRequest, TxnResponse, WatchRequest, WatchResponse,
 };
 
 use crate::grpc::Grpc;
@@ -111,6 +116,96 @@ impl Target {
         match self {
             Self::InProcess(t) => t.status(),
             Self::Grpc(t) => t.status(),
+        }
+    }
+
+    /// `Lease.LeaseGrant`.
+    pub fn lease_grant(
+        &mut self,
+        request: LeaseGrantRequest,
+    ) -> Result<LeaseGrantResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.lease_grant(request),
+            Self::Grpc(t) => t.lease_grant(request),
+        }
+    }
+
+    /// `Lease.LeaseRevoke`.
+    pub fn lease_revoke(
+        &mut self,
+        request: LeaseRevokeRequest,
+    ) -> Result<LeaseRevokeResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.lease_revoke(request),
+            Self::Grpc(t) => t.lease_revoke(request),
+        }
+    }
+
+    /// One round trip on a fresh `Lease.LeaseKeepAlive` stream.
+    pub fn lease_keep_alive(
+        &mut self,
+        request: LeaseKeepAliveRequest,
+    ) -> Result<LeaseKeepAliveResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.lease_keep_alive(request),
+            Self::Grpc(t) => t.lease_keep_alive(request),
+        }
+    }
+
+    /// `Lease.LeaseTimeToLive`.
+    pub fn lease_time_to_live(
+        &mut self,
+        request: LeaseTimeToLiveRequest,
+    ) -> Result<LeaseTimeToLiveResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.lease_time_to_live(request),
+            Self::Grpc(t) => t.lease_time_to_live(request),
+        }
+    }
+
+    /// `Lease.LeaseLeases`.
+    pub fn lease_leases(&mut self) -> Result<LeaseLeasesResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.lease_leases(),
+            Self::Grpc(t) => t.lease_leases(),
+        }
+    }
+
+    /// Opens a `Watch` stream (lazily: the call starts with its first
+    /// request); returns its number for [`Target::watch_send`].
+    pub fn watch_open(&mut self) -> usize {
+        match self {
+            Self::InProcess(t) => t.watch_open(),
+            Self::Grpc(t) => t.watch_open(),
+        }
+    }
+
+    /// Sends one request on a watch stream.
+    pub fn watch_send(&mut self, stream: usize, request: WatchRequest) -> Result<(), Failure> {
+        match self {
+            Self::InProcess(t) => t.watch_send(stream, request),
+            Self::Grpc(t) => t.watch_send(stream, request),
+        }
+    }
+
+    /// The next response on a watch stream, or `None` if none comes within
+    /// `wait` (virtual time for the in-process core).
+    pub fn watch_recv(
+        &mut self,
+        stream: usize,
+        wait: Duration,
+    ) -> Result<Option<WatchResponse>, Failure> {
+        match self {
+            Self::InProcess(t) => t.watch_recv(stream, wait),
+            Self::Grpc(t) => t.watch_recv(stream, wait),
+        }
+    }
+
+    /// Lets time pass (virtually for the in-process core).
+    pub fn sleep(&mut self, duration: Duration) {
+        match self {
+            Self::InProcess(t) => t.sleep(duration),
+            Self::Grpc(_) => std::thread::sleep(duration),
         }
     }
 

@@ -130,9 +130,19 @@ fn bad_input_fails_alone(kind: ServerKind) {
 
     // Field 1 claims 100 bytes that never come: not a protobuf message.
     let (code, message) = raw_call(&endpoint, "/etcdserverpb.KV/Put", vec![0x0a, 0x64, 0x01]);
-    assert_eq!(code, CODE_INTERNAL, "{}: undecodable put: {message}", kind.name());
+    assert_eq!(
+        code,
+        CODE_INTERNAL,
+        "{}: undecodable put: {message}",
+        kind.name()
+    );
     let (code, message) = raw_call(&endpoint, "/etcdserverpb.KV/Range", vec![0xff; 7]);
-    assert_eq!(code, CODE_INTERNAL, "{}: undecodable range: {message}", kind.name());
+    assert_eq!(
+        code,
+        CODE_INTERNAL,
+        "{}: undecodable range: {message}",
+        kind.name()
+    );
 
     // Garbage instead of HTTP, and a bad frame right after the preface.
     assert_closes(&address, b"\x16\x03\x01 not a request at all\r\n\r\n");
@@ -148,7 +158,12 @@ fn bad_input_fails_alone(kind: ServerKind) {
             ..Default::default()
         })
         .expect("range after bad input");
-    assert_eq!(range.kvs.len(), 1, "{}: the earlier put is gone", kind.name());
+    assert_eq!(
+        range.kvs.len(),
+        1,
+        "{}: the earlier put is gone",
+        kind.name()
+    );
     client
         .put(PutRequest {
             key: b"after".to_vec(),

@@ -70,6 +70,10 @@ pub enum Error {
     NoSpace,
     /// The named lease does not exist.
     LeaseNotFound,
+    /// A grant names a lease ID that is taken.
+    LeaseExists,
+    /// A grant asks for more than the largest TTL.
+    LeaseTtlTooLarge,
     /// A request could not be completed because the leader changed.
     LeaderChanged,
     /// There is no leader.
@@ -99,6 +103,8 @@ impl Error {
             Self::Compacted | Self::FutureRevision => Code::OutOfRange,
             Self::TooManyRequests | Self::NoSpace => Code::ResourceExhausted,
             Self::LeaseNotFound => Code::NotFound,
+            Self::LeaseExists => Code::FailedPrecondition,
+            Self::LeaseTtlTooLarge => Code::OutOfRange,
             Self::LeaderChanged | Self::NoLeader | Self::Timeout | Self::Stopped => {
                 Code::Unavailable
             }
@@ -123,6 +129,8 @@ impl Error {
             Self::TooManyRequests => "etcdserver: too many requests",
             Self::NoSpace => "etcdserver: mvcc: database space exceeded",
             Self::LeaseNotFound => "etcdserver: requested lease not found",
+            Self::LeaseExists => "etcdserver: lease already exists",
+            Self::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             Self::LeaderChanged => "etcdserver: leader changed",
             Self::NoLeader => "etcdserver: no leader",
             Self::Timeout => "etcdserver: request timed out",

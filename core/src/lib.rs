@@ -41,20 +41,25 @@
 
 pub mod error;
 pub mod ids;
+pub mod lease;
 pub mod memory;
 pub mod mvcc;
 mod node;
 pub mod raft;
 pub mod storage;
 mod time;
+pub mod watch;
 
 pub use error::{Code, Error};
 pub use node::{Config, Input, Node, Output, RequestId};
 pub use time::Instant;
 
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
+    TxnRequest, TxnResponse,
 };
 
 /// A client request the node handles.
@@ -72,6 +77,18 @@ pub enum Request {
     Compact(CompactionRequest),
     /// Maintenance status: answered at once from the node's raft state.
     Status,
+    /// A lease grant, through the log.
+    LeaseGrant(LeaseGrantRequest),
+    /// A lease revoke, through the log; deletes the lease's keys in one
+    /// revision.
+    LeaseRevoke(LeaseRevokeRequest),
+    /// One keep-alive, answered by the leader once it has applied what was
+    /// committed (TTL 0 when the lease does not exist, as etcd answers).
+    LeaseKeepAlive(LeaseKeepAliveRequest),
+    /// A lease's remaining TTL (-1 when it does not exist, as etcd answers).
+    LeaseTimeToLive(LeaseTimeToLiveRequest),
+    /// Every lease.
+    LeaseLeases,
 }
 
 /// The node's answer to a [`Request`].
@@ -89,4 +106,14 @@ pub enum Response {
     Compact(CompactionResponse),
     /// Raft fields of a status answer; the server adds version and sizes.
     Status(StatusResponse),
+    /// Answer to a lease grant.
+    LeaseGrant(LeaseGrantResponse),
+    /// Answer to a lease revoke.
+    LeaseRevoke(LeaseRevokeResponse),
+    /// Answer to one keep-alive.
+    LeaseKeepAlive(LeaseKeepAliveResponse),
+    /// Answer to a time-to-live query.
+    LeaseTimeToLive(LeaseTimeToLiveResponse),
+    /// Answer to a lease listing.
+    LeaseLeases(LeaseLeasesResponse),
 }

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use raft_proto::eraftpb::{Entry, HardState};
 
 use crate::storage::{
-    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LogState, LogStore, RangeEnd, Revision,
-    StorageError,
+    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, LogState, LogStore, RangeEnd,
+    Revision, StorageError,
 };
 
 /// An in-memory MVCC backend.
@@ -49,6 +49,8 @@ struct KvState {
     keys: BTreeMap<Vec<u8>, BTreeMap<Revision, KeyVersion>>,
     /// The key written at each revision, for [`KvRead::changes`].
     by_revision: BTreeMap<Revision, Vec<u8>>,
+    /// Granted leases, by ID.
+    leases: BTreeMap<i64, LeaseRecord>,
 }
 
 impl Default for KvState {
@@ -62,6 +64,7 @@ impl Default for KvState {
             },
             keys: BTreeMap::new(),
             by_revision: BTreeMap::new(),
+            leases: BTreeMap::new(),
         }
     }
 }
@@ -122,6 +125,18 @@ impl KvRead for MemoryKvRead {
         self.state.changes(from, to, visit);
         Ok(())
     }
+
+    fn leases(
+        &self,
+        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        for lease in self.state.leases.values() {
+            if visit(*lease).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl KvRead for MemoryKvWrite {
@@ -158,6 +173,18 @@ impl KvRead for MemoryKvWrite {
         self.state.changes(from, to, visit);
         Ok(())
     }
+
+    fn leases(
+        &self,
+        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        for lease in self.state.leases.values() {
+            if visit(*lease).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl KvWrite for MemoryKvWrite {
@@ -183,6 +210,20 @@ impl KvWrite for MemoryKvWrite {
             if versions.is_empty() {
                 state.keys.remove(key);
             }
+        }
+        Ok(())
+    }
+
+    fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), StorageError> {
+        Arc::make_mut(&mut self.state)
+            .leases
+            .insert(lease.id, *lease);
+        Ok(())
+    }
+
+    fn remove_lease(&mut self, id: i64) -> Result<(), StorageError> {
+        if self.state.leases.contains_key(&id) {
+            Arc::make_mut(&mut self.state).leases.remove(&id);
         }
         Ok(())
     }

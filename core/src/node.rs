@@ -15,8 +15,15 @@
 //! new term and appends an empty entry, whose commit also commits whatever
 //! the log held before the restart. This module never reads the clock and
 //! never touches storage except through the traits in [`crate::storage`].
+//!
+//! Leases and watches hang off the apply step: every applied write moves
+//! keys between leases ([`crate::lease`]) and is matched against the synced
+//! watchers ([`crate::watch`]), whose outputs leave with the batch's
+//! answers. Lease expiry and checkpoints are timers of the node; lease
+//! queries and keep-alives wait for the read index as linearizable ranges do.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use bytes::Bytes;
 use hashbrown::HashMap;
@@ -24,12 +31,19 @@ use prost::Message;
 use tracing::{debug, info};
 
 use oxetcd_proto::eraftpb::{Entry, EntryType, HardState};
-use oxetcd_proto::etcdserverpb::{RangeRequest, ResponseHeader, StatusResponse};
+use oxetcd_proto::etcdserverpb::{
+    request_op, DeleteRangeRequest, LeaseCheckpoint, LeaseCheckpointRequest, LeaseGrantResponse,
+    LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseTimeToLiveResponse, RangeRequest, RequestOp, ResponseHeader, StatusResponse, TxnRequest,
+    WatchRequest, WatchResponse,
+};
 use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 
 use crate::error::Error;
+use crate::lease::{self, LeaseConfig, Lessor, Renewal};
 use crate::mvcc;
 use crate::storage::{KvMeta, KvRead, KvStore, KvWrite, LogStore, StorageError};
+use crate::watch::{self, CatchUp, StreamId, WatchRegistry};
 use crate::{Instant, Request, Response};
 
 /// Identifies a client request; chosen by the runtime, echoed in `Respond`.
@@ -59,6 +73,10 @@ pub struct Config {
     pub limits: crate::mvcc::Limits,
     /// Seed of the node's RNG (election jitter); same seed, same behaviour.
     pub rng_seed: u64,
+    /// Lease timing (minimum TTL, checkpoints).
+    pub lease: LeaseConfig,
+    /// How often watchers that asked for progress notifications get one.
+    pub watch_progress_notify_interval: Duration,
 }
 
 impl Config {
@@ -76,6 +94,8 @@ impl Config {
             max_request_bytes: 1_572_864,
             limits: crate::mvcc::Limits::default(),
             rng_seed: member_id,
+            lease: LeaseConfig::default(),
+            watch_progress_notify_interval: watch::PROGRESS_NOTIFY_INTERVAL_DEFAULT,
         }
     }
 }
@@ -92,6 +112,40 @@ pub enum Input {
     Persisted {
         /// Last entry index of the persisted batch.
         index: u64,
+    },
+    /// A request on a client's watch stream (the runtime numbers streams).
+    Watch {
+        /// The stream it came on.
+        stream: StreamId,
+        /// Create, cancel or progress.
+        request: WatchRequest,
+    },
+    /// A watch stream ended: its watchers go.
+    WatchClosed {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// The runtime dropped a watcher's events from `from_revision` on,
+    /// because its stream's queue was full (see [`crate::watch::StreamGate`]).
+    WatchStalled {
+        /// The watcher's stream.
+        stream: StreamId,
+        /// The watcher.
+        watch_id: i64,
+        /// First revision it was not sent.
+        from_revision: i64,
+    },
+    /// The runtime delivered an `Output::WatchCatchUp` up to `upto` (see
+    /// [`crate::watch::CatchUpOutcome::input`]).
+    WatchCaughtUp {
+        /// The watcher's stream.
+        stream: StreamId,
+        /// The watcher.
+        watch_id: i64,
+        /// Last revision delivered.
+        upto: i64,
+        /// History was compacted: the watcher was canceled.
+        compacted: bool,
     },
 }
 
@@ -122,6 +176,20 @@ pub enum Output {
     /// Storage failed. The node is poisoned and answers nothing more; the
     /// runtime must stop the process (a failed fsync is never retried).
     Fatal(StorageError),
+    /// A response for a watch stream, in the stream's order. When
+    /// `fragment` is set the runtime splits it with
+    /// [`crate::watch::fragments`] if it is too large.
+    Watch {
+        /// The stream.
+        stream: StreamId,
+        /// The response.
+        response: WatchResponse,
+        /// The watcher asked for fragmented responses.
+        fragment: bool,
+    },
+    /// Send a watcher history from storage with [`crate::watch::catch_up`],
+    /// in the stream's order, then answer `Input::WatchCaughtUp`.
+    WatchCatchUp(CatchUp),
 }
 
 /// A range waiting for the apply step to reach its read index.
@@ -163,6 +231,39 @@ pub struct Node<L: LogStore, K: KvStore> {
     outputs: VecDeque<Output>,
     /// Set after a storage error: nothing more is done.
     poisoned: bool,
+    /// The latest time an input brought.
+    now: Instant,
+    /// Leases and their attached keys.
+    lessor: Lessor,
+    /// Every watcher.
+    watches: WatchRegistry,
+    /// Lease queries and keep-alives waiting for their read index, in
+    /// arrival order.
+    lease_reads: VecDeque<PendingLeaseRead>,
+    /// Keep-alives of expired leases, answered once the revoke applies.
+    parked_renewals: HashMap<i64, Vec<RequestId>>,
+}
+
+/// A lease query waiting for the apply step to reach its read index.
+#[derive(Debug)]
+struct PendingLeaseRead {
+    read_index: u64,
+    id: RequestId,
+    request: Request,
+}
+
+/// What applying one entry needs besides the transaction, borrowed from
+/// the node's fields.
+struct ApplyContext<'a> {
+    lessor: &'a mut Lessor,
+    watches: &'a mut WatchRegistry,
+    now: Instant,
+    cluster_id: u64,
+    identity: ResponseHeader,
+    /// Watch outputs of the batch, released after it commits.
+    watch_outputs: &'a mut Vec<Output>,
+    /// Leases revoked in the batch (parked keep-alives are answered).
+    revoked: &'a mut Vec<i64>,
 }
 
 impl<L: LogStore, K: KvStore> Node<L, K> {
@@ -189,6 +290,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             ))));
         }
         let replay = log.entries(meta.applied_index + 1, state.last_index + 1)?;
+        let lessor = Lessor::recover(config.lease, &kv.read()?)?;
+        let watches = WatchRegistry::new(config.watch_progress_notify_interval);
         let mut hard_state = state.hard_state.clone();
         hard_state.commit = hard_state.commit.max(meta.applied_index);
         let mut node = Self {
@@ -207,6 +310,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             reads: VecDeque::new(),
             outputs: VecDeque::new(),
             poisoned: false,
+            now,
+            lessor,
+            watches,
+            lease_reads: VecDeque::new(),
+            parked_renewals: HashMap::new(),
         };
         node.campaign();
         Ok(node)
@@ -214,7 +322,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
 
     /// Feeds one input.
     pub fn handle(&mut self, now: Instant, input: Input) {
-        let _ = now;
+        self.now = self.now.max(now);
         if self.poisoned {
             if let Input::Client(id, _) = input {
                 self.outputs
@@ -225,6 +333,45 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         match input {
             Input::Client(id, request) => self.handle_client(id, request),
             Input::Persisted { index } => self.handle_persisted(index),
+            Input::Watch { stream, request } => {
+                let header = self.header();
+                let mut cx = watch::Context {
+                    now: self.now,
+                    header,
+                    outputs: &mut self.outputs,
+                };
+                self.watches.handle_request(stream, request, &mut cx);
+            }
+            Input::WatchClosed { stream } => self.watches.handle_closed(stream),
+            Input::WatchStalled {
+                stream,
+                watch_id,
+                from_revision,
+            } => {
+                let header = self.header();
+                let mut cx = watch::Context {
+                    now: self.now,
+                    header,
+                    outputs: &mut self.outputs,
+                };
+                self.watches
+                    .handle_stalled(stream, watch_id, from_revision, &mut cx);
+            }
+            Input::WatchCaughtUp {
+                stream,
+                watch_id,
+                upto,
+                compacted,
+            } => {
+                let header = self.header();
+                let mut cx = watch::Context {
+                    now: self.now,
+                    header,
+                    outputs: &mut self.outputs,
+                };
+                self.watches
+                    .handle_caught_up(stream, watch_id, upto, compacted, &mut cx);
+            }
         }
     }
 
@@ -238,12 +385,53 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
 
     /// When the node next needs [`Node::handle_timeout`], if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        None
+        if self.poisoned {
+            return None;
+        }
+        earliest(self.lessor.poll_timeout(), self.watches.poll_timeout())
     }
 
     /// Lets timers fire whose deadline is at or before `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let _ = now;
+        self.now = self.now.max(now);
+        if self.poisoned {
+            return;
+        }
+        self.handle_lease_timers();
+        let header = self.header();
+        let mut cx = watch::Context {
+            now: self.now,
+            header,
+            outputs: &mut self.outputs,
+        };
+        self.watches.handle_timeout(&mut cx);
+    }
+
+    /// Proposes the revokes of expired leases and the due checkpoints
+    /// (the lessor holds deadlines only while this member leads).
+    fn handle_lease_timers(&mut self) {
+        let (revokes, checkpoints) = self.lessor.poll_due(self.now);
+        for id in revokes {
+            debug!(lease_id = id, "lease expired; revoking");
+            self.propose_internal(proposal::Request::LeaseRevoke(LeaseRevokeRequest { id }));
+        }
+        if !checkpoints.is_empty() {
+            self.propose_internal(proposal::Request::LeaseCheckpoint(LeaseCheckpointRequest {
+                checkpoints,
+            }));
+        }
+    }
+
+    /// Appends a proposal no client waits for.
+    fn propose_internal(&mut self, request: proposal::Request) {
+        let proposal = Proposal {
+            id: 0,
+            request: Some(request),
+        };
+        self.append(
+            EntryType::EntryNormal,
+            Bytes::from(proposal.encode_to_vec()),
+        );
     }
 
     /// This member's ID.
@@ -274,6 +462,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.hard_state_dirty = true;
         let term = self.hard_state.term;
         self.term_start_index = self.append(EntryType::EntryNormal, Bytes::new());
+        self.lessor.promote(self.now);
         info!(
             member_id = %format_args!("{:x}", self.config.member_id),
             term,
@@ -320,6 +509,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Request::DeleteRange(r) => proposal::Request::DeleteRange(r),
             Request::Txn(r) => proposal::Request::Txn(r),
             Request::Compact(r) => proposal::Request::Compaction(r),
+            Request::LeaseGrant(r) => proposal::Request::LeaseGrant(r),
+            Request::LeaseRevoke(r) => proposal::Request::LeaseRevoke(r),
+            request @ (Request::LeaseKeepAlive(_)
+            | Request::LeaseTimeToLive(_)
+            | Request::LeaseLeases) => return self.handle_lease_read(id, request),
         };
         if self.last_index() - self.meta.applied_index >= UNAPPLIED_ENTRIES_MAX {
             self.outputs
@@ -364,6 +558,97 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 request,
             });
         }
+    }
+
+    /// Lease queries and keep-alives see everything committed before they
+    /// arrived, as etcd's leader waits for its applied index first.
+    fn handle_lease_read(&mut self, id: RequestId, request: Request) {
+        let read_index = self.hard_state.commit.max(self.term_start_index);
+        if read_index <= self.meta.applied_index && self.lease_reads.is_empty() {
+            self.answer_lease_read(id, request);
+        } else {
+            self.lease_reads.push_back(PendingLeaseRead {
+                read_index,
+                id,
+                request,
+            });
+        }
+    }
+
+    fn release_lease_reads(&mut self) {
+        while self
+            .lease_reads
+            .front()
+            .is_some_and(|r| r.read_index <= self.meta.applied_index)
+        {
+            let Some(read) = self.lease_reads.pop_front() else {
+                break;
+            };
+            self.answer_lease_read(read.id, read.request);
+        }
+    }
+
+    fn answer_lease_read(&mut self, id: RequestId, request: Request) {
+        let header = Some(self.header());
+        let response = match request {
+            Request::LeaseKeepAlive(keep_alive) => {
+                let lease_id = keep_alive.id;
+                let ttl = match self.lessor.renew(lease_id, self.now) {
+                    Renewal::Renewed {
+                        ttl_secs,
+                        clear_checkpoint,
+                    } => {
+                        if clear_checkpoint {
+                            let checkpoints = vec![LeaseCheckpoint {
+                                id: lease_id,
+                                remaining_ttl: 0,
+                            }];
+                            self.propose_internal(proposal::Request::LeaseCheckpoint(
+                                LeaseCheckpointRequest { checkpoints },
+                            ));
+                        }
+                        ttl_secs
+                    }
+                    Renewal::Expiring => {
+                        self.parked_renewals.entry(lease_id).or_default().push(id);
+                        return;
+                    }
+                    Renewal::NotFound => 0,
+                };
+                Response::LeaseKeepAlive(LeaseKeepAliveResponse {
+                    header,
+                    id: lease_id,
+                    ttl,
+                })
+            }
+            Request::LeaseTimeToLive(query) => {
+                let found = self.lessor.time_to_live(query.id, self.now, query.keys);
+                Response::LeaseTimeToLive(match found {
+                    Some(found) => LeaseTimeToLiveResponse {
+                        header,
+                        id: query.id,
+                        ttl: found.remaining_secs,
+                        granted_ttl: found.granted_secs,
+                        keys: found.keys,
+                    },
+                    None => LeaseTimeToLiveResponse {
+                        header,
+                        id: query.id,
+                        ttl: -1,
+                        ..Default::default()
+                    },
+                })
+            }
+            Request::LeaseLeases => Response::LeaseLeases(LeaseLeasesResponse {
+                header,
+                leases: self.lessor.statuses(),
+            }),
+            other => {
+                debug!(?other, "not a lease read");
+                return;
+            }
+        };
+        self.outputs.push_back(Output::Respond(id, Ok(response)));
     }
 
     fn status(&self) -> StatusResponse {
@@ -450,6 +735,17 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let mut meta = self.meta;
         let identity = self.header();
         let mut responses = Vec::new();
+        let mut watch_outputs = Vec::new();
+        let mut revoked = Vec::new();
+        let mut cx = ApplyContext {
+            lessor: &mut self.lessor,
+            watches: &mut self.watches,
+            now: self.now,
+            cluster_id: self.config.cluster_id,
+            identity,
+            watch_outputs: &mut watch_outputs,
+            revoked: &mut revoked,
+        };
         let mut applied = 0;
         while meta.applied_index < self.hard_state.commit && applied < APPLY_BATCH_MAX {
             let Some(entry) = self.entries.get(applied) else {
@@ -464,7 +760,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 "entries out of order at {}",
                 meta.applied_index + 1
             );
-            let result = apply_entry(&mut txn, &mut meta, entry).map(|answer| {
+            let result = apply_entry(&mut txn, &mut meta, entry, &mut cx).map(|answer| {
                 answer.map(|mut response| {
                     stamp(
                         &mut response,
@@ -494,6 +790,19 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         for (id, result) in responses {
             self.outputs.push_back(Output::Respond(id, result));
         }
+        self.outputs.extend(watch_outputs);
+        for lease_id in revoked {
+            let header = Some(self.header());
+            for id in self.parked_renewals.remove(&lease_id).unwrap_or_default() {
+                let response = LeaseKeepAliveResponse {
+                    header,
+                    id: lease_id,
+                    ttl: 0,
+                };
+                self.outputs
+                    .push_back(Output::Respond(id, Ok(Response::LeaseKeepAlive(response))));
+            }
+        }
         Ok(())
     }
 
@@ -513,6 +822,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 header,
             });
         }
+        self.release_lease_reads();
     }
 
     fn poison(&mut self, error: StorageError) {
@@ -526,6 +836,16 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.outputs
                 .push_back(Output::Respond(read.id, Err(Error::Stopped)));
         }
+        for read in self.lease_reads.drain(..) {
+            self.outputs
+                .push_back(Output::Respond(read.id, Err(Error::Stopped)));
+        }
+        for (_, ids) in self.parked_renewals.drain() {
+            for id in ids {
+                self.outputs
+                    .push_back(Output::Respond(id, Err(Error::Stopped)));
+            }
+        }
     }
 }
 
@@ -535,6 +855,7 @@ fn apply_entry(
     txn: &mut impl KvWrite,
     meta: &mut KvMeta,
     entry: &Entry,
+    cx: &mut ApplyContext<'_>,
 ) -> Result<Result<Response, Error>, StorageError> {
     if entry.entry_type != EntryType::EntryNormal || entry.data.is_empty() {
         return Ok(Err(Error::Stopped));
@@ -553,11 +874,112 @@ fn apply_entry(
         Some(proposal::Request::DeleteRange(r)) => Request::DeleteRange(r),
         Some(proposal::Request::Txn(r)) => Request::Txn(r),
         Some(proposal::Request::Compaction(r)) => Request::Compact(r),
+        Some(proposal::Request::LeaseGrant(grant)) => {
+            let id = if grant.id == 0 {
+                let lessor = &*cx.lessor;
+                lease::choose_id(cx.cluster_id, entry.index, |id| lessor.contains(id))
+            } else {
+                grant.id
+            };
+            let granted = cx.lessor.grant(txn, id, grant.ttl, cx.now)?;
+            return Ok(granted.map(|ttl| {
+                Response::LeaseGrant(LeaseGrantResponse {
+                    header: Some(ResponseHeader {
+                        revision: meta.revision,
+                        ..cx.identity
+                    }),
+                    id,
+                    ttl,
+                    error: String::new(),
+                })
+            }));
+        }
+        Some(proposal::Request::LeaseRevoke(revoke)) => {
+            return apply_revoke(txn, meta, revoke.id, cx);
+        }
+        Some(proposal::Request::LeaseCheckpoint(request)) => {
+            for checkpoint in &request.checkpoints {
+                cx.lessor.checkpoint(txn, checkpoint, cx.now)?;
+            }
+            return Ok(Err(Error::Stopped));
+        }
         None => return Ok(Err(Error::Stopped)),
     };
-    match mvcc::apply(txn, meta, &request) {
-        Err(Error::Storage(e)) => Err(e),
-        result => Ok(result),
+    apply_kv(txn, meta, &request, cx)
+}
+
+/// Applies a key-space write, then moves keys between leases and tells the
+/// watchers.
+fn apply_kv(
+    txn: &mut impl KvWrite,
+    meta: &mut KvMeta,
+    request: &Request,
+    cx: &mut ApplyContext<'_>,
+) -> Result<Result<Response, Error>, StorageError> {
+    let mut changes = Vec::new();
+    let result = mvcc::apply_recording(txn, meta, request, &*cx.lessor, &mut changes);
+    if let Err(Error::Storage(e)) = result {
+        return Err(e);
+    }
+    if !changes.is_empty() {
+        cx.lessor.on_changes(&changes);
+        cx.watches.on_revision(
+            meta.revision,
+            &changes,
+            &*txn,
+            cx.identity,
+            cx.watch_outputs,
+        )?;
+    }
+    Ok(result)
+}
+
+/// A revoke: the lease goes, and its keys are deleted in one revision.
+fn apply_revoke(
+    txn: &mut impl KvWrite,
+    meta: &mut KvMeta,
+    id: i64,
+    cx: &mut ApplyContext<'_>,
+) -> Result<Result<Response, Error>, StorageError> {
+    let Some(keys) = cx.lessor.revoke(txn, id)? else {
+        return Ok(Err(Error::LeaseNotFound));
+    };
+    cx.revoked.push(id);
+    if !keys.is_empty() {
+        let deletes = keys
+            .into_iter()
+            .map(|key| RequestOp {
+                request: Some(request_op::Request::RequestDeleteRange(
+                    DeleteRangeRequest {
+                        key,
+                        ..Default::default()
+                    },
+                )),
+            })
+            .collect();
+        let txn_request = Request::Txn(TxnRequest {
+            compare: Vec::new(),
+            success: deletes,
+            failure: Vec::new(),
+        });
+        if let Err(e) = apply_kv(txn, meta, &txn_request, cx)? {
+            return Err(StorageError::new(format!(
+                "deleting the keys of lease {id:x}: {e}"
+            )));
+        }
+    }
+    Ok(Ok(Response::LeaseRevoke(LeaseRevokeResponse {
+        header: Some(ResponseHeader {
+            revision: meta.revision,
+            ..cx.identity
+        }),
+    })))
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -571,6 +993,11 @@ fn stamp(response: &mut Response, identity: &ResponseHeader) {
         Response::Compact(r) => &mut r.header,
         Response::Range(r) => &mut r.header,
         Response::Status(r) => &mut r.header,
+        Response::LeaseGrant(r) => &mut r.header,
+        Response::LeaseRevoke(r) => &mut r.header,
+        Response::LeaseKeepAlive(r) => &mut r.header,
+        Response::LeaseTimeToLive(r) => &mut r.header,
+        Response::LeaseLeases(r) => &mut r.header,
     };
     let header = header.get_or_insert(ResponseHeader {
         revision: identity.revision,
@@ -594,6 +1021,8 @@ mod tests {
         /// Persist outputs not yet acknowledged, oldest first.
         unpersisted: VecDeque<Output>,
         answers: Vec<(RequestId, Result<Response, Error>)>,
+        watched: Vec<(StreamId, WatchResponse)>,
+        now: Instant,
     }
 
     impl Harness {
@@ -611,6 +1040,8 @@ mod tests {
                 kv,
                 unpersisted: VecDeque::new(),
                 answers: Vec::new(),
+                watched: Vec::new(),
+                now: Instant::ZERO,
             };
             h.settle();
             h
@@ -636,6 +1067,24 @@ mod tests {
                         self.answers.push((id, result));
                     }
                     Output::Fatal(e) => panic!("fatal: {e}"),
+                    Output::Watch {
+                        stream, response, ..
+                    } => self.watched.push((stream, response)),
+                    Output::WatchCatchUp(job) => {
+                        let view = self.kv.read().unwrap();
+                        let outcome = watch::catch_up(&view, &job).unwrap();
+                        match &outcome {
+                            watch::CatchUpOutcome::Events { response, .. } => {
+                                if let Some(response) = response {
+                                    self.watched.push((job.stream, response.clone()));
+                                }
+                            }
+                            watch::CatchUpOutcome::Compacted { response } => {
+                                self.watched.push((job.stream, response.clone()));
+                            }
+                        }
+                        self.node.handle(self.now, outcome.input(&job));
+                    }
                 }
             }
         }
@@ -697,6 +1146,235 @@ mod tests {
                 other => panic!("expected a range answer, got {other:?}"),
             }
         }
+
+        /// Feeds a request at the harness's time and settles.
+        fn call(&mut self, id: RequestId, request: Request) -> Result<Response, Error> {
+            self.node.handle(self.now, Input::Client(id, request));
+            self.settle();
+            self.answer(id).expect("request answered")
+        }
+
+        fn watch(&mut self, stream: StreamId, request: WatchRequest) {
+            self.node.handle(self.now, Input::Watch { stream, request });
+            self.settle();
+        }
+
+        /// Lets time pass and fires due timers.
+        fn advance(&mut self, by: Duration) {
+            self.now = self.now + by;
+            self.node.handle_timeout(self.now);
+            self.settle();
+        }
+
+        fn take_watched(&mut self) -> Vec<(StreamId, WatchResponse)> {
+            std::mem::take(&mut self.watched)
+        }
+    }
+
+    fn create_watch(key: &str, end: &str, start_revision: i64) -> WatchRequest {
+        use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
+        WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(
+                oxetcd_proto::etcdserverpb::WatchCreateRequest {
+                    key: key.as_bytes().to_vec(),
+                    range_end: end.as_bytes().to_vec(),
+                    start_revision,
+                    prev_kv: true,
+                    ..Default::default()
+                },
+            )),
+        }
+    }
+
+    /// (watch id, header revision, [(key, mod revision, is delete, prev value)])
+    fn summary(responses: &[(StreamId, WatchResponse)]) -> Vec<(i64, i64, Vec<String>)> {
+        responses
+            .iter()
+            .map(|(_, r)| {
+                let events = r
+                    .events
+                    .iter()
+                    .map(|e| {
+                        let kv = e.kv.clone().unwrap_or_default();
+                        let prev = e
+                            .prev_kv
+                            .as_ref()
+                            .map(|p| String::from_utf8_lossy(&p.value).into_owned());
+                        format!(
+                            "{}{}@{}{}",
+                            if e.r#type == 1 { "-" } else { "+" },
+                            String::from_utf8_lossy(&kv.key),
+                            kv.mod_revision,
+                            prev.map_or(String::new(), |p| format!(" prev {p}"))
+                        )
+                    })
+                    .collect();
+                (r.watch_id, r.header.unwrap_or_default().revision, events)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lease_attaches_keys_expires_on_time_and_deletes_them_in_one_revision() {
+        use oxetcd_proto::etcdserverpb::{
+            LeaseGrantRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
+        };
+        let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+        let grant = h.call(1, Request::LeaseGrant(LeaseGrantRequest { ttl: 1, id: 0 }));
+        let Ok(Response::LeaseGrant(grant)) = grant else {
+            panic!("{grant:?}");
+        };
+        assert_eq!(grant.ttl, 2, "raised to the minimum TTL");
+        assert!(grant.id > 0);
+        let with_lease = |key: &str, lease| {
+            Request::Put(PutRequest {
+                key: key.as_bytes().to_vec(),
+                value: b"v".to_vec(),
+                lease,
+                ..Default::default()
+            })
+        };
+        assert!(h.call(2, with_lease("a", grant.id)).is_ok());
+        assert!(h.call(3, with_lease("b", grant.id)).is_ok());
+        assert_eq!(h.call(4, with_lease("c", 99)), Err(Error::LeaseNotFound));
+        let ttl = h.call(
+            5,
+            Request::LeaseTimeToLive(LeaseTimeToLiveRequest {
+                id: grant.id,
+                keys: true,
+            }),
+        );
+        let Ok(Response::LeaseTimeToLive(ttl)) = ttl else {
+            panic!("{ttl:?}");
+        };
+        assert_eq!(ttl.keys, vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(ttl.granted_ttl, 2);
+        h.watch(1, create_watch("a", "c", 0));
+        // Granted at time 0 by the leader: it expires at 2 s unless renewed.
+        h.advance(Duration::from_millis(1_900));
+        let keep_alive = Request::LeaseKeepAlive(LeaseKeepAliveRequest { id: grant.id });
+        let Ok(Response::LeaseKeepAlive(renewed)) = h.call(6, keep_alive.clone()) else {
+            panic!("keep-alive failed");
+        };
+        assert_eq!(renewed.ttl, 2);
+        h.advance(Duration::from_millis(1_900));
+        h.get(7, "a");
+        assert_eq!(
+            h.range_answer(7).kvs.len(),
+            1,
+            "renewed lease expired early"
+        );
+        h.advance(Duration::from_millis(200));
+        h.get(8, "a");
+        let range = h.range_answer(8);
+        assert!(range.kvs.is_empty());
+        assert_eq!(
+            range.header.unwrap().revision,
+            4,
+            "both keys in one revision"
+        );
+        let Ok(Response::LeaseKeepAlive(gone)) = h.call(9, keep_alive) else {
+            panic!("keep-alive failed");
+        };
+        assert_eq!(gone.ttl, 0);
+        let watched = summary(&h.take_watched());
+        assert_eq!(
+            watched,
+            vec![
+                (0, 3, vec![]),
+                (0, 4, vec!["-a@4 prev v".into(), "-b@4 prev v".into()])
+            ]
+        );
+    }
+
+    #[test]
+    fn watch_delivers_live_and_historical_events_once_each() {
+        use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
+        let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+        h.put(1, "k1", "a");
+        h.settle();
+        h.watch(7, create_watch("k", "l", 0));
+        h.put(2, "k2", "b");
+        h.put(3, "x", "c");
+        h.put(4, "k1", "d");
+        h.settle();
+        // A second watcher on the same stream replays history from rev 1.
+        h.watch(7, create_watch("k", "l", 1));
+        h.put(5, "k2", "e");
+        h.settle();
+        h.watch(
+            7,
+            WatchRequest {
+                request_union: Some(RequestUnion::ProgressRequest(Default::default())),
+            },
+        );
+        let watched = summary(&h.take_watched());
+        assert_eq!(
+            watched,
+            vec![
+                (0, 2, vec![]),
+                (0, 3, vec!["+k2@3".into()]),
+                (0, 5, vec!["+k1@5 prev a".into()]),
+                (1, 5, vec![]),
+                (
+                    1,
+                    5,
+                    vec!["+k1@2".into(), "+k2@3".into(), "+k1@5 prev a".into()]
+                ),
+                (0, 6, vec!["+k2@6 prev b".into()]),
+                (1, 6, vec!["+k2@6 prev b".into()]),
+                (-1, 6, vec![]),
+            ]
+        );
+    }
+
+    #[test]
+    fn leases_survive_a_restart_with_their_checkpointed_ttl() {
+        use oxetcd_proto::etcdserverpb::{LeaseGrantRequest, LeaseTimeToLiveRequest};
+        let log = MemoryLog::default();
+        let kv = MemoryKv::default();
+        let mut config = Config::single("test");
+        config.lease.checkpoint_interval = Duration::from_secs(10);
+        let node = Node::new(config.clone(), log.clone(), kv.clone(), Instant::ZERO).unwrap();
+        let mut h = Harness {
+            node,
+            log: log.clone(),
+            kv: kv.clone(),
+            unpersisted: VecDeque::new(),
+            answers: Vec::new(),
+            watched: Vec::new(),
+            now: Instant::ZERO,
+        };
+        h.settle();
+        let grant = Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 42 });
+        assert!(h.call(1, grant.clone()).is_ok());
+        assert_eq!(h.call(2, grant), Err(Error::LeaseExists));
+        h.advance(Duration::from_secs(10));
+        h.advance(Duration::from_secs(10));
+        drop(h);
+        let node = Node::new(config, log.clone(), kv.clone(), Instant::ZERO).unwrap();
+        let mut h = Harness {
+            node,
+            log,
+            kv,
+            unpersisted: VecDeque::new(),
+            answers: Vec::new(),
+            watched: Vec::new(),
+            now: Instant::ZERO,
+        };
+        h.settle();
+        let Ok(Response::LeaseTimeToLive(ttl)) = h.call(
+            3,
+            Request::LeaseTimeToLive(LeaseTimeToLiveRequest {
+                id: 42,
+                keys: false,
+            }),
+        ) else {
+            panic!("time to live failed");
+        };
+        // 40 s were left at the last checkpoint; the new leader adds its
+        // election timeout (1 s) and truncates to whole seconds.
+        assert_eq!((ttl.ttl, ttl.granted_ttl), (41, 60));
     }
 
     #[test]
@@ -810,6 +1488,8 @@ mod tests {
             kv: lagging,
             unpersisted: VecDeque::new(),
             answers: Vec::new(),
+            watched: Vec::new(),
+            now: Instant::ZERO,
         };
         h.get(1, "k10");
         assert!(h.answer(1).is_none(), "read answered before the replay");

@@ -71,6 +71,21 @@ pub struct KvMeta {
     pub compact_revision: i64,
 }
 
+/// One lease as the backend stores it, beside the key space and in the same
+/// transactions, so lease state survives restarts and travels with the
+/// backend. The keys attached to a lease are not stored here: they are the
+/// live keys whose [`KeyVersion::lease`] names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// The lease ID (never 0).
+    pub id: i64,
+    /// Time to live granted, in seconds.
+    pub ttl_secs: i64,
+    /// Remaining time to live recorded by the last checkpoint, in seconds;
+    /// 0 when there is none (a new leader then grants the full TTL).
+    pub remaining_ttl_secs: i64,
+}
+
 /// The upper end of a key range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RangeEnd<'a> {
@@ -136,6 +151,12 @@ pub trait KvRead {
         to: i64,
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError>;
+
+    /// Visits every stored lease, in ascending ID order.
+    fn leases(
+        &self,
+        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
+    ) -> Result<(), StorageError>;
 }
 
 /// A write transaction on the MVCC backend. Reads through it see its own
@@ -146,6 +167,12 @@ pub trait KvWrite: KvRead {
 
     /// Removes one stored version, as compaction does.
     fn remove_version(&mut self, key: &[u8], revision: Revision) -> Result<(), StorageError>;
+
+    /// Stores a lease, replacing the one with the same ID.
+    fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), StorageError>;
+
+    /// Removes a lease; removing a missing one does nothing.
+    fn remove_lease(&mut self, id: i64) -> Result<(), StorageError>;
 
     /// Replaces the meta record.
     fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError>;

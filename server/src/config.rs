@@ -77,6 +77,10 @@ impl Config {
                 ..Default::default()
             },
             rng_seed: member_id,
+            // etcd's lease timing follows its raft timing flags; until those
+            // flags exist here, etcd's defaults apply.
+            lease: oxetcd_core::lease::LeaseConfig::default(),
+            watch_progress_notify_interval: oxetcd_core::watch::PROGRESS_NOTIFY_INTERVAL_DEFAULT,
         }
     }
 }

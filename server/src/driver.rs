@@ -19,25 +19,33 @@
 //!   [`RequestId`]. `Output::Read` only says "ready": the requesting task then
 //!   runs the range on a fresh backend snapshot on a blocking thread, so reads
 //!   run concurrently with writes and with each other.
+//! - Watch streams register an unbounded channel with the driver thread;
+//!   the node's watch outputs are routed into it through the stream's gate
+//!   (see [`crate::watch_routes`]), and the stream's task runs catch-ups on
+//!   a snapshot on a blocking thread, reporting back with
+//!   `Input::WatchCaughtUp`.
 //! - A storage error is final: it is logged and the process exits non-zero.
 //!   A panic on the driver thread (a bug) is treated the same way, because a
 //!   server whose node is gone cannot answer anything.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread;
 
-use futures_channel::oneshot;
+use futures_channel::{mpsc as async_mpsc, oneshot};
 use oxetcd_core::storage::{KvMeta, KvRead, KvStore, LogStore, StorageError};
+use oxetcd_core::watch::{self, CatchUp, CatchUpOutcome, StreamId};
 use oxetcd_core::{
     mvcc, Config, Error, Input, Instant, Node, Output, Request, RequestId, Response,
 };
 use oxetcd_proto::eraftpb::{Entry, HardState};
-use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
+use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader, WatchRequest};
 use slab::Slab;
 use tracing::{debug, error, info};
+
+use crate::watch_routes::{StreamItem, WatchRoutes};
 
 /// Client requests admitted but not yet answered, across all connections.
 /// Beyond it new requests are refused with `etcdserver: too many requests`
@@ -60,6 +68,8 @@ pub struct Handle<K> {
     in_flight: Arc<AtomicUsize>,
     kv: K,
     blocking: Blocking,
+    /// Numbers watch streams.
+    next_stream: Arc<AtomicU64>,
 }
 
 impl<K: Clone> Clone for Handle<K> {
@@ -69,8 +79,16 @@ impl<K: Clone> Clone for Handle<K> {
             in_flight: self.in_flight.clone(),
             kv: self.kv.clone(),
             blocking: self.blocking.clone(),
+            next_stream: self.next_stream.clone(),
         }
     }
+}
+
+/// The receiving end of one watch stream, from [`Handle::open_watch`].
+pub(crate) struct WatchStreamParts {
+    pub(crate) stream: StreamId,
+    pub(crate) items: async_mpsc::UnboundedReceiver<StreamItem>,
+    pub(crate) queued: Arc<AtomicUsize>,
 }
 
 /// What the driver thread receives.
@@ -78,6 +96,14 @@ enum Command {
     Client(Request, oneshot::Sender<Reply>),
     Persisted(u64),
     Stop(oneshot::Sender<()>),
+    WatchOpen {
+        stream: StreamId,
+        items: async_mpsc::UnboundedSender<StreamItem>,
+        queued: Arc<AtomicUsize>,
+    },
+    WatchClosed(StreamId),
+    /// An input about watches, fed as is.
+    Watch(Input),
 }
 
 /// The driver's answer to one client request.
@@ -125,6 +151,7 @@ pub async fn start<L: LogStore, K: KvStore>(
             in_flight: Arc::new(AtomicUsize::new(0)),
             kv,
             blocking,
+            next_stream: Arc::new(AtomicU64::new(1)),
         }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::Stopped),
@@ -168,12 +195,70 @@ impl<K: KvStore> Handle<K> {
         }
     }
 
-    /// Runs an admitted range on a fresh snapshot.
+    /// Opens a watch stream: the driver routes its responses to the
+    /// returned receiver from now on.
+    pub(crate) fn open_watch(&self) -> Result<WatchStreamParts, Error> {
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let (items, receiver) = async_mpsc::unbounded();
+        let queued = Arc::new(AtomicUsize::new(0));
+        self.commands
+            .send(Command::WatchOpen {
+                stream,
+                items,
+                queued: queued.clone(),
+            })
+            .map_err(|_| Error::Stopped)?;
+        Ok(WatchStreamParts {
+            stream,
+            items: receiver,
+            queued,
+        })
+    }
+
+    /// Passes a client's watch request to the node.
+    pub(crate) fn watch_request(&self, stream: StreamId, request: WatchRequest) {
+        let _ = self
+            .commands
+            .send(Command::Watch(Input::Watch { stream, request }));
+    }
+
+    /// The stream's client is gone.
+    pub(crate) fn close_watch(&self, stream: StreamId) {
+        let _ = self.commands.send(Command::WatchClosed(stream));
+    }
+
+    /// Reads a catch-up on a fresh snapshot, on a blocking thread; the
+    /// stream reports it with [`Handle::caught_up`] once it queued the
+    /// response.
+    pub(crate) async fn catch_up(&self, job: CatchUp) -> Result<CatchUpOutcome, Error> {
+        let kv = self.kv.clone();
+        let outcome = self
+            .run_blocking(move || {
+                let view = kv.read().map_err(fatal_storage)?;
+                watch::catch_up(&view, &job).map_err(fatal_storage)
+            })
+            .await?;
+        Ok(outcome)
+    }
+
+    /// Tells the node a catch-up was delivered.
+    pub(crate) fn caught_up(&self, input: Input) {
+        let _ = self.commands.send(Command::Watch(input));
+    }
+
+    /// Runs an admitted range on a fresh snapshot. A point read touches one
+    /// key, a few microseconds of work, so it runs right here: handing it to
+    /// a blocking thread would cost more than the read. Anything that may
+    /// walk many keys goes to a blocking thread so it never stalls the
+    /// executor.
     async fn read(
         &self,
         request: RangeRequest,
         header: ResponseHeader,
     ) -> Result<RangeResponse, Error> {
+        if request.range_end.is_empty() {
+            return range_on_snapshot(&self.kv, &request, header);
+        }
         let kv = self.kv.clone();
         self.run_blocking(move || range_on_snapshot(&kv, &request, header))
             .await
@@ -265,6 +350,8 @@ fn drive<L: LogStore, K: KvStore>(
     let _ = started.send(Ok(()));
 
     let mut pending: Slab<oneshot::Sender<Reply>> = Slab::new();
+    let mut routes = WatchRoutes::default();
+    let mut feedback: Vec<Input> = Vec::new();
     let stopped = loop {
         let first = match node.poll_timeout() {
             Some(deadline) => match inbox.recv_timeout(deadline.saturating_since(clock.now())) {
@@ -294,6 +381,16 @@ fn drive<L: LogStore, K: KvStore>(
                     stop = Some(done);
                     break;
                 }
+                Command::WatchOpen {
+                    stream,
+                    items,
+                    queued,
+                } => routes.open(stream, items, queued),
+                Command::WatchClosed(stream) => {
+                    routes.close(stream);
+                    node.handle(now, Input::WatchClosed { stream });
+                }
+                Command::Watch(input) => node.handle(now, input),
             }
             fed += 1;
             next = if fed < INPUT_BATCH_MAX {
@@ -305,8 +402,17 @@ fn drive<L: LogStore, K: KvStore>(
         if node.poll_timeout().is_some_and(|deadline| deadline <= now) {
             node.handle_timeout(now);
         }
-        while let Some(output) = node.poll_output() {
-            execute(output, &mut pending, &persist);
+        loop {
+            while let Some(output) = node.poll_output() {
+                execute(output, &mut pending, &persist, &mut routes, &mut feedback);
+            }
+            // Stalled watchers: the node moves them to catch-up.
+            if feedback.is_empty() {
+                break;
+            }
+            for input in feedback.drain(..) {
+                node.handle(now, input);
+            }
         }
         if let Some(done) = stop {
             break Some(done);
@@ -333,6 +439,8 @@ fn execute(
     output: Output,
     pending: &mut Slab<oneshot::Sender<Reply>>,
     persist: &Sender<PersistJob>,
+    routes: &mut WatchRoutes,
+    feedback: &mut Vec<Input>,
 ) {
     match output {
         Output::Persist {
@@ -357,6 +465,12 @@ fn execute(
             header,
         } => answer(pending, id, Reply::Read { request, header }),
         Output::Fatal(e) => fatal("the node's storage", &e),
+        Output::Watch {
+            stream,
+            response,
+            fragment,
+        } => feedback.extend(routes.deliver(stream, response, fragment)),
+        Output::WatchCatchUp(job) => routes.catch_up(job),
     }
 }
 

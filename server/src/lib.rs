@@ -24,6 +24,7 @@ pub mod grpc;
 pub mod http;
 pub mod runtime;
 mod serve;
+pub mod watch_routes;
 
 use std::fmt;
 use std::process::ExitCode;

@@ -2,7 +2,8 @@
 //!
 //! [`Runtime`] holds only what differs between the runtimes we ship: spawning
 //! a task, running blocking work, wrapping a bound listener and accepting
-//! connections on it, sleeping, and waiting for a stop signal. Everything
+//! connections on it, connecting out (peers), sleeping, and waiting for a
+//! stop signal. Everything
 //! built on top of those — hyper's executor and timer, accept loops, the
 //! driver, the services — is written once, here in `server`, so no logic is
 //! duplicated across runtimes. Sockets are bound with `std` (plain blocking
@@ -10,7 +11,7 @@
 
 use std::future::Future;
 use std::io;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 pub trait Runtime: Clone + Send + Sync + 'static {
     /// A listening socket registered with the runtime's reactor.
     type Listener: Send + Sync + 'static;
-    /// An accepted connection, readable and writable by hyper.
+    /// An accepted or connected stream, readable and writable by hyper.
+    /// The peer transport frames its own protocol over the same traits.
     type Io: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static;
     /// The future returned by [`Runtime::sleep_until`].
     type Sleep: Future + Send + Sync + 'static;
@@ -39,6 +41,10 @@ pub trait Runtime: Clone + Send + Sync + 'static {
         &'a self,
         listener: &'a Self::Listener,
     ) -> impl Future<Output = io::Result<Self::Io>> + Send + 'a;
+
+    /// Opens a TCP connection to `addr`, with `TCP_NODELAY` set (raft
+    /// messages are small and latency-bound). No timeout: callers bound it.
+    fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<Self::Io>> + Send + '_;
 
     /// A future that completes at `deadline`.
     fn sleep_until(&self, deadline: Instant) -> Self::Sleep;

@@ -1,23 +1,26 @@
 //! Hand-written record encodings. Everything read back from disk is checked;
 //! a record that does not decode is a [`StorageError`], never a panic.
 //!
-//! A stored version (the key and mod revision live in the table key):
+//! A stored version (its mod revision is the table key):
 //!
 //! ```text
 //! flags: u8                bit 0 = tombstone; other bits must be 0
+//! key length: varint       LEB128
+//! key: bytes
 //! create_revision: varint  zigzag LEB128 of the i64
 //! version: varint
 //! lease: varint
 //! value: bytes             the rest of the record
 //! ```
 
-use oxetcd_core::storage::{KvMeta, StorageError};
+use oxetcd_core::storage::{KvMeta, LeaseRecord, StorageError};
 
 const FLAG_TOMBSTONE: u8 = 1;
 
 /// The fields of a version that are not part of its table key.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct VersionRecord<'a> {
+pub(crate) struct RevisionRecord<'a> {
+    pub(crate) key: &'a [u8],
     pub(crate) create_revision: i64,
     pub(crate) version: i64,
     pub(crate) lease: i64,
@@ -25,10 +28,12 @@ pub(crate) struct VersionRecord<'a> {
     pub(crate) value: &'a [u8],
 }
 
-impl VersionRecord<'_> {
+impl RevisionRecord<'_> {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(1 + 3 * 10 + self.value.len());
+        let mut out = Vec::with_capacity(1 + 4 * 10 + self.key.len() + self.value.len());
         out.push(if self.tombstone { FLAG_TOMBSTONE } else { 0 });
+        put_varint(&mut out, self.key.len() as u64);
+        out.extend_from_slice(self.key);
         put_varint(&mut out, zigzag(self.create_revision));
         put_varint(&mut out, zigzag(self.version));
         put_varint(&mut out, zigzag(self.lease));
@@ -37,7 +42,7 @@ impl VersionRecord<'_> {
     }
 }
 
-impl<'a> VersionRecord<'a> {
+impl<'a> RevisionRecord<'a> {
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, StorageError> {
         let (&flags, mut rest) = bytes
             .split_first()
@@ -47,10 +52,22 @@ impl<'a> VersionRecord<'a> {
                 "corrupt version record: unknown flags {flags:#04x}"
             )));
         }
+        let key_len = take_varint(&mut rest)?;
+        let key_len = usize::try_from(key_len)
+            .ok()
+            .filter(|&n| n <= rest.len())
+            .ok_or_else(|| {
+                StorageError::new(format_args!(
+                    "corrupt version record: key of {key_len} bytes in {} left",
+                    rest.len()
+                ))
+            })?;
+        let (key, mut rest) = rest.split_at(key_len);
         let create_revision = unzigzag(take_varint(&mut rest)?);
         let version = unzigzag(take_varint(&mut rest)?);
         let lease = unzigzag(take_varint(&mut rest)?);
         Ok(Self {
+            key,
             create_revision,
             version,
             lease,
@@ -58,6 +75,34 @@ impl<'a> VersionRecord<'a> {
             value: rest,
         })
     }
+}
+
+/// A lease's TTL and remaining TTL as two little-endian 64-bit words (its
+/// ID is the table key).
+pub(crate) fn encode_lease(lease: &LeaseRecord) -> [u8; 16] {
+    let mut out = [0; 16];
+    out[0..8].copy_from_slice(&lease.ttl_secs.to_le_bytes());
+    out[8..16].copy_from_slice(&lease.remaining_ttl_secs.to_le_bytes());
+    out
+}
+
+pub(crate) fn decode_lease(id: i64, bytes: &[u8]) -> Result<LeaseRecord, StorageError> {
+    let bytes: &[u8; 16] = bytes.try_into().map_err(|_| {
+        StorageError::new(format_args!(
+            "corrupt lease record {id:x}: {} bytes",
+            bytes.len()
+        ))
+    })?;
+    let word = |i: usize| {
+        let mut w = [0; 8];
+        w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+        i64::from_le_bytes(w)
+    };
+    Ok(LeaseRecord {
+        id,
+        ttl_secs: word(0),
+        remaining_ttl_secs: word(1),
+    })
 }
 
 /// [`KvMeta`] as four little-endian 64-bit words.
@@ -137,14 +182,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn version_record_roundtrip() {
-        for (create_revision, version, lease, tombstone, value) in [
-            (0, 0, 0, true, &b""[..]),
-            (1, 1, 0, false, b"v"),
-            (i64::MAX, i64::MAX, i64::MIN, false, &[0xff; 300][..]),
-            (-1, 127, 128, false, b""),
+    fn revision_record_roundtrip() {
+        for (key, create_revision, version, lease, tombstone, value) in [
+            (&b""[..], 0, 0, 0, true, &b""[..]),
+            (b"k", 1, 1, 0, false, b"v"),
+            (
+                &[0xff; 200][..],
+                i64::MAX,
+                i64::MAX,
+                i64::MIN,
+                false,
+                &[0xff; 300][..],
+            ),
+            (b"key", -1, 127, 128, false, b""),
         ] {
-            let record = VersionRecord {
+            let record = RevisionRecord {
+                key,
                 create_revision,
                 version,
                 lease,
@@ -152,10 +205,11 @@ mod tests {
                 value,
             };
             let bytes = record.encode();
-            assert_eq!(VersionRecord::decode(&bytes).unwrap(), record);
+            assert_eq!(RevisionRecord::decode(&bytes).unwrap(), record);
         }
         assert_eq!(
-            VersionRecord {
+            RevisionRecord {
+                key: b"k",
                 create_revision: 5,
                 version: 1,
                 lease: 0,
@@ -164,18 +218,26 @@ mod tests {
             }
             .encode()
             .len(),
-            4
+            6
         );
     }
 
     #[test]
-    fn corrupt_version_records_are_errors() {
-        assert!(VersionRecord::decode(b"").is_err());
-        assert!(VersionRecord::decode(&[2, 0, 0, 0]).is_err());
-        assert!(VersionRecord::decode(&[0, 0x80]).is_err());
-        assert!(VersionRecord::decode(&[0, 0, 0]).is_err());
-        assert!(VersionRecord::decode(&[
-            0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0
+    fn corrupt_revision_records_are_errors() {
+        assert!(RevisionRecord::decode(b"").is_err());
+        // Unknown flag.
+        assert!(RevisionRecord::decode(&[2, 0, 0, 0, 0]).is_err());
+        // Key longer than the record.
+        assert!(RevisionRecord::decode(&[0, 5, b'a', 0, 0, 0]).is_err());
+        assert!(RevisionRecord::decode(&[
+            0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01
+        ])
+        .is_err());
+        // Truncated varints.
+        assert!(RevisionRecord::decode(&[0, 0, 0x80]).is_err());
+        assert!(RevisionRecord::decode(&[0, 1, b'a', 0, 0]).is_err());
+        assert!(RevisionRecord::decode(&[
+            0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0
         ])
         .is_err());
     }

@@ -44,6 +44,16 @@ pub enum OpenError {
         /// The newest format version this build reads.
         supported: u64,
     },
+    /// The database was written by an older storage format that this build
+    /// cannot migrate from (no such data was ever deployed).
+    OlderFormat {
+        /// The database file.
+        path: PathBuf,
+        /// The format version in the file.
+        found: u64,
+        /// The format version this build reads.
+        supported: u64,
+    },
     /// Any other I/O error.
     Io {
         /// The path being opened.
@@ -132,6 +142,11 @@ impl fmt::Display for OpenError {
             Self::NewerFormat { path, found, supported } => write!(
                 f,
                 "{}: written by a newer storage format version ({found}); this build supports up to {supported}",
+                path.display()
+            ),
+            Self::OlderFormat { path, found, supported } => write!(
+                f,
+                "{}: written by storage format version {found}, which this build (format {supported}) cannot read or migrate; remove the data directory and let the member rejoin",
                 path.display()
             ),
             Self::Io { path, error } => write!(f, "{}: {error}", path.display()),

@@ -12,10 +12,14 @@ use crate::error::OpenError;
 /// records beside the two below.
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
-/// The storage format version this build writes and the newest it reads.
+/// The storage format version this build writes and the only one it reads.
 /// Bump it on any change to a table layout or record encoding, and teach
 /// [`open_database`] to migrate from the previous one.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+///
+/// - 1: MVCC versions keyed by (user key, revision), plus a revision index.
+/// - 2: MVCC versions keyed by revision, with an in-memory key index. Never
+///   deployed with version 1 data, so there is no migration from it.
+pub(crate) const FORMAT_VERSION: u64 = 2;
 
 /// Meta record: the format version, a little-endian u64.
 const FORMAT_VERSION_KEY: &str = "format_version";
@@ -83,8 +87,12 @@ fn check_meta(
         });
     }
     if version < FORMAT_VERSION {
-        // Version 1 is the first; there is nothing older to migrate from.
-        return Err(corrupt(format!("unknown storage format version {version}")));
+        // No data in an older format was ever deployed: nothing to migrate.
+        return Err(OpenError::OlderFormat {
+            path: path.to_path_buf(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
     }
     let found = meta
         .get(CONTENTS_KEY)

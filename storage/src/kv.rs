@@ -3,18 +3,27 @@
 //! Tables in `kv.redb`:
 //!
 //! ```text
-//! versions  (user key, !main, !sub) -> VersionRecord (see codec)
-//! changes   (main, sub)             -> user key
-//! meta      "kv_meta"               -> KvMeta, four LE words
+//! revisions  main << 64 | sub  -> user key and version record (see codec)
+//! meta       "kv_meta"         -> KvMeta, four LE words
+//!            "kv_commit_seq"   -> commit sequence of the last index change, LE u64
+//! leases     lease ID (i64)    -> TTL, remaining TTL: two LE words
 //! ```
 //!
-//! `!n` is `u64::MAX - n`: redb compares tuple keys element by element, so
-//! inverting the revision puts each key's newest version first. A read at
-//! revision `at` seeks straight to `(key, !at, 0)` and finds the newest
-//! version at or before `at` without walking the newer ones; after visiting
-//! it, the scan skips the key's older versions (stepping over a few, seeking
-//! past the key when there are more). `changes` replays history in revision
-//! order for watches and finds what compaction must remove.
+//! Versions are stored by revision, the order in which the apply step writes
+//! them, so a batch of puts fills the rightmost leaves of one B-tree and a
+//! commit writes about as many pages as it has bytes, whatever the keys.
+//! `changes` (watch replay) is a plain range of that table. What the table
+//! cannot answer by itself, "the newest version of key K at revision R", the
+//! in-memory key index ([`index`]) does: it maps each user key to its stored
+//! revisions, is rebuilt at open by one pass over the table, and is shared by
+//! the writer and every reader. A scan walks the index in key order and
+//! fetches each visible version by point lookup in the reader's own redb
+//! snapshot.
+//!
+//! Each reader sees the index exactly as of its redb snapshot, compactions
+//! after it included: the index versions its entries by commit sequence and
+//! keeps removed ones until no older snapshot is alive (see [`index`]). So a
+//! read never fails or changes because of a later write or compaction.
 //!
 //! # Durability
 //!
@@ -26,7 +35,11 @@
 //! there. At least every [`DURABLE_INTERVAL`] or [`DURABLE_EVERY_COMMITS`]
 //! commits, whichever comes first, a commit is made durable instead: redb
 //! reclaims pages freed by non-durable commits only after a durable one, and
-//! the replay after a crash stays short. [`KvStore::sync`] forces one.
+//! the replay after a crash stays short. [`KvStore::sync`] forces one. The
+//! key index needs no durability of its own: it is rebuilt from whatever
+//! commit redb comes back at.
+
+mod index;
 
 use std::fmt;
 use std::ops::{Bound, ControlFlow};
@@ -35,17 +48,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
-    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, RangeEnd, Revision, StorageError,
+    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, RangeEnd, Revision, StorageError,
 };
 use redb::{
     Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition,
     WriteTransaction,
 };
 
-use crate::codec::{decode_kv_meta, encode_kv_meta, VersionRecord};
+use crate::codec::{
+    decode_kv_meta, decode_lease, decode_u64, encode_kv_meta, encode_lease, RevisionRecord,
+};
 use crate::error::{err, OpenError};
 use crate::format::{open_database, META};
 use crate::log::file_size;
+use index::{Overlay, Pin, Rev, SharedIndex};
 
 /// A durable commit is made at least this often while commits keep coming,
 /// so that redb can reclaim freed pages and replay after a crash stays short.
@@ -53,16 +69,14 @@ pub const DURABLE_INTERVAL: Duration = Duration::from_millis(100);
 /// A durable commit is made at least once every this many commits.
 pub const DURABLE_EVERY_COMMITS: u32 = 10_000;
 
-/// A scan steps over at most this many unwanted versions (a visited key's
-/// older ones, or versions newer than the read revision) before it seeks
-/// instead: stepping is cheaper for keys with few versions, seeking for keys
-/// with long histories.
-const SCAN_STEPS_BEFORE_SEEK: u32 = 8;
-
-type VersionKey = (&'static [u8], u64, u64);
-const VERSIONS: TableDefinition<VersionKey, &[u8]> = TableDefinition::new("versions");
-const CHANGES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("changes");
+/// Keyed by [`revision_key`]: one `u128` orders as (main, sub) does and is
+/// cheaper for redb to open and compare than a tuple.
+const REVISIONS: TableDefinition<u128, &[u8]> = TableDefinition::new("revisions");
+const LEASES: TableDefinition<i64, &[u8]> = TableDefinition::new("leases");
 const KV_META_KEY: &str = "kv_meta";
+/// Meta record: the commit sequence of the last commit that changed the key
+/// index, so that a snapshot knows which index changes it contains.
+const COMMIT_SEQ_KEY: &str = "kv_commit_seq";
 const CONTENTS: &str = "mvcc";
 
 /// The meta record of a fresh store: revision 1 and never compacted, as etcd.
@@ -82,25 +96,41 @@ pub struct RedbKv {
 struct Shared {
     db: Database,
     path: PathBuf,
+    index: Arc<SharedIndex>,
     cadence: Mutex<DurableCadence>,
 }
 
 impl RedbKv {
-    /// Opens or creates the backend database at `path` (see [`crate::open`]).
+    /// Opens or creates the backend database at `path` (see [`crate::open`])
+    /// and builds its key index.
     pub fn open(path: &Path) -> Result<Self, OpenError> {
         let db = open_database(path, CONTENTS, |txn| {
-            txn.open_table(VERSIONS)?;
-            txn.open_table(CHANGES)?;
+            txn.open_table(REVISIONS)?;
+            txn.open_table(LEASES)?;
             let mut meta = txn.open_table(META)?;
             if meta.get(KV_META_KEY)?.is_none() {
                 meta.insert(KV_META_KEY, encode_kv_meta(&FRESH_META).as_slice())?;
             }
             Ok(())
         })?;
+        let started = Instant::now();
+        let (index, versions) = build_index(&db).map_err(|error| OpenError::Corrupt {
+            path: path.to_path_buf(),
+            detail: error.message,
+        })?;
+        let keys = index.key_count().unwrap_or(0);
+        tracing::info!(
+            path = %path.display(),
+            keys,
+            versions,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "built the kv key index"
+        );
         Ok(Self {
             shared: Arc::new(Shared {
                 db,
                 path: path.to_path_buf(),
+                index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
             }),
         })
@@ -142,20 +172,33 @@ impl KvStore for RedbKv {
     type Write = RedbKvWrite;
 
     fn read(&self) -> Result<RedbKvRead, StorageError> {
+        // Pinned before the redb snapshot opens, so that no index slot the
+        // snapshot may need is dropped in between.
+        let mut pin = self.shared.index.pin();
         let txn = self.shared.db.begin_read().map_err(err("kv read"))?;
         // The tables hold the snapshot open after the transaction handle goes.
+        let meta = txn.open_table(META).map_err(err("kv read"))?;
+        pin.settle(read_commit_seq(&meta)?)?;
         Ok(RedbKvRead {
-            versions: txn.open_table(VERSIONS).map_err(err("kv read"))?,
-            changes: txn.open_table(CHANGES).map_err(err("kv read"))?,
-            meta: txn.open_table(META).map_err(err("kv read"))?,
+            revisions: txn.open_table(REVISIONS).map_err(err("kv read"))?,
+            meta,
+            leases: txn.open_table(LEASES).map_err(err("kv read"))?,
+            pin,
         })
     }
 
     fn write(&self) -> Result<RedbKvWrite, StorageError> {
         let txn = self.shared.db.begin_write().map_err(err("kv write"))?;
+        let seq = read_commit_seq(&txn.open_table(META).map_err(err("kv write"))?)?;
+        // The previous writer publishes its index changes just after its
+        // redb commit, which already let this transaction begin.
+        self.shared.index.wait_for(seq)?;
         Ok(RedbKvWrite {
             txn,
             kv: self.clone(),
+            seq,
+            overlay: Overlay::default(),
+            meta: None,
         })
     }
 
@@ -173,14 +216,18 @@ impl KvStore for RedbKv {
 /// A read snapshot of the backend; `Send + 'static`, so it may be moved to
 /// another thread and read while writes go on.
 pub struct RedbKvRead {
-    versions: ReadOnlyTable<VersionKey, &'static [u8]>,
-    changes: ReadOnlyTable<(u64, u64), &'static [u8]>,
+    revisions: ReadOnlyTable<u128, &'static [u8]>,
     meta: ReadOnlyTable<&'static str, &'static [u8]>,
+    leases: ReadOnlyTable<i64, &'static [u8]>,
+    /// Keeps the index slots this snapshot sees; knows its commit sequence.
+    pin: Pin,
 }
 
 impl fmt::Debug for RedbKvRead {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedbKvRead").finish_non_exhaustive()
+        f.debug_struct("RedbKvRead")
+            .field("commit_seq", &self.pin.seq())
+            .finish_non_exhaustive()
     }
 }
 
@@ -196,7 +243,13 @@ impl KvRead for RedbKvRead {
         at: i64,
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        scan(&self.versions, start, end, at, visit)
+        let view = View {
+            index: self.pin.index(),
+            seq: self.pin.seq(),
+            overlay: None,
+            revisions: &self.revisions,
+        };
+        view.scan(start, end, at, visit)
     }
 
     fn versions(
@@ -204,7 +257,13 @@ impl KvRead for RedbKvRead {
         key: &[u8],
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        versions(&self.versions, key, visit)
+        let view = View {
+            index: self.pin.index(),
+            seq: self.pin.seq(),
+            overlay: None,
+            revisions: &self.revisions,
+        };
+        view.versions(key, visit)
     }
 
     fn changes(
@@ -213,7 +272,14 @@ impl KvRead for RedbKvRead {
         to: i64,
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        changes(&self.versions, &self.changes, from, to, visit)
+        changes(&self.revisions, from, to, visit)
+    }
+
+    fn leases(
+        &self,
+        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        leases(&self.leases, visit)
     }
 }
 
@@ -222,17 +288,40 @@ impl KvRead for RedbKvRead {
 pub struct RedbKvWrite {
     txn: WriteTransaction,
     kv: RedbKv,
+    /// Commit sequence of the state this transaction started from.
+    seq: u64,
+    /// Index changes, published only once the redb commit succeeded.
+    overlay: Overlay,
+    /// The meta record set by the transaction, written at commit: the apply
+    /// step sets it after every request, and one write per batch is enough.
+    meta: Option<KvMeta>,
 }
 
 impl fmt::Debug for RedbKvWrite {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedbKvWrite").finish_non_exhaustive()
+        f.debug_struct("RedbKvWrite")
+            .field("commit_seq", &self.seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedbKvWrite {
+    fn view<'a, T>(&'a self, revisions: &'a T) -> View<'a, T> {
+        View {
+            index: &self.kv.shared.index,
+            seq: self.seq,
+            overlay: Some(&self.overlay),
+            revisions,
+        }
     }
 }
 
 impl KvRead for RedbKvWrite {
     fn meta(&self) -> Result<KvMeta, StorageError> {
-        read_meta(&self.txn.open_table(META).map_err(err("kv read"))?)
+        match self.meta {
+            Some(meta) => Ok(meta),
+            None => read_meta(&self.txn.open_table(META).map_err(err("kv read"))?),
+        }
     }
 
     fn scan(
@@ -242,8 +331,8 @@ impl KvRead for RedbKvWrite {
         at: i64,
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        let table = self.txn.open_table(VERSIONS).map_err(err("kv read"))?;
-        scan(&table, start, end, at, visit)
+        let table = self.txn.open_table(REVISIONS).map_err(err("kv read"))?;
+        self.view(&table).scan(start, end, at, visit)
     }
 
     fn versions(
@@ -251,8 +340,8 @@ impl KvRead for RedbKvWrite {
         key: &[u8],
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        let table = self.txn.open_table(VERSIONS).map_err(err("kv read"))?;
-        versions(&table, key, visit)
+        let table = self.txn.open_table(REVISIONS).map_err(err("kv read"))?;
+        self.view(&table).versions(key, visit)
     }
 
     fn changes(
@@ -261,90 +350,232 @@ impl KvRead for RedbKvWrite {
         to: i64,
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        let versions = self.txn.open_table(VERSIONS).map_err(err("kv read"))?;
-        let changes_table = self.txn.open_table(CHANGES).map_err(err("kv read"))?;
-        changes(&versions, &changes_table, from, to, visit)
+        let table = self.txn.open_table(REVISIONS).map_err(err("kv read"))?;
+        changes(&table, from, to, visit)
+    }
+
+    fn leases(
+        &self,
+        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        let table = self.txn.open_table(LEASES).map_err(err("kv read"))?;
+        leases(&table, visit)
     }
 }
 
 impl KvWrite for RedbKvWrite {
     fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
-        let (main, sub) = stored_revision(version.mod_revision).ok_or_else(|| {
+        let rev = stored_revision(version.mod_revision).ok_or_else(|| {
             StorageError::new(format_args!(
                 "kv put: negative revision {:?}",
                 version.mod_revision
             ))
         })?;
-        let mut versions = self.txn.open_table(VERSIONS).map_err(err("kv put"))?;
-        let mut changes = self.txn.open_table(CHANGES).map_err(err("kv put"))?;
-        if let Some(owner) = changes.get((main, sub)).map_err(err("kv put"))? {
-            if owner.value() != version.key.as_slice() {
-                return Err(StorageError::new(format_args!(
-                    "kv put: revision {:?} already holds another key",
-                    version.mod_revision
-                )));
-            }
-        }
-        let record = VersionRecord {
+        let record = RevisionRecord {
+            key: &version.key,
             create_revision: version.create_revision,
             version: version.version,
             lease: version.lease,
             tombstone: version.tombstone,
             value: &version.value,
+        }
+        .encode();
+        let mut table = self.txn.open_table(REVISIONS).map_err(err("kv put"))?;
+        // One B-tree operation in the common case: the replaced record, if
+        // any, is checked after the fact and put back if it was another key's.
+        let clash = match table
+            .insert(revision_key(rev), record.as_slice())
+            .map_err(err("kv put"))?
+        {
+            Some(old) => {
+                let old = old.value();
+                (RevisionRecord::decode(old)?.key != version.key.as_slice()).then(|| old.to_vec())
+            }
+            None => None,
         };
-        versions
-            .insert(
-                (version.key.as_slice(), !main, !sub),
-                record.encode().as_slice(),
-            )
-            .map_err(err("kv put"))?;
-        changes
-            .insert((main, sub), version.key.as_slice())
-            .map_err(err("kv put"))?;
+        if let Some(old) = clash {
+            table
+                .insert(revision_key(rev), old.as_slice())
+                .map_err(err("kv put"))?;
+            return Err(StorageError::new(format_args!(
+                "kv put: revision {:?} already holds another key",
+                version.mod_revision
+            )));
+        }
+        self.overlay.put(&version.key, rev);
         Ok(())
     }
 
     fn remove_version(&mut self, key: &[u8], revision: Revision) -> Result<(), StorageError> {
-        let Some((main, sub)) = stored_revision(revision) else {
+        let Some(rev) = stored_revision(revision) else {
             return Ok(()); // never stored
         };
-        let mut versions = self.txn.open_table(VERSIONS).map_err(err("kv remove"))?;
-        let mut changes = self.txn.open_table(CHANGES).map_err(err("kv remove"))?;
-        versions
-            .remove((key, !main, !sub))
-            .map_err(err("kv remove"))?;
-        let owned = changes
-            .get((main, sub))
-            .map_err(err("kv remove"))?
-            .is_some_and(|owner| owner.value() == key);
+        let mut table = self.txn.open_table(REVISIONS).map_err(err("kv remove"))?;
+        let owned = match table.get(revision_key(rev)).map_err(err("kv remove"))? {
+            Some(bytes) => RevisionRecord::decode(bytes.value())?.key == key,
+            None => false,
+        };
         if owned {
-            changes.remove((main, sub)).map_err(err("kv remove"))?;
+            table.remove(revision_key(rev)).map_err(err("kv remove"))?;
+            self.overlay.remove(key, rev);
         }
         Ok(())
     }
 
-    fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError> {
-        let mut table = self.txn.open_table(META).map_err(err("kv meta"))?;
+    fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), StorageError> {
+        let mut table = self.txn.open_table(LEASES).map_err(err("kv lease"))?;
         table
-            .insert(KV_META_KEY, encode_kv_meta(meta).as_slice())
-            .map_err(err("kv meta"))?;
+            .insert(lease.id, encode_lease(lease).as_slice())
+            .map_err(err("kv lease"))?;
         Ok(())
     }
 
-    fn commit(mut self) -> Result<(), StorageError> {
-        let durable = self.kv.cadence().is_due(Instant::now());
+    fn remove_lease(&mut self, id: i64) -> Result<(), StorageError> {
+        let mut table = self.txn.open_table(LEASES).map_err(err("kv lease"))?;
+        table.remove(id).map_err(err("kv lease"))?;
+        Ok(())
+    }
+
+    fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError> {
+        self.meta = Some(*meta);
+        Ok(())
+    }
+
+    fn commit(self) -> Result<(), StorageError> {
+        let Self {
+            mut txn,
+            kv,
+            seq,
+            overlay,
+            meta,
+        } = self;
+        let changes_index = !overlay.is_empty();
+        let seq = seq + 1;
+        if changes_index || meta.is_some() {
+            let mut table = txn.open_table(META).map_err(err("kv commit"))?;
+            if let Some(meta) = meta {
+                table
+                    .insert(KV_META_KEY, encode_kv_meta(&meta).as_slice())
+                    .map_err(err("kv commit"))?;
+            }
+            if changes_index {
+                table
+                    .insert(COMMIT_SEQ_KEY, seq.to_le_bytes().as_slice())
+                    .map_err(err("kv commit"))?;
+            }
+        }
+        let durable = kv.cadence().is_due(Instant::now());
         let durability = if durable {
             Durability::Immediate
         } else {
             Durability::None
         };
-        self.txn
-            .set_durability(durability)
-            .map_err(err("kv commit"))?;
-        self.txn.commit().map_err(err("kv commit"))?;
-        self.kv.cadence().record(durable, Instant::now());
+        txn.set_durability(durability).map_err(err("kv commit"))?;
+        txn.commit().map_err(err("kv commit"))?;
+        kv.cadence().record(durable, Instant::now());
+        if changes_index {
+            kv.shared.index.publish(seq, overlay)?;
+        }
         Ok(())
     }
+}
+
+/// What a scan needs: the index as one reader sees it, and that reader's
+/// `revisions` table.
+struct View<'a, T> {
+    index: &'a SharedIndex,
+    seq: u64,
+    overlay: Option<&'a Overlay>,
+    revisions: &'a T,
+}
+
+impl<T: ReadableTable<u128, &'static [u8]>> View<'_, T> {
+    fn scan(
+        &self,
+        start: &[u8],
+        end: RangeEnd<'_>,
+        at: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        let Ok(at) = u64::try_from(at) else {
+            return Ok(()); // nothing is stored below revision 0
+        };
+        let mut after: Option<Vec<u8>> = None;
+        let mut batch = Vec::new();
+        loop {
+            let from = match &after {
+                Some(last) => Bound::Excluded(last.as_slice()),
+                None => Bound::Included(start),
+            };
+            let next = self
+                .index
+                .scan_batch(from, end, self.seq, at, self.overlay, &mut batch)?;
+            // The index lock is released: reading records and visiting them
+            // holds up no writer.
+            for (key, rev) in batch.drain(..) {
+                if visit(self.load(key, rev)?).is_break() {
+                    return Ok(());
+                }
+            }
+            match next {
+                Some(last) => after = Some(last),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    fn versions(
+        &self,
+        key: &[u8],
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        for rev in self.index.versions(key, self.seq, self.overlay)? {
+            if visit(self.load(key.to_vec(), rev)?).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The version of `key` stored at `rev`, which the index says this view
+    /// sees.
+    fn load(&self, key: Vec<u8>, (main, sub): Rev) -> Result<KeyVersion, StorageError> {
+        let bytes = self
+            .revisions
+            .get(revision_key((main, sub)))
+            .map_err(err("kv read"))?
+            .ok_or_else(|| {
+                StorageError::new(format_args!(
+                    "kv index names revision {main}.{sub}, which the snapshot does not store"
+                ))
+            })?;
+        let record = RevisionRecord::decode(bytes.value())?;
+        if record.key != key.as_slice() {
+            return Err(StorageError::new(format_args!(
+                "kv index names revision {main}.{sub} for another key"
+            )));
+        }
+        key_version(key, main, sub, &record)
+    }
+}
+
+/// Reads every stored version's key, in revision order, into a fresh index.
+fn build_index(db: &Database) -> Result<(SharedIndex, u64), StorageError> {
+    let txn = db.begin_read().map_err(err("kv index"))?;
+    let seq = read_commit_seq(&txn.open_table(META).map_err(err("kv index"))?)?;
+    let table = txn.open_table(REVISIONS).map_err(err("kv index"))?;
+    let mut versions = 0;
+    let rows = table.iter().map_err(err("kv index"))?.map(|row| {
+        let (rev, bytes) = row.map_err(err("kv index"))?;
+        versions += 1;
+        let rev = split_revision_key(rev.value());
+        let record = RevisionRecord::decode(bytes.value()).map_err(|e| {
+            StorageError::new(format_args!("revision {}.{}: {}", rev.0, rev.1, e.message))
+        })?;
+        Ok((record.key.to_vec(), rev))
+    });
+    let index = SharedIndex::build(seq, rows)?;
+    Ok((index, versions))
 }
 
 /// When the next backend commit must be durable.
@@ -385,6 +616,15 @@ fn stored_revision(revision: Revision) -> Option<(u64, u64)> {
     ))
 }
 
+/// The `revisions` table key of a revision.
+fn revision_key((main, sub): Rev) -> u128 {
+    (u128::from(main) << 64) | u128::from(sub)
+}
+
+fn split_revision_key(key: u128) -> Rev {
+    ((key >> 64) as u64, key as u64)
+}
+
 fn read_meta(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<KvMeta, StorageError> {
@@ -394,109 +634,17 @@ fn read_meta(
     }
 }
 
-fn scan(
-    table: &impl ReadableTable<VersionKey, &'static [u8]>,
-    start: &[u8],
-    end: RangeEnd<'_>,
-    at: i64,
-    visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-) -> Result<(), StorageError> {
-    let Ok(at) = u64::try_from(at) else {
-        return Ok(()); // nothing is stored below revision 0
-    };
-    if let RangeEnd::Before(end) = end {
-        if end <= start {
-            return Ok(());
-        }
+fn read_commit_seq(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<u64, StorageError> {
+    match table.get(COMMIT_SEQ_KEY).map_err(err("kv read"))? {
+        Some(bytes) => decode_u64("kv commit sequence", bytes.value()),
+        None => Ok(0),
     }
-    // Smallest inverted main revision that is visible at `at`.
-    let visible_from = !at;
-    let mut seek_key = start.to_vec();
-    let mut seek = Bound::Included((0, 0));
-    loop {
-        let lower = match seek {
-            Bound::Included((main, sub)) => Bound::Included((seek_key.as_slice(), main, sub)),
-            Bound::Excluded((main, sub)) => Bound::Excluded((seek_key.as_slice(), main, sub)),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let rows = table
-            .range::<(&[u8], u64, u64)>((lower, Bound::Unbounded))
-            .map_err(err("kv scan"))?;
-        // The key whose visible version was already visited.
-        let mut visited: Option<Vec<u8>> = None;
-        let mut steps = 0;
-        let mut reseek = None;
-        for row in rows {
-            let (row_key, bytes) = row.map_err(err("kv scan"))?;
-            let (key, inverted_main, inverted_sub) = row_key.value();
-            if let RangeEnd::Before(end) = end {
-                if key >= end {
-                    return Ok(());
-                }
-            }
-            let is_visited = visited.as_deref() == Some(key);
-            if is_visited || inverted_main < visible_from {
-                steps += 1;
-                if steps > SCAN_STEPS_BEFORE_SEEK {
-                    reseek = Some((
-                        key.to_vec(),
-                        if is_visited {
-                            Bound::Excluded((u64::MAX, u64::MAX))
-                        } else {
-                            Bound::Included((visible_from, 0))
-                        },
-                    ));
-                    break;
-                }
-                continue;
-            }
-            // Every newer version of this key came before it: this is the
-            // newest one visible at `at`.
-            steps = 0;
-            let version = key_version(key, inverted_main, inverted_sub, bytes.value())?;
-            if visit(version).is_break() {
-                return Ok(());
-            }
-            visited = Some(key.to_vec());
-        }
-        match reseek {
-            Some((key, bound)) => {
-                seek_key = key;
-                seek = bound;
-            }
-            None => return Ok(()),
-        }
-    }
-}
-
-fn versions(
-    table: &impl ReadableTable<VersionKey, &'static [u8]>,
-    key: &[u8],
-    visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-) -> Result<(), StorageError> {
-    let rows = table
-        .range::<(&[u8], u64, u64)>((key, 0, 0)..=(key, u64::MAX, u64::MAX))
-        .map_err(err("kv versions"))?;
-    for row in rows {
-        let (row_key, bytes) = row.map_err(err("kv versions"))?;
-        let (key, inverted_main, inverted_sub) = row_key.value();
-        if visit(key_version(
-            key,
-            inverted_main,
-            inverted_sub,
-            bytes.value(),
-        )?)
-        .is_break()
-        {
-            break;
-        }
-    }
-    Ok(())
 }
 
 fn changes(
-    versions: &impl ReadableTable<VersionKey, &'static [u8]>,
-    changes: &impl ReadableTable<(u64, u64), &'static [u8]>,
+    table: &impl ReadableTable<u128, &'static [u8]>,
     from: i64,
     to: i64,
     visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
@@ -508,22 +656,27 @@ fn changes(
     if from > to {
         return Ok(());
     }
-    for row in changes
-        .range((from, 0)..=(to, u64::MAX))
+    for row in table
+        .range(revision_key((from, 0))..=revision_key((to, u64::MAX)))
         .map_err(err("kv changes"))?
     {
-        let (revision, key) = row.map_err(err("kv changes"))?;
-        let (main, sub) = revision.value();
-        let key = key.value();
-        let bytes = versions
-            .get((key, !main, !sub))
-            .map_err(err("kv changes"))?
-            .ok_or_else(|| {
-                StorageError::new(format_args!(
-                    "kv changes: revision {main}.{sub} names a version that is not stored"
-                ))
-            })?;
-        if visit(key_version(key, !main, !sub, bytes.value())?).is_break() {
+        let (rev, bytes) = row.map_err(err("kv changes"))?;
+        let (main, sub) = split_revision_key(rev.value());
+        let record = RevisionRecord::decode(bytes.value())?;
+        if visit(key_version(record.key.to_vec(), main, sub, &record)?).is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn leases(
+    table: &impl ReadableTable<i64, &'static [u8]>,
+    visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
+) -> Result<(), StorageError> {
+    for row in table.iter().map_err(err("kv leases"))? {
+        let (id, bytes) = row.map_err(err("kv leases"))?;
+        if visit(decode_lease(id.value(), bytes.value())?).is_break() {
             break;
         }
     }
@@ -531,21 +684,19 @@ fn changes(
 }
 
 fn key_version(
-    key: &[u8],
-    inverted_main: u64,
-    inverted_sub: u64,
-    bytes: &[u8],
+    key: Vec<u8>,
+    main: u64,
+    sub: u64,
+    record: &RevisionRecord<'_>,
 ) -> Result<KeyVersion, StorageError> {
-    let revision = |inverted: u64| {
-        i64::try_from(!inverted)
-            .map_err(|_| StorageError::new("corrupt version key: revision out of range"))
+    let revision = |n: u64| {
+        i64::try_from(n).map_err(|_| StorageError::new("corrupt revision key: out of range"))
     };
-    let record = VersionRecord::decode(bytes)?;
     Ok(KeyVersion {
-        key: key.to_vec(),
+        key,
         mod_revision: Revision {
-            main: revision(inverted_main)?,
-            sub: revision(inverted_sub)?,
+            main: revision(main)?,
+            sub: revision(sub)?,
         },
         create_revision: record.create_revision,
         version: record.version,

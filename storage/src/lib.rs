@@ -206,4 +206,18 @@ mod tests {
         }
         open(dir.path()).unwrap();
     }
+
+    #[test]
+    fn older_format_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(open(dir.path()).unwrap());
+        let path = dir.path().join(MEMBER_DIR).join(KV_FILE);
+        format::tests::set_format_version(&path, 1);
+        let error = open(dir.path()).unwrap_err();
+        assert!(
+            matches!(&error, OpenError::OlderFormat { path: p, found: 1, .. } if *p == path),
+            "{error}"
+        );
+        assert!(error.to_string().contains("format version 1"), "{error}");
+    }
 }

@@ -56,12 +56,26 @@ enum KvOp {
         from: i8,
         to: i8,
     },
+    /// Compaction as mvcc does it, inside the write transaction: for each
+    /// key, removes the versions older than its newest one at or before
+    /// `at`, and that one too if it is a tombstone.
+    Compact {
+        at: u8,
+    },
+    /// Takes a read snapshot of both stores and keeps it; every later query
+    /// is also asked of every kept snapshot, which must not change.
+    Snapshot,
+    /// Drops the oldest kept snapshot.
+    DropSnapshot,
 }
+
+/// Snapshots kept at once by a test case.
+const SNAPSHOTS_MAX: usize = 4;
 
 impl Arbitrary for KvOp {
     fn arbitrary(g: &mut Gen) -> Self {
         let small = |g: &mut Gen, n: u8| u8::arbitrary(g) % n;
-        match small(g, 16) {
+        match small(g, 20) {
             0..=5 => KvOp::Put {
                 key: small(g, 6),
                 main: small(g, 12),
@@ -87,6 +101,9 @@ impl Arbitrary for KvOp {
                 at: (i8::arbitrary(g) % 14),
             },
             14 => KvOp::Versions { key: small(g, 6) },
+            16 => KvOp::Compact { at: small(g, 13) },
+            17 | 18 => KvOp::Snapshot,
+            19 => KvOp::DropSnapshot,
             _ => KvOp::Changes {
                 from: i8::arbitrary(g) % 14,
                 to: i8::arbitrary(g) % 14,
@@ -152,11 +169,37 @@ fn everything(view: &impl KvRead) -> (KvMeta, Vec<KeyVersion>, Vec<Vec<KeyVersio
     (view.meta().unwrap(), changes, scans)
 }
 
+/// The versions compaction at `at` removes, as `mvcc` computes them.
+fn compaction_victims(view: &impl KvRead, at: i64) -> Vec<(Vec<u8>, Revision)> {
+    let mut keys = Vec::new();
+    view.scan(b"", RangeEnd::Unbounded, at, &mut |version| {
+        keys.push(version.key);
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    let mut doomed = Vec::new();
+    for key in keys {
+        let mut kept = false;
+        view.versions(&key, &mut |version| {
+            if version.mod_revision.main <= at {
+                if kept || version.tombstone {
+                    doomed.push((key.clone(), version.mod_revision));
+                }
+                kept = true;
+            }
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    }
+    doomed
+}
+
 fn kv_matches_model(ops: Vec<KvOp>) -> TestResult {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kv.redb");
     let redb = RedbKv::open(&path).unwrap();
     let model = MemoryKv::default();
+    let mut snapshots = std::collections::VecDeque::new();
     let mut txns = Some((redb.write().unwrap(), model.write().unwrap()));
     for op in &ops {
         let (redb_txn, model_txn) =
@@ -213,6 +256,25 @@ fn kv_matches_model(ops: Vec<KvOp>) -> TestResult {
                 model_txn.commit().unwrap();
             }
             KvOp::Abort => txns = None,
+            KvOp::Compact { at } => {
+                let doomed = compaction_victims(&*model_txn, i64::from(at));
+                if compaction_victims(&*redb_txn, i64::from(at)) != doomed {
+                    return TestResult::error(format!("compaction victims differ at {op:?}"));
+                }
+                for (key, revision) in doomed {
+                    redb_txn.remove_version(&key, revision).unwrap();
+                    model_txn.remove_version(&key, revision).unwrap();
+                }
+            }
+            KvOp::Snapshot => {
+                if snapshots.len() == SNAPSHOTS_MAX {
+                    snapshots.pop_front();
+                }
+                snapshots.push_back((redb.read().unwrap(), model.read().unwrap()));
+            }
+            KvOp::DropSnapshot => {
+                snapshots.pop_front();
+            }
             _ => {
                 // Inside the write transaction (its own writes) and in a
                 // snapshot of the committed state.
@@ -222,6 +284,11 @@ fn kv_matches_model(ops: Vec<KvOp>) -> TestResult {
                 }
                 if query(&redb.read().unwrap(), op) != query(&model.read().unwrap(), op) {
                     return TestResult::error(format!("read view differs at {op:?}"));
+                }
+                for (age, (redb_snapshot, model_snapshot)) in snapshots.iter().enumerate() {
+                    if query(redb_snapshot, op) != query(model_snapshot, op) {
+                        return TestResult::error(format!("kept snapshot {age} differs at {op:?}"));
+                    }
                 }
             }
         }
@@ -234,6 +301,12 @@ fn kv_matches_model(ops: Vec<KvOp>) -> TestResult {
     if everything(&redb.read().unwrap()) != expected {
         return TestResult::error("final state differs");
     }
+    for (age, (redb_snapshot, model_snapshot)) in snapshots.iter().enumerate() {
+        if everything(redb_snapshot) != everything(model_snapshot) {
+            return TestResult::error(format!("kept snapshot {age} differs at the end"));
+        }
+    }
+    drop(snapshots);
     drop(redb);
     let reopened = RedbKv::open(&path).unwrap();
     if everything(&reopened.read().unwrap()) != expected {

@@ -63,13 +63,21 @@ fn unknown_and_malformed_flags_are_refused() {
     let data = dir.path().join("data");
     let data = data.to_str().expect("utf-8 path");
     for binary in BINARIES {
-        refused(binary, &["--data-dir", data, "--no-such-flag"], "no-such-flag");
+        refused(
+            binary,
+            &["--data-dir", data, "--no-such-flag"],
+            "no-such-flag",
+        );
         refused(
             binary,
             &["--data-dir", data, "--max-request-bytes", "lots"],
             "max-request-bytes",
         );
-        refused(binary, &["--data-dir", data, "--log-level", "chatty"], "log-level");
+        refused(
+            binary,
+            &["--data-dir", data, "--log-level", "chatty"],
+            "log-level",
+        );
         refused(binary, &["--data-dir", data, "--name"], "name");
         refused(
             binary,
@@ -111,7 +119,11 @@ fn unusable_data_dir_is_refused() {
 fn version_is_printed() {
     for binary in BINARIES {
         let output = run(binary, &["--version"], &[]);
-        assert!(output.status.success(), "{binary} --version: {}", text(&output));
+        assert!(
+            output.status.success(),
+            "{binary} --version: {}",
+            text(&output)
+        );
         assert!(
             text(&output).contains("etcd Version: 3.6"),
             "{binary} --version: {}",
@@ -128,7 +140,12 @@ fn unknown_etcd_variable_is_only_a_warning() {
         let url = format!("http://127.0.0.1:{port}");
         let program = binary_path(binary).unwrap_or_else(|e| panic!("{e}"));
         let mut child = Command::new(program)
-            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
             .env("ETCD_DATA_DIR", dir.path().join("data"))
             .env("ETCD_FROBNICATE", "yes")
             .stdin(Stdio::null())

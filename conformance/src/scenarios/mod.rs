@@ -18,11 +18,13 @@
 
 mod compaction;
 mod kv;
+mod lease;
 mod limits;
 mod range;
 pub mod render;
 mod status;
 mod txn;
+mod watch;
 
 use std::panic::Location;
 
@@ -85,6 +87,13 @@ pub const ALL: &[Scenario] = scenarios![
     limits::empty_key_errors,
     limits::oversized_requests_then_still_serves,
     status::status_reports_revision_and_leader,
+    watch::watch_live_events_with_prev_kv,
+    watch::watch_history_and_compaction,
+    watch::watch_filters_ranges_ids_and_cancel,
+    watch::watch_progress_and_streams,
+    lease::lease_grant_rules,
+    lease::lease_attach_and_revoke,
+    lease::lease_expiry_and_keep_alive,
 ];
 
 /// Compares the rendering of `actual` with `expected`, naming the caller's

@@ -4,10 +4,11 @@
 //! KV's business and differ between servers.
 
 use oxetcd_proto::etcdserverpb::{
-    response_op, CompactionResponse, DeleteRangeResponse, PutResponse, RangeResponse,
-    ResponseHeader, TxnResponse,
+    response_op, CompactionResponse, DeleteRangeResponse, LeaseGrantResponse,
+    LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeResponse, LeaseTimeToLiveResponse,
+    PutResponse, RangeResponse, ResponseHeader, TxnResponse, WatchResponse,
 };
-use oxetcd_proto::mvccpb::KeyValue;
+use oxetcd_proto::mvccpb::{Event, KeyValue};
 
 use crate::target::Failure;
 
@@ -96,6 +97,121 @@ impl Render for TxnResponse {
 impl Render for CompactionResponse {
     fn render(&self) -> String {
         header(self.header.as_ref())
+    }
+}
+
+/// `rev R watch W` then the flags set, then the events:
+/// `[PUT a=1 c2 m2 v1 prev a=0 c2 m1 v1, DELETE b m5]`.
+impl Render for WatchResponse {
+    fn render(&self) -> String {
+        let mut out = format!("{} watch {}", header(self.header.as_ref()), self.watch_id);
+        if self.created {
+            out.push_str(" created");
+        }
+        if self.canceled {
+            out.push_str(" canceled");
+        }
+        if !self.cancel_reason.is_empty() {
+            out.push_str(&format!(" reason {:?}", self.cancel_reason));
+        }
+        if self.compact_revision != 0 {
+            out.push_str(&format!(" compact {}", self.compact_revision));
+        }
+        if self.fragment {
+            out.push_str(" fragment");
+        }
+        if !self.events.is_empty() {
+            let events: Vec<String> = self.events.iter().map(event).collect();
+            out.push_str(&format!(" [{}]", events.join(", ")));
+        }
+        out
+    }
+}
+
+impl Render for Option<WatchResponse> {
+    fn render(&self) -> String {
+        match self {
+            Some(response) => response.render(),
+            None => "nothing".to_owned(),
+        }
+    }
+}
+
+fn event(event: &Event) -> String {
+    let kv_shown = event.kv.as_ref().map_or_else(String::new, |kv| {
+        if event.r#type == 1 {
+            format!("{} m{}", bytes(&kv.key), kv.mod_revision)
+        } else {
+            self::kv(kv)
+        }
+    });
+    let kind = if event.r#type == 1 { "DELETE" } else { "PUT" };
+    match &event.prev_kv {
+        Some(prev) => format!("{kind} {kv_shown} prev {}", kv(prev)),
+        None => format!("{kind} {kv_shown}"),
+    }
+}
+
+impl Render for LeaseGrantResponse {
+    fn render(&self) -> String {
+        let error = if self.error.is_empty() {
+            String::new()
+        } else {
+            format!(" error {:?}", self.error)
+        };
+        format!(
+            "{} id {} ttl {}{error}",
+            header(self.header.as_ref()),
+            self.id,
+            self.ttl
+        )
+    }
+}
+
+impl Render for LeaseRevokeResponse {
+    fn render(&self) -> String {
+        header(self.header.as_ref())
+    }
+}
+
+impl Render for LeaseKeepAliveResponse {
+    fn render(&self) -> String {
+        format!(
+            "{} id {} ttl {}",
+            header(self.header.as_ref()),
+            self.id,
+            self.ttl
+        )
+    }
+}
+
+/// The remaining TTL is left out (it depends on timing); scenarios check it
+/// with a tolerance.
+impl Render for LeaseTimeToLiveResponse {
+    fn render(&self) -> String {
+        let keys: Vec<String> = self.keys.iter().map(|k| bytes(k)).collect();
+        let remaining = if self.ttl < 0 { " expired" } else { "" };
+        format!(
+            "{} id {}{remaining} granted {} keys [{}]",
+            header(self.header.as_ref()),
+            self.id,
+            self.granted_ttl,
+            keys.join(", ")
+        )
+    }
+}
+
+/// IDs sorted: etcd lists leases in expiry order, which ties leave open.
+impl Render for LeaseLeasesResponse {
+    fn render(&self) -> String {
+        let mut ids: Vec<i64> = self.leases.iter().map(|l| l.id).collect();
+        ids.sort_unstable();
+        let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+        format!(
+            "{} leases [{}]",
+            header(self.header.as_ref()),
+            ids.join(", ")
+        )
     }
 }
 

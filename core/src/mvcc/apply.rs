@@ -22,6 +22,7 @@ pub(super) fn apply<W: KvWrite>(
     meta: &mut KvMeta,
     request: &Request,
     leases: &dyn LeaseCheck,
+    recorded: &mut Vec<KeyVersion>,
 ) -> Result<Response, Error> {
     let begin = current_revision(meta);
     let compacted = meta.compact_revision;
@@ -41,10 +42,8 @@ pub(super) fn apply<W: KvWrite>(
             Request::Compact(request) => {
                 return compact(txn, meta, request).map(Response::Compact);
             }
-            Request::Status => {
-                return Err(Error::Unimplemented(
-                    "etcdserverpb.Maintenance/Status in mvcc",
-                ));
+            _ => {
+                return Err(Error::Unimplemented("this request in mvcc"));
             }
         };
         (response, buffer.into_changes())
@@ -58,6 +57,7 @@ pub(super) fn apply<W: KvWrite>(
         txn.set_meta(&updated)?;
         *meta = updated;
     }
+    recorded.extend(changes);
     Ok(response)
 }
 

@@ -43,7 +43,7 @@ mod tests;
 use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse};
 
 use crate::error::Error;
-use crate::storage::{KvMeta, KvRead, KvWrite};
+use crate::storage::{KeyVersion, KvMeta, KvRead, KvWrite};
 use crate::{Request, Response};
 
 pub use validate::validate;
@@ -119,7 +119,21 @@ pub fn apply_with_leases(
     request: &Request,
     leases: &dyn LeaseCheck,
 ) -> Result<Response, Error> {
-    apply::apply(txn, meta, request, leases)
+    apply::apply(txn, meta, request, leases, &mut Vec::new())
+}
+
+/// As [`apply_with_leases`], and appends the versions the request wrote
+/// (puts and tombstones, in sub revision order) to `changes`: what watchers
+/// are told and what moves keys between leases. A failed request appends
+/// nothing.
+pub fn apply_recording(
+    txn: &mut impl KvWrite,
+    meta: &mut KvMeta,
+    request: &Request,
+    leases: &dyn LeaseCheck,
+    changes: &mut Vec<KeyVersion>,
+) -> Result<Response, Error> {
+    apply::apply(txn, meta, request, leases, changes)
 }
 
 /// The revision a store is at; a meta record never written reads as 1.

@@ -9,7 +9,9 @@
 //! [`status_from_error`], so clients see etcd's codes and messages.
 
 mod kv;
+mod lease;
 mod maintenance;
+mod watch;
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -19,12 +21,16 @@ use hyper::body::Incoming;
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::Error;
 use oxetcd_proto::etcdserverpb::kv_server::KvServer;
+use oxetcd_proto::etcdserverpb::lease_server::LeaseServer;
 use oxetcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use oxetcd_proto::etcdserverpb::watch_server::WatchServer;
 use tonic::body::Body;
 use tonic::codegen::Service;
 
 pub use kv::KvService;
+pub use lease::{KeepAliveStream, LeaseService};
 pub use maintenance::MaintenanceService;
+pub use watch::{WatchResponses, WatchService};
 
 use crate::driver::Handle;
 
@@ -57,6 +63,8 @@ pub struct Member {
 pub struct GrpcRouter<K: KvStore> {
     kv: KvServer<KvService<K>>,
     maintenance: MaintenanceServer<MaintenanceService<K>>,
+    watch: WatchServer<WatchService<K>>,
+    lease: LeaseServer<LeaseService<K>>,
 }
 
 impl<K: KvStore> GrpcRouter<K> {
@@ -68,6 +76,12 @@ impl<K: KvStore> GrpcRouter<K> {
         let encode_max = usize::MAX;
         Self {
             kv: KvServer::new(KvService::new(handle.clone()))
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
+            watch: WatchServer::new(WatchService::new(handle.clone(), max_request_bytes))
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
+            lease: LeaseServer::new(LeaseService::new(handle.clone()))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
             maintenance: MaintenanceServer::new(MaintenanceService::new(handle, member))
@@ -86,6 +100,8 @@ impl<K: KvStore> GrpcRouter<K> {
         let response = match service {
             "etcdserverpb.KV" => call(self.kv.clone(), request).await,
             "etcdserverpb.Maintenance" => call(self.maintenance.clone(), request).await,
+            "etcdserverpb.Watch" => call(self.watch.clone(), request).await,
+            "etcdserverpb.Lease" => call(self.lease.clone(), request).await,
             _ => {
                 let status = tonic::Status::unimplemented(format!("unknown service {service}"));
                 return status.into_http();

@@ -320,6 +320,275 @@ fn reader_snapshot_does_not_see_later_writes() {
 }
 
 #[test]
+fn snapshot_taken_before_a_batch_never_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = open_kv(dir.path());
+    write_all(&kv, &[put("a", 2, 0, 2, 1, "old")], 2);
+    let before = kv.read().unwrap();
+    write_all(
+        &kv,
+        &[put("a", 3, 0, 2, 2, "new"), put("b", 3, 1, 3, 1, "new")],
+        3,
+    );
+    // The batch is committed and in the shared index: new readers see it.
+    let after = kv.read().unwrap();
+    assert_eq!(scan_all(&after, "", None, i64::MAX), ["a=new@3", "b=new@3"]);
+    assert_eq!(kv.shared.index.slot_count(), 3);
+    // The older snapshot sees none of it, whatever revision it asks for.
+    for at in [2, 3, i64::MAX] {
+        assert_eq!(scan_all(&before, "", None, at), ["a=old@2"], "at {at}");
+    }
+    assert_eq!(versions_all(&before, "a"), ["a=old@2"]);
+    assert_eq!(versions_all(&before, "b"), Vec::<String>::new());
+    assert_eq!(changes_all(&before, 0, i64::MAX), ["a=old@2"]);
+    assert_eq!(before.meta().unwrap().revision, 2);
+}
+
+#[test]
+fn uncommitted_index_changes_stay_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = open_kv(dir.path());
+    history(&kv);
+    let mut txn = kv.write().unwrap();
+    txn.put_version(&put("d", 7, 0, 7, 1, "1")).unwrap();
+    txn.remove_version(b"b", Revision { main: 2, sub: 1 })
+        .unwrap();
+    txn.remove_version(b"b", Revision { main: 6, sub: 0 })
+        .unwrap();
+    // The transaction reads through its own changes...
+    assert_eq!(scan_all(&txn, "", None, 7), ["a=3@5", "c=1@4", "d=1@7"]);
+    assert_eq!(versions_all(&txn, "b"), Vec::<String>::new());
+    // ...which nobody else sees until it commits.
+    let read = kv.read().unwrap();
+    assert_eq!(scan_all(&read, "", None, 7), ["a=3@5", "b=2@6", "c=1@4"]);
+    txn.commit().unwrap();
+    assert_eq!(
+        scan_all(&kv.read().unwrap(), "", None, 7),
+        ["a=3@5", "c=1@4", "d=1@7"]
+    );
+    assert_eq!(scan_all(&read, "", None, 7), ["a=3@5", "b=2@6", "c=1@4"]);
+}
+
+/// The compaction race: a snapshot taken before a compaction asks for
+/// revisions the compaction removed. It must get them, exactly as before,
+/// for as long as it lives; the index forgets them only afterwards.
+#[test]
+fn compaction_after_a_snapshot_does_not_change_it() {
+    use oxetcd_core::mvcc;
+    use oxetcd_core::{Error, Request};
+    use oxetcd_proto::etcdserverpb::{CompactionRequest, RangeRequest};
+
+    let dir = tempfile::tempdir().unwrap();
+    let kv = open_kv(dir.path());
+    history(&kv);
+    let before = kv.read().unwrap();
+    let range_a_at = |view: &RedbKvRead, revision| {
+        mvcc::range(
+            view,
+            &RangeRequest {
+                key: b"a".to_vec(),
+                revision,
+                ..RangeRequest::default()
+            },
+        )
+        .map(|response| {
+            response
+                .kvs
+                .into_iter()
+                .map(|kv| kv.value)
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(range_a_at(&before, 3).unwrap(), [b"2".to_vec()]);
+
+    // Compact at 5 through mvcc, as the node does.
+    let mut txn = kv.write().unwrap();
+    let mut meta = txn.meta().unwrap();
+    mvcc::apply(
+        &mut txn,
+        &mut meta,
+        &Request::Compact(CompactionRequest {
+            revision: 5,
+            ..CompactionRequest::default()
+        }),
+    )
+    .unwrap();
+    txn.commit().unwrap();
+
+    let after = kv.read().unwrap();
+    assert_eq!(versions_all(&after, "a"), ["a=3@5"]);
+    assert_eq!(versions_all(&after, "b"), ["b=2@6", "b=1@2"]);
+    assert!(matches!(range_a_at(&after, 3), Err(Error::Compacted)));
+    assert_eq!(scan_all(&after, "", None, 5), ["a=3@5", "b=1@2", "c=1@4"]);
+
+    // The older snapshot still has the whole history, from another thread
+    // too, while the index serves the newer one without it.
+    let before = std::thread::spawn(move || {
+        assert_eq!(
+            versions_all(&before, "a"),
+            ["a=3@5", "a!@4", "a=2@3", "a=1@2"]
+        );
+        assert_eq!(scan_all(&before, "", None, 3), ["a=2@3", "b=1@2"]);
+        assert_eq!(scan_all(&before, "", None, 4), ["a!@4", "b=1@2", "c=1@4"]);
+        assert_eq!(range_a_at(&before, 3).unwrap(), [b"2".to_vec()]);
+        assert_eq!(changes_all(&before, 0, 4).len(), 5);
+        before
+    })
+    .join()
+    .unwrap();
+    assert_eq!(kv.shared.index.slot_count(), 7, "kept for the old snapshot");
+
+    // Once it is gone, the next commit drops the removed versions.
+    drop(before);
+    write_all(&kv, &[put("d", 7, 0, 7, 1, "1")], 7);
+    assert_eq!(kv.shared.index.slot_count(), 5);
+    assert_eq!(versions_all(&after, "b"), ["b=2@6", "b=1@2"]);
+    drop(after);
+
+    // A reopened store rebuilds the same index.
+    drop(kv);
+    let kv = open_kv(dir.path());
+    assert_eq!(kv.shared.index.slot_count(), 5);
+    let read = kv.read().unwrap();
+    assert_eq!(versions_all(&read, "a"), ["a=3@5"]);
+    assert_eq!(
+        scan_all(&read, "", None, 7),
+        ["a=3@5", "b=2@6", "c=1@4", "d=1@7"]
+    );
+}
+
+/// Readers on other threads take snapshots while batches and compactions
+/// commit; each snapshot must be internally consistent: one revision's
+/// state, whatever the writer does meanwhile.
+#[test]
+fn concurrent_readers_see_consistent_snapshots() {
+    const KEYS: i64 = 8;
+    const BATCHES: i64 = 150;
+    let dir = tempfile::tempdir().unwrap();
+    let kv = open_kv(dir.path());
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
+    let write_batch = |kv: &RedbKv, main: i64| {
+        let mut txn = kv.write().unwrap();
+        for (sub, key) in keys.iter().enumerate() {
+            txn.put_version(&put(key, main, sub as i64, 2, main - 1, &main.to_string()))
+                .unwrap();
+        }
+        let mut meta = txn.meta().unwrap();
+        meta.revision = main;
+        // Every tenth batch compacts at `main - 4`: every key has a version
+        // at each revision, so all older ones go.
+        if main % 10 == 0 {
+            for (sub, key) in keys.iter().enumerate() {
+                for old in meta.compact_revision.max(2)..main - 4 {
+                    let revision = Revision {
+                        main: old,
+                        sub: sub as i64,
+                    };
+                    txn.remove_version(key.as_bytes(), revision).unwrap();
+                }
+            }
+            meta.compact_revision = main - 4;
+        }
+        txn.set_meta(&meta).unwrap();
+        txn.commit().unwrap();
+    };
+    write_batch(&kv, 2);
+    let first = kv.read().unwrap();
+    let check = {
+        let keys = keys.clone();
+        move |read: &RedbKvRead| check_consistent(read, &keys)
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let kv = kv.clone();
+            let stop = Arc::clone(&stop);
+            let check = check.clone();
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                let mut checked = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let read = kv.read().unwrap();
+                    check(&read);
+                    checked += 1;
+                    // Keep a few snapshots across later commits and
+                    // compactions, and check them again.
+                    held.push(read);
+                    if held.len() > 3 {
+                        check(&held.remove(0));
+                    }
+                }
+                checked
+            })
+        })
+        .collect();
+    for main in 3..=BATCHES {
+        write_batch(&kv, main);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.join().unwrap() > 0);
+    }
+    // The first snapshot outlived every compaction.
+    assert_eq!(first.meta().unwrap().revision, 2);
+    check(&first);
+    assert_eq!(versions_all(&first, "k0"), ["k0=2@2"]);
+    drop(first);
+    write_batch(&kv, BATCHES + 1);
+    check(&kv.read().unwrap());
+}
+
+/// Checks that `read` shows one revision's state of the history that
+/// [`concurrent_readers_see_consistent_snapshots`] writes.
+fn check_consistent(read: &RedbKvRead, keys: &[String]) {
+    let meta = read.meta().unwrap();
+    let current = meta.revision;
+    let expected: Vec<String> = keys
+        .iter()
+        .map(|k| format!("{k}={current}@{current}"))
+        .collect();
+    assert_eq!(scan_all(read, "", None, i64::MAX), expected);
+    let oldest = meta.compact_revision.max(2);
+    for at in [oldest, (oldest + current) / 2, current] {
+        let expected: Vec<String> = keys.iter().map(|k| format!("{k}={at}@{at}")).collect();
+        assert_eq!(
+            scan_all(read, "", None, at),
+            expected,
+            "at {at} in {meta:?}"
+        );
+    }
+    let versions = versions_all(read, "k3");
+    assert_eq!(versions.first(), Some(&format!("k3={current}@{current}")));
+    assert!(
+        versions.len() as i64 >= current - oldest + 1,
+        "{versions:?} {meta:?}"
+    );
+    assert_eq!(changes_all(read, current, current).len(), keys.len());
+    assert!(changes_all(read, current + 1, i64::MAX).is_empty());
+}
+
+#[test]
+fn corrupt_record_is_an_open_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.redb");
+    history(&open_kv(dir.path()));
+    {
+        let db = Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(REVISIONS)
+            .unwrap()
+            .insert(revision_key((9, 0)), [0x07, 1].as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let error = RedbKv::open(&path).unwrap_err();
+    assert!(
+        matches!(&error, OpenError::Corrupt { detail, .. } if detail.contains("revision 9.0")),
+        "{error}"
+    );
+}
+
+#[test]
 fn read_snapshot_is_send_and_static() {
     fn check<T: Send + 'static>() {}
     check::<RedbKvRead>();

@@ -1,0 +1,637 @@
+//! Leases: the lessor's state, its rules, and when the leader must act.
+//!
+//! Design. What every member agrees on — which leases exist, their granted
+//! TTL, the remaining TTL of the last checkpoint, and which keys are
+//! attached — changes only when log entries are applied (grant, revoke,
+//! checkpoint, and every write that attaches or detaches a key), and is
+//! stored in the MVCC backend's lease table in the same transaction as the
+//! rest of the entry, so it survives restarts and travels with the backend.
+//! Attached keys are not stored twice: they are recovered from the live keys
+//! whose version names the lease.
+//!
+//! Expiry is the leader's alone (the "primary" lessor, as etcd calls it).
+//! Only a primary lessor holds deadlines; it learns the time from the node's
+//! inputs and never reads a clock. When a deadline passes the node proposes a
+//! revoke through the log, and proposes it again after
+//! [`LeaseConfig::expired_retry_interval`] if it has not been applied by then.
+//! A member that becomes leader gives every lease its checkpointed remaining
+//! TTL (or its full TTL when none was recorded) plus the election timeout,
+//! as etcd's `Promote` does; periodic checkpoints of leases longer than the
+//! checkpoint interval go through the log, so a new leader never renews a
+//! long lease to its full TTL. A keep-alive clears a recorded remaining TTL
+//! with one more checkpoint, as etcd does.
+//!
+//! This module never reads the clock and writes storage only through the
+//! [`KvWrite`] it is handed by the apply step.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+
+use oxetcd_proto::etcdserverpb::{LeaseCheckpoint, LeaseStatus};
+
+use crate::error::Error;
+use crate::mvcc::LeaseCheck;
+use crate::storage::{KeyVersion, KvRead, KvWrite, LeaseRecord, RangeEnd, StorageError};
+use crate::Instant;
+
+/// The largest TTL a lease may be granted, in seconds (etcd's `MaxLeaseTTL`).
+pub const LEASE_TTL_MAX_SECS: i64 = 9_000_000_000;
+
+/// Leases revoked for expiry in one timer round at most, so a pile of leases
+/// expiring together does not flood the log (half of etcd's revoke rate of
+/// 1000 per second, which etcd spends in half-second rounds).
+const EXPIRED_REVOKES_PER_ROUND_MAX: usize = 500;
+
+/// Checkpoints carried by one log entry at most (etcd's batch limit).
+const CHECKPOINTS_PER_ENTRY_MAX: usize = 1_000;
+
+/// Lease timing, derived from the raft timing as etcd derives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Smallest TTL granted, in seconds; shorter requests are raised to it.
+    pub min_ttl_secs: i64,
+    /// How often the leader checkpoints the remaining TTL of leases longer
+    /// than this (etcd's `--experimental-lease-checkpoint-interval`, 5 min).
+    pub checkpoint_interval: Duration,
+    /// Added to every lease's remaining TTL when a member becomes leader
+    /// (the election timeout, as etcd's `Promote`).
+    pub promote_extend: Duration,
+    /// A revoke of an expired lease is proposed again after this long if it
+    /// has not been applied (etcd's 3 s).
+    pub expired_retry_interval: Duration,
+}
+
+impl LeaseConfig {
+    /// The lease timing of a member with this heartbeat interval and
+    /// election timeout. The minimum TTL is etcd's: one and a half election
+    /// timeouts counted in whole heartbeat ticks, rounded up to a second.
+    pub fn from_raft_timing(heartbeat_interval_ms: u64, election_timeout_ms: u64) -> Self {
+        let heartbeat_ms = heartbeat_interval_ms.max(1);
+        let election_ticks = election_timeout_ms / heartbeat_ms;
+        let min_ttl_ms = (3 * election_ticks / 2) * heartbeat_ms;
+        Self {
+            min_ttl_secs: i64::try_from(min_ttl_ms.div_ceil(1000)).unwrap_or(i64::MAX),
+            checkpoint_interval: Duration::from_secs(5 * 60),
+            promote_extend: Duration::from_millis(election_timeout_ms),
+            expired_retry_interval: Duration::from_secs(3),
+        }
+    }
+}
+
+impl Default for LeaseConfig {
+    /// etcd's defaults: `--heartbeat-interval 100`, `--election-timeout 1000`,
+    /// which give a minimum TTL of 2 s.
+    fn default() -> Self {
+        Self::from_raft_timing(100, 1000)
+    }
+}
+
+/// One lease in memory.
+#[derive(Debug)]
+struct Lease {
+    ttl_secs: i64,
+    /// From the last checkpoint; 0 for none.
+    remaining_ttl_secs: i64,
+    /// When it expires, on the leader; `None` on a follower.
+    expiry: Option<Instant>,
+    /// Its entry in the leader's deadlines: the expiry, or once a revoke
+    /// was proposed, when to propose it again.
+    deadline: Option<Instant>,
+    keys: BTreeSet<Vec<u8>>,
+}
+
+impl Lease {
+    fn record(&self, id: i64) -> LeaseRecord {
+        LeaseRecord {
+            id,
+            ttl_secs: self.ttl_secs,
+            remaining_ttl_secs: self.remaining_ttl_secs,
+        }
+    }
+
+    /// The TTL a new leader starts from.
+    fn remaining_or_ttl_secs(&self) -> i64 {
+        if self.remaining_ttl_secs > 0 {
+            self.remaining_ttl_secs
+        } else {
+            self.ttl_secs
+        }
+    }
+}
+
+/// The answer to a keep-alive, as the lessor sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// Renewed; the lease's TTL. `clear_checkpoint` asks the node to propose
+    /// a checkpoint that forgets the recorded remaining TTL.
+    Renewed {
+        ttl_secs: i64,
+        clear_checkpoint: bool,
+    },
+    /// The lease expired and its revoke is on the way: answer once it lands.
+    Expiring,
+    /// No such lease.
+    NotFound,
+}
+
+/// What a lease reports for `LeaseTimeToLive`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TimeToLive {
+    pub(crate) remaining_secs: i64,
+    pub(crate) granted_secs: i64,
+    pub(crate) keys: Vec<Vec<u8>>,
+}
+
+/// Every lease of the store, and the leader's deadlines.
+#[derive(Debug)]
+pub(crate) struct Lessor {
+    config: LeaseConfig,
+    leases: BTreeMap<i64, Lease>,
+    /// Which lease each attached key belongs to.
+    key_leases: HashMap<Vec<u8>, i64>,
+    primary: bool,
+    /// Leader only: (deadline, lease) for expiry or revoke retry.
+    deadlines: BTreeSet<(Instant, i64)>,
+    /// Leader only: (when, lease) for the next checkpoint.
+    checkpoints: BTreeSet<(Instant, i64)>,
+}
+
+impl LeaseCheck for Lessor {
+    fn lease_exists(&self, id: i64) -> bool {
+        self.leases.contains_key(&id)
+    }
+}
+
+impl Lessor {
+    /// The lessor of what `view` stores: its leases and, from every live key
+    /// naming one, the attached keys. Not primary until [`Lessor::promote`].
+    pub(crate) fn recover(config: LeaseConfig, view: &impl KvRead) -> Result<Self, StorageError> {
+        let mut leases = BTreeMap::new();
+        view.leases(&mut |record| {
+            leases.insert(
+                record.id,
+                Lease {
+                    ttl_secs: record.ttl_secs,
+                    remaining_ttl_secs: record.remaining_ttl_secs,
+                    expiry: None,
+                    deadline: None,
+                    keys: BTreeSet::new(),
+                },
+            );
+            ControlFlow::Continue(())
+        })?;
+        let mut key_leases = HashMap::new();
+        if !leases.is_empty() {
+            let current = view.meta()?.revision.max(1);
+            view.scan(b"", RangeEnd::Unbounded, current, &mut |version| {
+                if !version.tombstone && version.lease != 0 {
+                    if let Some(lease) = leases.get_mut(&version.lease) {
+                        lease.keys.insert(version.key.clone());
+                        key_leases.insert(version.key, version.lease);
+                    }
+                }
+                ControlFlow::Continue(())
+            })?;
+        }
+        Ok(Self {
+            config,
+            leases,
+            key_leases,
+            primary: false,
+            deadlines: BTreeSet::new(),
+            checkpoints: BTreeSet::new(),
+        })
+    }
+
+    /// This member became leader at `now`: every lease gets its remaining
+    /// (or full) TTL plus the election timeout.
+    pub(crate) fn promote(&mut self, now: Instant) {
+        self.primary = true;
+        self.deadlines.clear();
+        self.checkpoints.clear();
+        let extend = self.config.promote_extend;
+        let ids: Vec<i64> = self.leases.keys().copied().collect();
+        for id in ids {
+            let secs = self.leases[&id].remaining_or_ttl_secs();
+            self.set_expiry(id, now + extend + secs_duration(secs));
+            self.schedule_checkpoint(id, now);
+        }
+    }
+
+    /// This member is no longer leader: it forgets every deadline.
+    #[allow(dead_code)] // Called once the node can lose leadership (Raft).
+    pub(crate) fn demote(&mut self) {
+        self.primary = false;
+        self.deadlines.clear();
+        self.checkpoints.clear();
+        for lease in self.leases.values_mut() {
+            lease.expiry = None;
+            lease.deadline = None;
+        }
+    }
+
+    /// Applies a grant. `id` is non-zero (the node picks one for requests
+    /// that left it 0). Returns the granted TTL.
+    pub(crate) fn grant(
+        &mut self,
+        txn: &mut impl KvWrite,
+        id: i64,
+        ttl_secs: i64,
+        now: Instant,
+    ) -> Result<Result<i64, Error>, StorageError> {
+        if ttl_secs > LEASE_TTL_MAX_SECS {
+            return Ok(Err(Error::LeaseTtlTooLarge));
+        }
+        if id == 0 || self.leases.contains_key(&id) {
+            return Ok(Err(if id == 0 {
+                Error::LeaseNotFound
+            } else {
+                Error::LeaseExists
+            }));
+        }
+        let ttl_secs = ttl_secs.max(self.config.min_ttl_secs);
+        let lease = Lease {
+            ttl_secs,
+            remaining_ttl_secs: 0,
+            expiry: None,
+            deadline: None,
+            keys: BTreeSet::new(),
+        };
+        txn.put_lease(&lease.record(id))?;
+        self.leases.insert(id, lease);
+        if self.primary {
+            self.set_expiry(id, now + secs_duration(ttl_secs));
+            self.schedule_checkpoint(id, now);
+        }
+        Ok(Ok(ttl_secs))
+    }
+
+    /// Applies a revoke's lease-table part: forgets the lease and returns its
+    /// keys in key order, for the caller to delete in one revision. `None`
+    /// when there is no such lease.
+    pub(crate) fn revoke(
+        &mut self,
+        txn: &mut impl KvWrite,
+        id: i64,
+    ) -> Result<Option<Vec<Vec<u8>>>, StorageError> {
+        let Some(lease) = self.leases.remove(&id) else {
+            return Ok(None);
+        };
+        txn.remove_lease(id)?;
+        if let Some(deadline) = lease.deadline {
+            self.deadlines.remove(&(deadline, id));
+        }
+        self.checkpoints.retain(|&(_, lease_id)| lease_id != id);
+        for key in &lease.keys {
+            self.key_leases.remove(key);
+        }
+        Ok(Some(lease.keys.into_iter().collect()))
+    }
+
+    /// Applies one checkpoint: records the remaining TTL (0 forgets it).
+    pub(crate) fn checkpoint(
+        &mut self,
+        txn: &mut impl KvWrite,
+        checkpoint: &LeaseCheckpoint,
+        now: Instant,
+    ) -> Result<(), StorageError> {
+        let Some(lease) = self.leases.get_mut(&checkpoint.id) else {
+            return Ok(());
+        };
+        lease.remaining_ttl_secs = checkpoint.remaining_ttl.max(0);
+        txn.put_lease(&lease.record(checkpoint.id))?;
+        if self.primary {
+            self.schedule_checkpoint(checkpoint.id, now);
+        }
+        Ok(())
+    }
+
+    /// Moves keys between leases after a write: every change detaches its
+    /// key from the lease it had, and a put attaches it to the lease it
+    /// names (which exists: the write checked).
+    pub(crate) fn on_changes(&mut self, changes: &[KeyVersion]) {
+        if self.leases.is_empty() && self.key_leases.is_empty() {
+            return;
+        }
+        for change in changes {
+            if let Some(old) = self.key_leases.remove(&change.key) {
+                if let Some(lease) = self.leases.get_mut(&old) {
+                    lease.keys.remove(&change.key);
+                }
+            }
+            if !change.tombstone && change.lease != 0 {
+                if let Some(lease) = self.leases.get_mut(&change.lease) {
+                    lease.keys.insert(change.key.clone());
+                    self.key_leases.insert(change.key.clone(), change.lease);
+                }
+            }
+        }
+    }
+
+    /// A keep-alive at `now` (leader only).
+    pub(crate) fn renew(&mut self, id: i64, now: Instant) -> Renewal {
+        let Some(lease) = self.leases.get(&id) else {
+            return Renewal::NotFound;
+        };
+        if lease.expiry.is_some_and(|expiry| expiry <= now) {
+            return Renewal::Expiring;
+        }
+        let ttl_secs = lease.ttl_secs;
+        let clear_checkpoint = lease.remaining_ttl_secs > 0;
+        self.set_expiry(id, now + secs_duration(ttl_secs));
+        Renewal::Renewed {
+            ttl_secs,
+            clear_checkpoint,
+        }
+    }
+
+    /// `LeaseTimeToLive` at `now`; `None` when there is no such lease.
+    pub(crate) fn time_to_live(&self, id: i64, now: Instant, keys: bool) -> Option<TimeToLive> {
+        let lease = self.leases.get(&id)?;
+        let remaining_secs = match lease.expiry {
+            // etcd truncates the remaining duration to whole seconds.
+            Some(expiry) if expiry >= now => (expiry.saturating_since(now).as_secs()) as i64,
+            Some(expiry) => -(now.saturating_since(expiry).as_secs() as i64),
+            None => i64::MAX / 1_000_000_000,
+        };
+        Some(TimeToLive {
+            remaining_secs,
+            granted_secs: lease.ttl_secs,
+            keys: if keys {
+                lease.keys.iter().cloned().collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    /// Every lease, soonest expiry first (as etcd lists them), then by ID.
+    pub(crate) fn statuses(&self) -> Vec<LeaseStatus> {
+        let mut all: Vec<(Option<Instant>, i64)> = self
+            .leases
+            .iter()
+            .map(|(&id, lease)| (lease.expiry, id))
+            .collect();
+        all.sort_unstable();
+        all.into_iter().map(|(_, id)| LeaseStatus { id }).collect()
+    }
+
+    /// True when a lease with this ID exists.
+    pub(crate) fn contains(&self, id: i64) -> bool {
+        self.leases.contains_key(&id)
+    }
+
+    /// The next instant the lessor needs [`Lessor::poll_due`].
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let expiry = self.deadlines.first().map(|&(at, _)| at);
+        let checkpoint = self.checkpoints.first().map(|&(at, _)| at);
+        match (expiry, checkpoint) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Leases whose revoke is due at `now` (each is given a retry deadline),
+    /// and checkpoints due at `now` (remaining TTL rounded up to a second).
+    pub(crate) fn poll_due(&mut self, now: Instant) -> (Vec<i64>, Vec<LeaseCheckpoint>) {
+        let mut revokes = Vec::new();
+        while revokes.len() < EXPIRED_REVOKES_PER_ROUND_MAX {
+            let Some(&(at, id)) = self.deadlines.first() else {
+                break;
+            };
+            if at > now {
+                break;
+            }
+            self.deadlines.remove(&(at, id));
+            let retry = now + self.config.expired_retry_interval;
+            if let Some(lease) = self.leases.get_mut(&id) {
+                lease.deadline = Some(retry);
+                self.deadlines.insert((retry, id));
+                revokes.push(id);
+            }
+        }
+        let mut checkpoints = Vec::new();
+        while checkpoints.len() < CHECKPOINTS_PER_ENTRY_MAX {
+            let Some(&(at, id)) = self.checkpoints.first() else {
+                break;
+            };
+            if at > now {
+                break;
+            }
+            self.checkpoints.remove(&(at, id));
+            let Some(expiry) = self.leases.get(&id).and_then(|lease| lease.expiry) else {
+                continue;
+            };
+            if expiry <= now {
+                continue;
+            }
+            let remaining = expiry.saturating_since(now);
+            let secs = remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0);
+            checkpoints.push(LeaseCheckpoint {
+                id,
+                remaining_ttl: i64::try_from(secs).unwrap_or(i64::MAX),
+            });
+        }
+        (revokes, checkpoints)
+    }
+
+    fn set_expiry(&mut self, id: i64, expiry: Instant) {
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return;
+        };
+        lease.expiry = Some(expiry);
+        if let Some(old) = lease.deadline.replace(expiry) {
+            self.deadlines.remove(&(old, id));
+        }
+        self.deadlines.insert((expiry, id));
+    }
+
+    /// etcd checkpoints only leases that outlive the checkpoint interval.
+    fn schedule_checkpoint(&mut self, id: i64, now: Instant) {
+        let interval = self.config.checkpoint_interval;
+        if interval.is_zero() {
+            return;
+        }
+        let Some(lease) = self.leases.get(&id) else {
+            return;
+        };
+        let interval_secs = i64::try_from(interval.as_secs()).unwrap_or(i64::MAX);
+        if lease.remaining_or_ttl_secs() > interval_secs {
+            self.checkpoints.retain(|&(_, lease_id)| lease_id != id);
+            self.checkpoints.insert((now + interval, id));
+        }
+    }
+}
+
+/// A lease ID chosen for a grant that asked for none: derived from the log
+/// position of the grant (so every member picks the same one) and the
+/// cluster, positive and non-zero, stepping past IDs already taken.
+pub(crate) fn choose_id(cluster_id: u64, index: u64, taken: impl Fn(i64) -> bool) -> i64 {
+    let mut x = cluster_id ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finalizer: neighbouring indexes give unrelated IDs.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    let mut id = (x & (i64::MAX as u64)) as i64;
+    while id == 0 || taken(id) {
+        id = id.wrapping_add(1) & i64::MAX;
+    }
+    id
+}
+
+fn secs_duration(secs: i64) -> Duration {
+    Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryKv;
+    use crate::storage::{KvStore, Revision};
+
+    fn at(secs: u64) -> Instant {
+        Instant::from_nanos(secs * 1_000_000_000)
+    }
+
+    #[test]
+    fn minimum_ttl_follows_etcds_formula() {
+        assert_eq!(LeaseConfig::default().min_ttl_secs, 2);
+        // 3/2 of 10 ticks of 500 ms = 7.5 s, rounded up.
+        assert_eq!(LeaseConfig::from_raft_timing(500, 5000).min_ttl_secs, 8);
+        assert_eq!(LeaseConfig::from_raft_timing(10, 50).min_ttl_secs, 1);
+    }
+
+    #[test]
+    fn grant_raises_ttl_refuses_duplicates_and_expires_on_the_leader_only() {
+        let kv = MemoryKv::default();
+        let mut lessor = Lessor::recover(LeaseConfig::default(), &kv.read().unwrap()).unwrap();
+        let mut txn = kv.write().unwrap();
+        assert_eq!(lessor.grant(&mut txn, 7, 1, at(0)).unwrap(), Ok(2));
+        assert_eq!(
+            lessor.grant(&mut txn, 7, 10, at(0)).unwrap(),
+            Err(Error::LeaseExists)
+        );
+        assert_eq!(
+            lessor
+                .grant(&mut txn, 8, LEASE_TTL_MAX_SECS + 1, at(0))
+                .unwrap(),
+            Err(Error::LeaseTtlTooLarge)
+        );
+        assert_eq!(lessor.poll_timeout(), None, "a follower holds no deadline");
+        lessor.promote(at(10));
+        // Full TTL plus the election timeout.
+        assert_eq!(lessor.poll_timeout(), Some(at(12) + Duration::from_secs(1)));
+        let (revokes, _) = lessor.poll_due(at(13));
+        assert_eq!(revokes, vec![7]);
+        assert_eq!(lessor.renew(7, at(13)), Renewal::Expiring);
+        // Not applied within the retry interval: proposed again.
+        assert_eq!(lessor.poll_due(at(15)).0, Vec::<i64>::new());
+        assert_eq!(lessor.poll_due(at(16)).0, vec![7]);
+    }
+
+    #[test]
+    fn keys_attach_detach_and_recover_from_storage() {
+        let kv = MemoryKv::default();
+        let mut lessor = Lessor::recover(LeaseConfig::default(), &kv.read().unwrap()).unwrap();
+        let mut txn = kv.write().unwrap();
+        lessor.grant(&mut txn, 1, 60, at(0)).unwrap().unwrap();
+        lessor.grant(&mut txn, 2, 60, at(0)).unwrap().unwrap();
+        let version = |key: &[u8], main, lease, tombstone| KeyVersion {
+            key: key.to_vec(),
+            mod_revision: Revision { main, sub: 0 },
+            create_revision: main,
+            version: 1,
+            lease,
+            value: Vec::new(),
+            tombstone,
+        };
+        let changes = [
+            version(b"a", 2, 1, false),
+            version(b"b", 3, 1, false),
+            version(b"c", 4, 2, false),
+        ];
+        for change in &changes {
+            txn.put_version(change).unwrap();
+        }
+        lessor.on_changes(&changes);
+        // "b" moves to no lease, "c" is deleted.
+        let moved = [version(b"b", 5, 0, false), version(b"c", 6, 0, true)];
+        for change in &moved {
+            txn.put_version(change).unwrap();
+        }
+        lessor.on_changes(&moved);
+        let mut meta = txn.meta().unwrap();
+        meta.revision = 6;
+        txn.set_meta(&meta).unwrap();
+        txn.commit().unwrap();
+        let keys = |lessor: &Lessor, id| lessor.time_to_live(id, at(0), true).unwrap().keys;
+        assert_eq!(keys(&lessor, 1), vec![b"a".to_vec()]);
+        assert!(keys(&lessor, 2).is_empty());
+
+        let recovered = Lessor::recover(LeaseConfig::default(), &kv.read().unwrap()).unwrap();
+        assert_eq!(keys(&recovered, 1), vec![b"a".to_vec()]);
+        assert!(keys(&recovered, 2).is_empty());
+
+        let mut txn = kv.write().unwrap();
+        let mut lessor = recovered;
+        assert_eq!(
+            lessor.revoke(&mut txn, 1).unwrap(),
+            Some(vec![b"a".to_vec()])
+        );
+        assert_eq!(lessor.revoke(&mut txn, 1).unwrap(), None);
+        txn.commit().unwrap();
+        let recovered = Lessor::recover(LeaseConfig::default(), &kv.read().unwrap()).unwrap();
+        assert!(!recovered.contains(1));
+        assert!(recovered.contains(2));
+    }
+
+    #[test]
+    fn checkpoints_keep_the_remaining_ttl_across_promotion() {
+        let config = LeaseConfig {
+            checkpoint_interval: Duration::from_secs(5),
+            ..LeaseConfig::default()
+        };
+        let kv = MemoryKv::default();
+        let mut lessor = Lessor::recover(config, &kv.read().unwrap()).unwrap();
+        lessor.promote(at(0));
+        let mut txn = kv.write().unwrap();
+        lessor.grant(&mut txn, 1, 30, at(0)).unwrap().unwrap();
+        // Short leases are not checkpointed.
+        lessor.grant(&mut txn, 2, 3, at(0)).unwrap().unwrap();
+        let (_, checkpoints) = lessor.poll_due(at(5));
+        assert_eq!(
+            checkpoints,
+            vec![LeaseCheckpoint {
+                id: 1,
+                remaining_ttl: 25
+            }]
+        );
+        lessor.checkpoint(&mut txn, &checkpoints[0], at(5)).unwrap();
+        txn.commit().unwrap();
+        // A new leader (here: after a restart) starts from 25 s, not 30 s.
+        let mut recovered = Lessor::recover(config, &kv.read().unwrap()).unwrap();
+        recovered.promote(at(100));
+        let ttl = recovered.time_to_live(1, at(100), false).unwrap();
+        assert_eq!(ttl.remaining_secs, 26, "25 s plus the election timeout");
+        assert_eq!(ttl.granted_secs, 30);
+        // A keep-alive renews to the full TTL and asks to clear the record.
+        assert_eq!(
+            recovered.renew(1, at(101)),
+            Renewal::Renewed {
+                ttl_secs: 30,
+                clear_checkpoint: true
+            }
+        );
+    }
+
+    #[test]
+    fn chosen_ids_are_positive_and_skip_taken_ones() {
+        let first = choose_id(1, 5, |_| false);
+        assert!(first > 0);
+        assert_eq!(choose_id(1, 5, |id| id == first), first + 1);
+        assert_ne!(choose_id(1, 6, |_| false), first);
+    }
+}

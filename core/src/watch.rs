@@ -1,0 +1,960 @@
+//! Watch: which watchers exist, which events each must see, and the pure
+//! helpers a runtime uses to deliver them without breaking etcd's
+//! guarantees.
+//!
+//! # Design
+//!
+//! A watcher is named by `(stream, watch_id)`: the runtime numbers each
+//! client `Watch` stream, and watch IDs are per stream as in etcd. The
+//! registry lives in the node; the runtime only routes what it emits.
+//!
+//! **Synced watchers.** When the apply step applies an entry that writes
+//! revision `R`, the node hands the registry the versions `R` wrote (in sub
+//! revision order) and the open write transaction. Each synced watcher whose
+//! range holds a changed key gets *one* `Output::Watch` carrying every event
+//! of `R` it wants — so the events of a revision (a txn) are never split —
+//! with `prev_kv` read from the transaction at `R - 1` when asked for. The
+//! outputs leave the node only after the batch commits, in revision order.
+//!
+//! **Unsynced watchers and catch-up.** A watcher that needs history — one
+//! created with `start_revision` at or below the current revision, or one the
+//! runtime could not keep up with — is *catching up*. The node does no
+//! history reads itself (they can be long, and the node's thread must keep
+//! applying): it emits `Output::WatchCatchUp` naming the watcher, its spec
+//! and the revisions `[from, to]` it must be sent, where `to` is the revision
+//! the node has applied. The runtime runs [`catch_up`] — a pure function of
+//! a read snapshot — on any thread, delivers the response it builds *in the
+//! stream's order*, and answers `Input::WatchCaughtUp` with the last revision
+//! covered (a catch-up reads at most [`CATCH_UP_REVISIONS_MAX`] revisions).
+//! The node then either marks the watcher synced (nothing newer was applied
+//! meanwhile) or asks for the next stretch. While a watcher catches up the
+//! node emits no live events for it, so nothing is sent twice; because every
+//! stretch starts where the last one ended, nothing is skipped. History
+//! below the compacted revision cancels the watcher with a response carrying
+//! `compact_revision`, as etcd does.
+//!
+//! **Slow consumers.** Each stream has a bounded queue in the runtime. The
+//! runtime passes every watch response through the stream's [`StreamGate`]
+//! before queueing it: when the queue is full the gate refuses the response,
+//! marks the watcher *stalled* from the response's first revision, and the
+//! runtime tells the node (`Input::WatchStalled`). The node moves the watcher
+//! to catch-up from that revision; until the gate routes the catch-up, it
+//! drops every later response for that watcher (the catch-up will cover
+//! them). Writes never wait for a watcher, and one slow watcher never holds
+//! back the others: only its own events are dropped, to be re-read from
+//! storage.
+//!
+//! **Progress.** A progress notification on a stream says "you have every
+//! event up to revision P". The node answers `RequestProgress` only when no
+//! watcher of the stream is catching up (otherwise once the last one
+//! syncs), and the gate holds back a stream-wide notification while any of
+//! the stream's watchers is stalled, releasing it after the catch-up that
+//! covers it. Periodic notifications (`progress_notify`) go only to synced
+//! watchers that had no events since the last round, as etcd's do.
+//!
+//! This module never reads the clock, and the registry never reads storage
+//! other than the transaction it is handed for `prev_kv`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use oxetcd_proto::etcdserverpb::watch_create_request::FilterType;
+use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
+use oxetcd_proto::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
+use oxetcd_proto::mvccpb::{event::EventType, Event, KeyValue};
+use prost::Message;
+
+use crate::storage::{KeyVersion, KvRead, RangeEnd, StorageError};
+use crate::{Instant, Output};
+
+/// Names one client `Watch` stream; chosen by the runtime.
+pub type StreamId = u64;
+
+/// The watch ID of responses that belong to no watcher (etcd's
+/// `InvalidWatchID`): failed creates and stream-wide progress.
+pub const NO_WATCH_ID: i64 = -1;
+
+/// Revisions one catch-up reads at most (etcd's `watchBatchMaxRevs`): the
+/// response it builds stays bounded, and the node gets a turn between
+/// stretches of a long history.
+pub const CATCH_UP_REVISIONS_MAX: i64 = 1_000;
+
+/// Events one catch-up response holds at most; a revision is never split,
+/// so a single larger revision still goes out whole.
+pub const CATCH_UP_EVENTS_MAX: usize = 10_000;
+
+/// etcd's default `--experimental-watch-progress-notify-interval`.
+pub const PROGRESS_NOTIFY_INTERVAL_DEFAULT: Duration = Duration::from_secs(10 * 60);
+
+/// Why a create request is refused (etcd's messages, in `cancel_reason`).
+const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
+const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
+
+/// What a watcher watches and how it wants its events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchSpec {
+    /// First key (etcd turns an empty key into `"\0"`).
+    pub key: Vec<u8>,
+    /// `None`: `key` alone; `Some(empty)`: every key from `key` on;
+    /// `Some(end)`: `[key, end)`.
+    pub range_end: Option<Vec<u8>>,
+    /// Drop put events.
+    pub no_put: bool,
+    /// Drop delete events.
+    pub no_delete: bool,
+    /// Attach each key's previous version.
+    pub prev_kv: bool,
+    /// Split responses larger than the request limit.
+    pub fragment: bool,
+}
+
+impl WatchSpec {
+    /// The spec of a create request, normalised as etcd does; `Err` holds
+    /// the cancel reason.
+    pub fn from_create(request: &WatchCreateRequest) -> Result<Self, &'static str> {
+        let key = if request.key.is_empty() {
+            vec![0]
+        } else {
+            request.key.clone()
+        };
+        let range_end = match request.range_end.as_slice() {
+            [] => None,
+            [0] => Some(Vec::new()),
+            end => Some(end.to_vec()),
+        };
+        if let Some(end) = &range_end {
+            if !end.is_empty() && key.as_slice() >= end.as_slice() {
+                return Err(EMPTY_RANGE);
+            }
+        }
+        let has = |filter: FilterType| request.filters.contains(&(filter as i32));
+        Ok(Self {
+            key,
+            range_end,
+            no_put: has(FilterType::Noput),
+            no_delete: has(FilterType::Nodelete),
+            prev_kv: request.prev_kv,
+            fragment: request.fragment,
+        })
+    }
+
+    /// True when `key` is in the watched range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        match &self.range_end {
+            None => key == self.key.as_slice(),
+            Some(end) if end.is_empty() => key >= self.key.as_slice(),
+            Some(end) => key >= self.key.as_slice() && key < end.as_slice(),
+        }
+    }
+
+    /// True unless a filter drops this kind of event.
+    fn wants(&self, tombstone: bool) -> bool {
+        if tombstone {
+            !self.no_delete
+        } else {
+            !self.no_put
+        }
+    }
+}
+
+/// A request to send a watcher the events of `[from, to]` from storage,
+/// then answer `Input::WatchCaughtUp`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatchUp {
+    /// The watcher's stream.
+    pub stream: StreamId,
+    /// The watcher.
+    pub watch_id: i64,
+    /// What it watches.
+    pub spec: WatchSpec,
+    /// First revision to send.
+    pub from: i64,
+    /// Last revision to send: the node's applied revision when it asked.
+    pub to: i64,
+    /// Header for the response (revision `to`).
+    pub header: ResponseHeader,
+}
+
+/// What [`catch_up`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CatchUpOutcome {
+    /// Events were read up to `upto` (`to`, unless the stretch was capped).
+    /// `response` is `None` when the watcher wants none of them.
+    Events {
+        /// The response to deliver, if any.
+        response: Option<WatchResponse>,
+        /// Last revision covered.
+        upto: i64,
+    },
+    /// `from` is below the compacted revision: deliver `response` (a cancel
+    /// carrying `compact_revision`); the watcher is gone.
+    Compacted {
+        /// The cancel response.
+        response: WatchResponse,
+    },
+}
+
+impl CatchUpOutcome {
+    /// The input that reports this outcome to the node.
+    pub fn input(&self, job: &CatchUp) -> crate::Input {
+        let (upto, compacted) = match self {
+            Self::Events { upto, .. } => (*upto, false),
+            Self::Compacted { .. } => (job.to, true),
+        };
+        crate::Input::WatchCaughtUp {
+            stream: job.stream,
+            watch_id: job.watch_id,
+            upto,
+            compacted,
+        }
+    }
+}
+
+/// Reads the events `job` asks for from a snapshot at or after `job.to`.
+/// Pure: the runtime calls it on whatever thread it likes.
+pub fn catch_up(view: &impl KvRead, job: &CatchUp) -> Result<CatchUpOutcome, StorageError> {
+    let compacted = view.meta()?.compact_revision;
+    if job.from < compacted {
+        return Ok(CatchUpOutcome::Compacted {
+            // etcd's compaction notice carries no revision in its header.
+            response: WatchResponse {
+                header: Some(ResponseHeader {
+                    revision: 0,
+                    ..job.header
+                }),
+                watch_id: job.watch_id,
+                canceled: true,
+                compact_revision: compacted,
+                ..Default::default()
+            },
+        });
+    }
+    let from = job.from.max(1);
+    let last = job.to.min(from.saturating_add(CATCH_UP_REVISIONS_MAX - 1));
+    let mut matched: Vec<KeyVersion> = Vec::new();
+    let mut upto = last;
+    let mut capped = false;
+    view.changes(from, last, &mut |version| {
+        let revision = version.mod_revision.main;
+        if matched.len() >= CATCH_UP_EVENTS_MAX
+            && matched
+                .last()
+                .is_some_and(|v| v.mod_revision.main < revision)
+        {
+            upto = revision - 1;
+            capped = true;
+            return ControlFlow::Break(());
+        }
+        if job.spec.contains(&version.key) && job.spec.wants(version.tombstone) {
+            matched.push(version);
+        }
+        ControlFlow::Continue(())
+    })?;
+    capped |= last < job.to;
+    let mut events = Vec::with_capacity(matched.len());
+    for version in matched {
+        let prev = if job.spec.prev_kv && !is_create(&version) {
+            previous(view, &version.key, version.mod_revision.main - 1)?
+        } else {
+            None
+        };
+        events.push(event(version, prev));
+    }
+    let response = (!events.is_empty()).then(|| WatchResponse {
+        header: Some(ResponseHeader {
+            revision: if capped { upto } else { job.header.revision },
+            ..job.header
+        }),
+        watch_id: job.watch_id,
+        events,
+        ..Default::default()
+    });
+    Ok(CatchUpOutcome::Events { response, upto })
+}
+
+/// Splits a response larger than `max_bytes` into fragments, each but the
+/// last flagged `fragment`, as etcd does for watchers that asked for it. A
+/// response with fewer than two events is never split.
+pub fn fragments(response: WatchResponse, max_bytes: usize) -> Vec<WatchResponse> {
+    if response.events.len() < 2 || response.encoded_len() < max_bytes {
+        return vec![response];
+    }
+    let mut out = Vec::new();
+    let mut template = response;
+    let events = std::mem::take(&mut template.events);
+    let mut current = WatchResponse {
+        fragment: true,
+        ..template.clone()
+    };
+    for event in events {
+        current.events.push(event);
+        if current.events.len() > 1 && current.encoded_len() >= max_bytes {
+            let overflow = current.events.pop();
+            let full = std::mem::replace(
+                &mut current,
+                WatchResponse {
+                    fragment: true,
+                    ..template.clone()
+                },
+            );
+            out.push(full);
+            current.events.extend(overflow);
+        }
+    }
+    current.fragment = false;
+    out.push(current);
+    out
+}
+
+/// What a runtime does with one watch response for a stream; see
+/// [`StreamGate::route`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Queue it.
+    Deliver,
+    /// Drop it (a catch-up covers it, or it is held back).
+    Drop,
+    /// The queue is full: drop it, and report `Input::WatchStalled` with
+    /// this watcher and revision.
+    Stall {
+        /// The watcher that fell behind.
+        watch_id: i64,
+        /// First revision it has not been sent.
+        from_revision: i64,
+    },
+}
+
+/// The runtime-side guard of one stream's bounded queue (see the module
+/// docs): decides, per response, whether it may be queued.
+#[derive(Debug, Default)]
+pub struct StreamGate {
+    stalled: BTreeSet<i64>,
+    /// A stream-wide progress notification held back while stalled.
+    deferred_progress: Option<WatchResponse>,
+}
+
+impl StreamGate {
+    /// Routes `response` given the stream's queue occupancy and its limit
+    /// (both in [`queue_cost`] units). A response always fits an empty
+    /// queue, so one large revision cannot stall a watcher forever.
+    pub fn route(&mut self, response: &WatchResponse, queued: usize, limit: usize) -> Route {
+        let id = response.watch_id;
+        if response.created || response.canceled {
+            if response.canceled {
+                self.stalled.remove(&id);
+            }
+            return Route::Deliver;
+        }
+        if let Some(first) = response.events.first() {
+            if self.stalled.contains(&id) {
+                return Route::Drop;
+            }
+            if queued > 0 && queued.saturating_add(queue_cost(response)) > limit {
+                self.stalled.insert(id);
+                let from_revision = first.kv.as_ref().map_or(0, |kv| kv.mod_revision);
+                return Route::Stall {
+                    watch_id: id,
+                    from_revision,
+                };
+            }
+            return Route::Deliver;
+        }
+        // A progress notification.
+        if id == NO_WATCH_ID {
+            if !self.stalled.is_empty() {
+                self.deferred_progress = Some(response.clone());
+                return Route::Drop;
+            }
+            return Route::Deliver;
+        }
+        if self.stalled.contains(&id) {
+            Route::Drop
+        } else {
+            Route::Deliver
+        }
+    }
+
+    /// The catch-up of `watch_id` is being queued: later responses for it
+    /// flow again. Returns a held-back progress notification to queue right
+    /// after the catch-up, once no watcher is stalled.
+    pub fn catch_up_routed(&mut self, watch_id: i64) -> Option<WatchResponse> {
+        self.stalled.remove(&watch_id);
+        if self.stalled.is_empty() {
+            self.deferred_progress.take()
+        } else {
+            None
+        }
+    }
+
+    /// Forgets a watcher (its stream closed or it was canceled).
+    pub fn forget(&mut self, watch_id: i64) {
+        self.stalled.remove(&watch_id);
+    }
+}
+
+/// What a response costs in a stream's queue: one, plus one per event.
+pub fn queue_cost(response: &WatchResponse) -> usize {
+    1 + response.events.len()
+}
+
+/// One watcher in the registry.
+#[derive(Debug)]
+struct Watcher {
+    spec: WatchSpec,
+    progress_notify: bool,
+    catching_up: bool,
+    /// The first revision this watcher has not been given (or, for one
+    /// created with a future start revision, the first it wants).
+    next_revision: i64,
+    /// Events went out since the last periodic progress round.
+    recently_notified: bool,
+}
+
+/// One stream's bookkeeping.
+#[derive(Debug, Default)]
+struct Stream {
+    /// Next automatically chosen watch ID (etcd counts from 0).
+    next_id: i64,
+    watchers: BTreeSet<i64>,
+    catching_up: usize,
+    /// A `RequestProgress` waits for the stream's watchers to sync.
+    progress_wanted: bool,
+}
+
+type WatcherKey = (StreamId, i64);
+
+/// Every watcher of the node.
+#[derive(Debug)]
+pub(crate) struct WatchRegistry {
+    watchers: BTreeMap<WatcherKey, Watcher>,
+    streams: BTreeMap<StreamId, Stream>,
+    /// Single-key watchers by key.
+    by_key: BTreeMap<Vec<u8>, BTreeSet<WatcherKey>>,
+    /// Watchers of a range (checked one by one).
+    ranged: BTreeSet<WatcherKey>,
+    progress_interval: Duration,
+    /// Next periodic progress round, while any watcher asked for it.
+    next_progress: Option<Instant>,
+}
+
+/// The node's state a watch operation needs.
+pub(crate) struct Context<'a> {
+    pub(crate) now: Instant,
+    /// Header with the node's current revision.
+    pub(crate) header: ResponseHeader,
+    pub(crate) outputs: &'a mut VecDeque<Output>,
+}
+
+impl WatchRegistry {
+    pub(crate) fn new(progress_interval: Duration) -> Self {
+        Self {
+            watchers: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            by_key: BTreeMap::new(),
+            ranged: BTreeSet::new(),
+            progress_interval,
+            next_progress: None,
+        }
+    }
+
+    /// Number of watchers (all streams).
+    #[allow(dead_code)]
+    pub(crate) fn len(&self) -> usize {
+        self.watchers.len()
+    }
+
+    /// One request from a client's stream.
+    pub(crate) fn handle_request(
+        &mut self,
+        stream: StreamId,
+        request: WatchRequest,
+        cx: &mut Context<'_>,
+    ) {
+        match request.request_union {
+            Some(RequestUnion::CreateRequest(create)) => self.create(stream, &create, cx),
+            // Canceling an unknown watcher answers nothing, as etcd 3.4.
+            Some(RequestUnion::CancelRequest(cancel)) if self.remove((stream, cancel.watch_id)) => {
+                let response = WatchResponse {
+                    header: Some(cx.header),
+                    watch_id: cancel.watch_id,
+                    canceled: true,
+                    ..Default::default()
+                };
+                emit(cx, stream, response, false);
+                self.release_progress(stream, cx);
+            }
+            Some(RequestUnion::CancelRequest(_)) => {}
+            Some(RequestUnion::ProgressRequest(_)) => {
+                self.streams.entry(stream).or_default().progress_wanted = true;
+                self.release_progress(stream, cx);
+            }
+            None => {}
+        }
+    }
+
+    /// The client's stream is gone: so are its watchers.
+    pub(crate) fn handle_closed(&mut self, stream: StreamId) {
+        let Some(state) = self.streams.remove(&stream) else {
+            return;
+        };
+        for id in state.watchers {
+            self.unindex((stream, id));
+        }
+    }
+
+    /// The runtime dropped events of a synced watcher from `from_revision`
+    /// on: it catches up from there.
+    pub(crate) fn handle_stalled(
+        &mut self,
+        stream: StreamId,
+        watch_id: i64,
+        from_revision: i64,
+        cx: &mut Context<'_>,
+    ) {
+        let Some(watcher) = self.watchers.get_mut(&(stream, watch_id)) else {
+            return;
+        };
+        if watcher.catching_up {
+            return;
+        }
+        watcher.catching_up = true;
+        watcher.next_revision = watcher.next_revision.min(from_revision).max(1);
+        if let Some(state) = self.streams.get_mut(&stream) {
+            state.catching_up += 1;
+        }
+        self.request_catch_up((stream, watch_id), cx);
+    }
+
+    /// A catch-up was delivered up to `upto`, or found history compacted.
+    pub(crate) fn handle_caught_up(
+        &mut self,
+        stream: StreamId,
+        watch_id: i64,
+        upto: i64,
+        compacted: bool,
+        cx: &mut Context<'_>,
+    ) {
+        let key = (stream, watch_id);
+        let Some(watcher) = self.watchers.get_mut(&key) else {
+            return;
+        };
+        if !watcher.catching_up {
+            return;
+        }
+        if compacted {
+            self.remove(key);
+            self.release_progress(stream, cx);
+            return;
+        }
+        watcher.next_revision = watcher.next_revision.max(upto + 1);
+        if watcher.next_revision <= cx.header.revision {
+            self.request_catch_up(key, cx);
+            return;
+        }
+        watcher.catching_up = false;
+        if let Some(state) = self.streams.get_mut(&stream) {
+            state.catching_up -= 1;
+        }
+        self.release_progress(stream, cx);
+    }
+
+    /// The apply step wrote `changes` as revision `revision` (through
+    /// `view`, which sees them): tell every synced watcher that wants some.
+    pub(crate) fn on_revision(
+        &mut self,
+        revision: i64,
+        changes: &[KeyVersion],
+        view: &dyn KvRead,
+        header: ResponseHeader,
+        outputs: &mut Vec<Output>,
+    ) -> Result<(), StorageError> {
+        if self.watchers.is_empty() || changes.is_empty() {
+            return Ok(());
+        }
+        let mut batches: BTreeMap<WatcherKey, Vec<Event>> = BTreeMap::new();
+        for change in changes {
+            let mut takers: Vec<WatcherKey> = Vec::new();
+            let mut wants_prev = false;
+            let candidates = self
+                .by_key
+                .get(&change.key)
+                .into_iter()
+                .flatten()
+                .chain(self.ranged.iter());
+            for key in candidates {
+                let Some(watcher) = self.watchers.get(key) else {
+                    continue;
+                };
+                if watcher.catching_up
+                    || watcher.next_revision > revision
+                    || !watcher.spec.contains(&change.key)
+                    || !watcher.spec.wants(change.tombstone)
+                {
+                    continue;
+                }
+                wants_prev |= watcher.spec.prev_kv;
+                takers.push(*key);
+            }
+            if takers.is_empty() {
+                continue;
+            }
+            let prev = if wants_prev && !is_create(change) {
+                previous(view, &change.key, revision - 1)?
+            } else {
+                None
+            };
+            for key in takers {
+                let with_prev = self.watchers[&key].spec.prev_kv;
+                let event = event(change.clone(), if with_prev { prev.clone() } else { None });
+                batches.entry(key).or_default().push(event);
+            }
+        }
+        let header = ResponseHeader { revision, ..header };
+        for (key, events) in batches {
+            let Some(watcher) = self.watchers.get_mut(&key) else {
+                continue;
+            };
+            watcher.next_revision = revision + 1;
+            watcher.recently_notified = true;
+            outputs.push(Output::Watch {
+                stream: key.0,
+                response: WatchResponse {
+                    header: Some(header),
+                    watch_id: key.1,
+                    events,
+                    ..Default::default()
+                },
+                fragment: watcher.spec.fragment,
+            });
+        }
+        Ok(())
+    }
+
+    /// When the next periodic progress round is due, if any watcher wants one.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.next_progress
+    }
+
+    /// Runs the periodic progress round if it is due.
+    pub(crate) fn handle_timeout(&mut self, cx: &mut Context<'_>) {
+        let Some(due) = self.next_progress else {
+            return;
+        };
+        if due > cx.now {
+            return;
+        }
+        let mut any = false;
+        let mut notify = Vec::new();
+        for (key, watcher) in &mut self.watchers {
+            if !watcher.progress_notify {
+                continue;
+            }
+            any = true;
+            if !watcher.catching_up && !watcher.recently_notified {
+                notify.push(*key);
+            }
+            watcher.recently_notified = false;
+        }
+        for (stream, watch_id) in notify {
+            let response = WatchResponse {
+                header: Some(cx.header),
+                watch_id,
+                ..Default::default()
+            };
+            emit(cx, stream, response, false);
+        }
+        self.next_progress = any.then(|| cx.now + self.progress_interval);
+    }
+
+    fn create(&mut self, stream: StreamId, create: &WatchCreateRequest, cx: &mut Context<'_>) {
+        let current = cx.header.revision;
+        let refuse = |cx: &mut Context<'_>, reason: &str| {
+            let response = WatchResponse {
+                header: Some(cx.header),
+                watch_id: NO_WATCH_ID,
+                created: true,
+                canceled: true,
+                cancel_reason: reason.to_owned(),
+                ..Default::default()
+            };
+            emit(cx, stream, response, false);
+        };
+        let spec = match WatchSpec::from_create(create) {
+            Ok(spec) => spec,
+            Err(reason) => return refuse(cx, reason),
+        };
+        let state = self.streams.entry(stream).or_default();
+        let id = if create.watch_id == 0 {
+            while state.watchers.contains(&state.next_id) {
+                state.next_id += 1;
+            }
+            state.next_id += 1;
+            state.next_id - 1
+        } else if state.watchers.contains(&create.watch_id) {
+            return refuse(cx, DUPLICATE_ID);
+        } else {
+            create.watch_id
+        };
+        let start = create.start_revision;
+        let synced = start == 0 || start > current;
+        state.watchers.insert(id);
+        if !synced {
+            state.catching_up += 1;
+        }
+        let watcher = Watcher {
+            spec,
+            progress_notify: create.progress_notify,
+            catching_up: !synced,
+            next_revision: if synced {
+                start.max(current + 1)
+            } else {
+                start
+            },
+            recently_notified: false,
+        };
+        if watcher.progress_notify && self.next_progress.is_none() {
+            self.next_progress = Some(cx.now + self.progress_interval);
+        }
+        let key = (stream, id);
+        match watcher.spec.range_end {
+            None => {
+                self.by_key
+                    .entry(watcher.spec.key.clone())
+                    .or_default()
+                    .insert(key);
+            }
+            Some(_) => {
+                self.ranged.insert(key);
+            }
+        }
+        self.watchers.insert(key, watcher);
+        let response = WatchResponse {
+            header: Some(cx.header),
+            watch_id: id,
+            created: true,
+            ..Default::default()
+        };
+        emit(cx, stream, response, false);
+        if !synced {
+            self.request_catch_up(key, cx);
+        }
+    }
+
+    fn request_catch_up(&mut self, key: WatcherKey, cx: &mut Context<'_>) {
+        let Some(watcher) = self.watchers.get(&key) else {
+            return;
+        };
+        cx.outputs.push_back(Output::WatchCatchUp(CatchUp {
+            stream: key.0,
+            watch_id: key.1,
+            spec: watcher.spec.clone(),
+            from: watcher.next_revision,
+            to: cx.header.revision,
+            header: cx.header,
+        }));
+    }
+
+    /// Sends a stream's pending progress notification once none of its
+    /// watchers is catching up.
+    fn release_progress(&mut self, stream: StreamId, cx: &mut Context<'_>) {
+        let Some(state) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        if state.progress_wanted && state.catching_up == 0 {
+            state.progress_wanted = false;
+            let response = WatchResponse {
+                header: Some(cx.header),
+                watch_id: NO_WATCH_ID,
+                ..Default::default()
+            };
+            emit(cx, stream, response, false);
+        }
+    }
+
+    /// Removes a watcher; false if there was none.
+    fn remove(&mut self, key: WatcherKey) -> bool {
+        let Some(state) = self.streams.get_mut(&key.0) else {
+            return false;
+        };
+        if !state.watchers.remove(&key.1) {
+            return false;
+        }
+        if self.watchers.get(&key).is_some_and(|w| w.catching_up) {
+            state.catching_up -= 1;
+        }
+        self.unindex(key);
+        true
+    }
+
+    fn unindex(&mut self, key: WatcherKey) {
+        let Some(watcher) = self.watchers.remove(&key) else {
+            return;
+        };
+        match watcher.spec.range_end {
+            None => {
+                if let Some(set) = self.by_key.get_mut(&watcher.spec.key) {
+                    set.remove(&key);
+                    if set.is_empty() {
+                        self.by_key.remove(&watcher.spec.key);
+                    }
+                }
+            }
+            Some(_) => {
+                self.ranged.remove(&key);
+            }
+        }
+    }
+}
+
+fn emit(cx: &mut Context<'_>, stream: StreamId, response: WatchResponse, fragment: bool) {
+    cx.outputs.push_back(Output::Watch {
+        stream,
+        response,
+        fragment,
+    });
+}
+
+/// A put that started a key's generation has no previous version to show.
+fn is_create(version: &KeyVersion) -> bool {
+    !version.tombstone && version.create_revision == version.mod_revision.main
+}
+
+/// The live version of `key` at revision `at`, if any.
+fn previous(
+    view: &(impl KvRead + ?Sized),
+    key: &[u8],
+    at: i64,
+) -> Result<Option<KeyValue>, StorageError> {
+    let end = [key, &[0]].concat();
+    let mut found = None;
+    view.scan(key, RangeEnd::Before(&end), at, &mut |version| {
+        if !version.tombstone {
+            found = Some(key_value(version));
+        }
+        ControlFlow::Break(())
+    })?;
+    Ok(found)
+}
+
+/// The event for one stored version. A delete shows only the key and the
+/// revision that deleted it, as etcd's do.
+fn event(version: KeyVersion, prev_kv: Option<KeyValue>) -> Event {
+    let kind = if version.tombstone {
+        EventType::Delete
+    } else {
+        EventType::Put
+    };
+    Event {
+        r#type: kind as i32,
+        kv: Some(key_value(version)),
+        prev_kv,
+    }
+}
+
+fn key_value(version: KeyVersion) -> KeyValue {
+    KeyValue {
+        key: version.key,
+        create_revision: version.create_revision,
+        mod_revision: version.mod_revision.main,
+        version: version.version,
+        value: version.value,
+        lease: version.lease,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response_with(events: usize, value_bytes: usize) -> WatchResponse {
+        WatchResponse {
+            watch_id: 3,
+            events: (0..events)
+                .map(|i| Event {
+                    r#type: 0,
+                    kv: Some(KeyValue {
+                        key: format!("k{i}").into_bytes(),
+                        mod_revision: 7,
+                        value: vec![b'x'; value_bytes],
+                        ..Default::default()
+                    }),
+                    prev_kv: None,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn specs_normalise_as_etcd() {
+        let create = |key: &[u8], end: &[u8]| WatchCreateRequest {
+            key: key.to_vec(),
+            range_end: end.to_vec(),
+            ..Default::default()
+        };
+        let point = WatchSpec::from_create(&create(b"a", b"")).unwrap();
+        assert!(point.contains(b"a") && !point.contains(b"ab"));
+        let from = WatchSpec::from_create(&create(b"b", b"\0")).unwrap();
+        assert!(from.contains(b"b") && from.contains(b"zz") && !from.contains(b"a"));
+        let all = WatchSpec::from_create(&create(b"", b"\0")).unwrap();
+        assert_eq!(all.key, b"\0");
+        assert!(all.contains(b"\0a"));
+        let span = WatchSpec::from_create(&create(b"a", b"c")).unwrap();
+        assert!(span.contains(b"b") && !span.contains(b"c"));
+        assert_eq!(
+            WatchSpec::from_create(&create(b"c", b"a")),
+            Err(EMPTY_RANGE)
+        );
+        assert_eq!(
+            WatchSpec::from_create(&create(b"a", b"a")),
+            Err(EMPTY_RANGE)
+        );
+    }
+
+    #[test]
+    fn fragments_split_large_responses_and_keep_every_event() {
+        let small = response_with(3, 10);
+        assert_eq!(fragments(small.clone(), 1000), vec![small]);
+        let one = response_with(1, 5000);
+        assert_eq!(fragments(one.clone(), 1000).len(), 1);
+        let big = response_with(10, 300);
+        let parts = fragments(big.clone(), 1000);
+        assert!(parts.len() > 1);
+        assert!(parts[..parts.len() - 1].iter().all(|p| p.fragment));
+        assert!(!parts.last().unwrap().fragment);
+        let rejoined: Vec<Event> = parts.into_iter().flat_map(|p| p.events).collect();
+        assert_eq!(rejoined, big.events);
+    }
+
+    #[test]
+    fn gate_stalls_drops_then_resumes_and_defers_progress() {
+        let mut gate = StreamGate::default();
+        let events = response_with(2, 1);
+        assert_eq!(gate.route(&events, 0, 4), Route::Deliver);
+        // Any response fits an empty queue.
+        assert_eq!(gate.route(&response_with(9, 1), 0, 4), Route::Deliver);
+        assert_eq!(
+            gate.route(&events, 2, 4),
+            Route::Stall {
+                watch_id: 3,
+                from_revision: 7
+            }
+        );
+        // Later responses for the stalled watcher are dropped even with room.
+        assert_eq!(gate.route(&events, 0, 4), Route::Drop);
+        let other = WatchResponse {
+            watch_id: 4,
+            ..response_with(1, 1)
+        };
+        assert_eq!(gate.route(&other, 0, 4), Route::Deliver);
+        let progress = WatchResponse {
+            watch_id: NO_WATCH_ID,
+            ..Default::default()
+        };
+        assert_eq!(gate.route(&progress, 0, 4), Route::Drop);
+        assert_eq!(gate.catch_up_routed(3), Some(progress.clone()));
+        assert_eq!(gate.route(&events, 0, 4), Route::Deliver);
+        assert_eq!(gate.route(&progress, 0, 4), Route::Deliver);
+    }
+}

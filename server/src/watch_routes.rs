@@ -1,0 +1,139 @@
+//! The driver's table of watch streams: where each stream's responses go.
+//!
+//! Design: every client `Watch` stream has one unbounded channel of
+//! [`StreamItem`]s, read in order by the stream's task
+//! ([`crate::grpc::WatchService`]), and a shared counter of what is queued
+//! in it. The driver thread routes the node's watch outputs into the channel
+//! through the stream's [`StreamGate`], which keeps the queue within
+//! [`STREAM_QUEUE_MAX`]: a watcher whose response does not fit is stalled,
+//! and the node is told so it re-reads that watcher's history from storage
+//! (see `oxetcd_core::watch`). Routing never blocks, so a slow or dead
+//! client never holds up the node or other streams.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use futures_channel::mpsc::UnboundedSender;
+use oxetcd_core::watch::{queue_cost, CatchUp, Route, StreamGate, StreamId};
+use oxetcd_core::Input;
+use oxetcd_proto::etcdserverpb::WatchResponse;
+use std::collections::HashMap;
+use tracing::info;
+
+/// Responses plus events (see [`queue_cost`]) one stream may have queued
+/// before its slowest watchers are moved to catch-up from storage. Values can
+/// be large (up to `--max-request-bytes` each), so this bounds the count,
+/// not the bytes; it is sized for hundreds of watchers on one stream seeing
+/// the same writes.
+pub const STREAM_QUEUE_MAX: usize = 8_192;
+
+/// What a stream's task reads, in order.
+#[derive(Debug)]
+pub(crate) enum StreamItem {
+    /// Send this response (split into fragments if asked and too large).
+    Response {
+        response: WatchResponse,
+        fragment: bool,
+    },
+    /// Read this watcher's history from storage, send it, then report.
+    CatchUp(CatchUp),
+}
+
+/// The sending half of one stream, owned by the driver thread.
+struct StreamRoute {
+    items: UnboundedSender<StreamItem>,
+    queued: Arc<AtomicUsize>,
+    gate: StreamGate,
+}
+
+/// Every open watch stream.
+#[derive(Default)]
+pub(crate) struct WatchRoutes {
+    streams: HashMap<StreamId, StreamRoute>,
+}
+
+impl WatchRoutes {
+    pub(crate) fn open(
+        &mut self,
+        stream: StreamId,
+        items: UnboundedSender<StreamItem>,
+        queued: Arc<AtomicUsize>,
+    ) {
+        self.streams.insert(
+            stream,
+            StreamRoute {
+                items,
+                queued,
+                gate: StreamGate::default(),
+            },
+        );
+    }
+
+    pub(crate) fn close(&mut self, stream: StreamId) {
+        self.streams.remove(&stream);
+    }
+
+    /// Routes one response; returns the input to feed the node when the
+    /// stream's queue is full.
+    pub(crate) fn deliver(
+        &mut self,
+        stream: StreamId,
+        response: WatchResponse,
+        fragment: bool,
+    ) -> Option<Input> {
+        let route = self.streams.get_mut(&stream)?;
+        let queued = route.queued.load(Ordering::Acquire);
+        match route.gate.route(&response, queued, STREAM_QUEUE_MAX) {
+            Route::Deliver => {
+                route
+                    .queued
+                    .fetch_add(queue_cost(&response), Ordering::AcqRel);
+                if response.canceled {
+                    route.gate.forget(response.watch_id);
+                }
+                // A closed channel means the stream is going away; its
+                // `WatchClosed` is on the way.
+                let _ = route
+                    .items
+                    .unbounded_send(StreamItem::Response { response, fragment });
+                None
+            }
+            Route::Drop => None,
+            Route::Stall {
+                watch_id,
+                from_revision,
+            } => {
+                info!(
+                    stream,
+                    watch_id,
+                    from_revision,
+                    queued,
+                    "watcher fell behind; it catches up from storage"
+                );
+                Some(Input::WatchStalled {
+                    stream,
+                    watch_id,
+                    from_revision,
+                })
+            }
+        }
+    }
+
+    /// Queues a catch-up; the watcher's live responses flow again after it.
+    pub(crate) fn catch_up(&mut self, job: CatchUp) {
+        let Some(route) = self.streams.get_mut(&job.stream) else {
+            return;
+        };
+        let progress = route.gate.catch_up_routed(job.watch_id);
+        let _ = route.items.unbounded_send(StreamItem::CatchUp(job));
+        if let Some(response) = progress {
+            route
+                .queued
+                .fetch_add(queue_cost(&response), Ordering::AcqRel);
+            let _ = route.items.unbounded_send(StreamItem::Response {
+                response,
+                fragment: false,
+            });
+        }
+    }
+}
