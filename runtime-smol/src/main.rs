@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,11 +48,11 @@ impl Runtime for Smol {
 
     async fn accept(&self, listener: &Async<TcpListener>) -> io::Result<SmolIo> {
         let (stream, _peer) = listener.accept().await?;
-        stream.get_ref().set_nodelay(true)?;
-        Ok(SmolIo {
-            stream,
-            scratch: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
-        })
+        SmolIo::new(stream)
+    }
+
+    async fn connect(&self, addr: SocketAddr) -> io::Result<SmolIo> {
+        SmolIo::new(Async::<TcpStream>::connect(addr).await?)
     }
 
     fn sleep_until(&self, deadline: Instant) -> Timer {
@@ -71,12 +71,22 @@ impl Runtime for Smol {
 /// free space; this bounds the per-connection copy buffer.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
 
-/// An accepted connection as hyper's I/O. Reads go through an initialized
-/// scratch buffer, which keeps this adapter free of unsafe code at the cost
-/// of one copy.
+/// An accepted or connected stream as hyper's I/O. Reads go through an
+/// initialized scratch buffer, which keeps this adapter free of unsafe code
+/// at the cost of one copy.
 struct SmolIo {
     stream: Async<TcpStream>,
     scratch: Box<[u8]>,
+}
+
+impl SmolIo {
+    fn new(stream: Async<TcpStream>) -> io::Result<Self> {
+        stream.get_ref().set_nodelay(true)?;
+        Ok(Self {
+            stream,
+            scratch: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
+        })
+    }
 }
 
 impl hyper::rt::Read for SmolIo {

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -36,6 +37,12 @@ impl Runtime for Tokio {
 
     async fn accept(&self, listener: &TcpListener) -> io::Result<TokioIo<TcpStream>> {
         let (stream, _peer) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        Ok(TokioIo::new(stream))
+    }
+
+    async fn connect(&self, addr: SocketAddr) -> io::Result<TokioIo<TcpStream>> {
+        let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         Ok(TokioIo::new(stream))
     }

@@ -6,6 +6,8 @@ use std::sync::Mutex;
 use std::task::{Context, Poll};
 
 use futures_util::task::AtomicWaker;
+
+use super::lock;
 use oxetcd_proto::eraftpb::Message;
 
 /// Why a push was refused; the message is dropped.
@@ -131,14 +133,6 @@ impl SendQueue {
     pub(crate) fn register(&self, cx: &mut Context<'_>) {
         self.waker.register(cx.waker());
     }
-}
-
-/// The state is plain data, always consistent between statements, so a
-/// panic elsewhere while the lock was held leaves nothing to repair.
-fn lock(mutex: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -382,7 +382,10 @@ mod tests {
         );
         assert_eq!(
             parse_frame_header(&header, 999),
-            Err(FrameError::TooLarge { len: 1000, max: 999 })
+            Err(FrameError::TooLarge {
+                len: 1000,
+                max: 999
+            })
         );
         assert_eq!(
             parse_frame_header(&[0xff, 0xff, 0xff, 0xff, 1], usize::MAX),

@@ -1,0 +1,269 @@
+//! The listening side: the accept loop, handshake checks, and inbound
+//! messages streams.
+
+use std::pin::pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use futures_channel::oneshot;
+use futures_util::future::{select, Either};
+use oxetcd_proto::eraftpb::{Message, MessageType};
+use protobuf::Message as _;
+use tracing::{debug, info, warn};
+
+use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
+use super::wire::{Answer, FrameKind, Hello, Reject, StreamKind, HELLO_BYTES, PROTOCOL_VERSION};
+use super::{
+    lock, snapshot, Id, PeerEvent, Shared, HANDSHAKE_TIMEOUT, INBOUND_CONNECTIONS_MAX,
+    INBOUND_SNAPSHOTS_MAX,
+};
+use crate::runtime::{deadline_after, timeout, Runtime};
+
+/// Pause after a failed accept (out of file descriptors, typically), so the
+/// loop does not spin while the condition lasts.
+const ACCEPT_ERROR_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Accepts peer connections until `stop` fires (or its sender is dropped).
+pub(super) async fn accept_loop<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    listener: R::Listener,
+    mut stop: oneshot::Receiver<()>,
+) {
+    loop {
+        let accepted = {
+            let accept = pin!(shared.runtime.accept(&listener));
+            match select(accept, &mut stop).await {
+                Either::Left((accepted, _)) => accepted,
+                Either::Right(_) => return,
+            }
+        };
+        match accepted {
+            Ok(io) => {
+                let Some(slot) = ConnectionSlot::take(&shared) else {
+                    warn!(
+                        limit = INBOUND_CONNECTIONS_MAX,
+                        "too many peer connections; closing a new one"
+                    );
+                    continue;
+                };
+                shared.runtime.spawn(serve(shared.clone(), io, slot));
+            }
+            Err(e) => {
+                warn!(error = %e, "accepting a peer connection failed");
+                shared
+                    .runtime
+                    .sleep_until(deadline_after(ACCEPT_ERROR_BACKOFF))
+                    .await;
+            }
+        }
+    }
+}
+
+/// Counts an inbound connection while it lives.
+struct ConnectionSlot<R> {
+    shared: Arc<Shared<R>>,
+}
+
+impl<R> ConnectionSlot<R> {
+    fn take(shared: &Arc<Shared<R>>) -> Option<Self> {
+        shared
+            .inbound_connections
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < INBOUND_CONNECTIONS_MAX).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Self {
+            shared: shared.clone(),
+        })
+    }
+}
+
+impl<R> Drop for ConnectionSlot<R> {
+    fn drop(&mut self) {
+        self.shared
+            .inbound_connections
+            .fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Counts an inbound snapshot while it streams.
+pub(super) struct SnapshotSlot<R> {
+    shared: Arc<Shared<R>>,
+}
+
+impl<R> SnapshotSlot<R> {
+    fn take(shared: &Arc<Shared<R>>) -> Option<Self> {
+        shared
+            .inbound_snapshots
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < INBOUND_SNAPSHOTS_MAX).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Self {
+            shared: shared.clone(),
+        })
+    }
+}
+
+impl<R> Drop for SnapshotSlot<R> {
+    fn drop(&mut self) {
+        self.shared.inbound_snapshots.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One inbound connection: handshake, then its stream.
+async fn serve<R: Runtime>(shared: Arc<Shared<R>>, mut io: R::Io, _slot: ConnectionSlot<R>) {
+    let mut hello = [0u8; HELLO_BYTES];
+    match timeout(
+        &shared.runtime,
+        HANDSHAKE_TIMEOUT,
+        read_exact(&mut io, &mut hello),
+    )
+    .await
+    {
+        None => {
+            debug!("peer connection sent no handshake in time; closed");
+            return;
+        }
+        Some(Err(e)) => {
+            debug!(error = %e, "peer connection ended before its handshake");
+            return;
+        }
+        Some(Ok(())) => {}
+    }
+    let hello = match Hello::decode(&hello) {
+        Ok(hello) => hello,
+        Err(e) => {
+            // Client requests land here too: the peer port serves none.
+            warn!(error = %e, "closed a connection on the peer port");
+            return;
+        }
+    };
+    let mut snapshot_slot = None;
+    let reject = check(&shared, &hello).or_else(|| {
+        if hello.kind == StreamKind::Snapshot {
+            snapshot_slot = SnapshotSlot::take(&shared);
+            if snapshot_slot.is_none() {
+                return Some(Reject::Busy);
+            }
+        }
+        None
+    });
+    let answer = Answer {
+        reject,
+        version: PROTOCOL_VERSION,
+    };
+    let answered = timeout(
+        &shared.runtime,
+        HANDSHAKE_TIMEOUT,
+        write_all(&mut io, &answer.encode()),
+    )
+    .await;
+    if let Some(reason) = reject {
+        warn!(
+            from = %Id(hello.from),
+            to = %Id(hello.to),
+            cluster_id = %Id(hello.cluster_id),
+            version = hello.version,
+            local_member_id = %Id(shared.config.member_id),
+            local_cluster_id = %Id(shared.config.cluster_id),
+            reason = %reason,
+            "refused a peer connection"
+        );
+        return;
+    }
+    match answered {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            debug!(from = %Id(hello.from), error = %e, "peer connection failed during the handshake");
+            return;
+        }
+        None => {
+            debug!(from = %Id(hello.from), "peer handshake answer timed out");
+            return;
+        }
+    }
+    match (hello.kind, snapshot_slot) {
+        (StreamKind::Snapshot, Some(slot)) => snapshot::receive(shared, io, hello.from, slot).await,
+        _ => read_messages(shared, io, hello.from).await,
+    }
+}
+
+/// Whether `hello` may open a stream here.
+fn check<R>(shared: &Shared<R>, hello: &Hello) -> Option<Reject> {
+    if hello.version != PROTOCOL_VERSION {
+        Some(Reject::Version)
+    } else if hello.cluster_id != shared.config.cluster_id {
+        Some(Reject::ClusterId)
+    } else if hello.to != shared.config.member_id || hello.from == shared.config.member_id {
+        Some(Reject::WrongMember)
+    } else if shared.is_removed(hello.from) {
+        Some(Reject::Removed)
+    } else {
+        None
+    }
+}
+
+/// Reads messages from `from` until the stream ends, fails, misbehaves, or
+/// is replaced by a newer stream from the same sender. Senders not (yet)
+/// known as peers are served: a member added a moment ago may dial before
+/// this member applies its addition, and raft ignores non-members itself.
+async fn read_messages<R: Runtime>(shared: Arc<Shared<R>>, mut io: R::Io, from: u64) {
+    let connection = shared.next_connection();
+    let (replace, mut replaced) = oneshot::channel();
+    if let Some((_, previous)) = lock(&shared.inbound_streams).insert(from, (connection, replace)) {
+        drop(previous);
+        debug!(from = %Id(from), "a new messages stream replaces the previous one");
+    }
+    info!(from = %Id(from), "peer messages stream opened");
+    let frame_max = shared.config.frame_bytes_max;
+    let mut body = Vec::new();
+    let reason = loop {
+        let frame = {
+            let read = pin!(read_frame(&mut io, frame_max, &mut body));
+            match select(read, &mut replaced).await {
+                Either::Left((frame, _)) => frame,
+                Either::Right(_) => break "replaced or removed".to_owned(),
+            }
+        };
+        match frame {
+            Ok(FrameKind::Message) => match decode_message(&body, from, shared.config.member_id) {
+                Ok(message) => shared.deliver(PeerEvent::Message(message)),
+                Err(problem) => {
+                    warn!(from = %Id(from), problem, "bad peer message; closing its connection");
+                    break problem.to_owned();
+                }
+            },
+            Ok(kind) => {
+                warn!(from = %Id(from), ?kind, "unexpected frame on a messages stream; closing it");
+                break format!("unexpected {kind:?} frame");
+            }
+            Err(ReadFrameError::Closed) => break "closed by the peer".to_owned(),
+            Err(ReadFrameError::Io(e)) => break e.to_string(),
+            Err(e @ ReadFrameError::Frame(_)) => {
+                warn!(from = %Id(from), error = %e, "bad peer frame; closing its connection");
+                break e.to_string();
+            }
+        }
+    };
+    info!(from = %Id(from), reason = %reason, "peer messages stream closed");
+    let mut streams = lock(&shared.inbound_streams);
+    if streams.get(&from).is_some_and(|(c, _)| *c == connection) {
+        streams.remove(&from);
+    }
+}
+
+/// Decodes a message frame and checks it against its connection.
+pub(super) fn decode_message(body: &[u8], from: u64, me: u64) -> Result<Message, &'static str> {
+    let message = Message::parse_from_bytes(body).map_err(|_| "frame is not a raft message")?;
+    if message.from != from {
+        return Err("message claims another sender than its connection");
+    }
+    if message.to != me {
+        return Err("message is addressed to another member");
+    }
+    if message.msg_type == MessageType::MsgSnapshot {
+        return Err("snapshot message outside a snapshot stream");
+    }
+    Ok(message)
+}
