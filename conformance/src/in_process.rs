@@ -253,15 +253,17 @@ impl InProcess {
             };
             #[allow(unreachable_patterns)]
             match output {
-                Output::Persist {
-                    entries,
-                    hard_state,
-                } => {
+                Output::Persist(persist) => {
                     self.log
-                        .append(&entries, hard_state.as_ref())
+                        .append(&persist.entries, persist.hard_state.as_ref())
                         .map_err(|e| storage_failure(&e))?;
-                    let index = entries.last().map_or(0, |e| e.index);
-                    self.node.handle(self.now, Input::Persisted { index });
+                    self.node
+                        .handle(self.now, Input::Persisted { id: persist.id });
+                }
+                Output::CompactLog { index } => {
+                    self.log
+                        .compact(index + 1)
+                        .map_err(|e| storage_failure(&e))?;
                 }
                 Output::Read {
                     id,

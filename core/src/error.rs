@@ -82,6 +82,28 @@ pub enum Error {
     Timeout,
     /// The server is stopping.
     Stopped,
+    /// This member is a learner: it serves no client reads or writes.
+    NotSupportedForLearner,
+    /// Only the leader does this.
+    NotLeader,
+    /// A member add names an ID that is taken.
+    MemberExists,
+    /// A member add or update names peer URLs another member has.
+    PeerUrlExists,
+    /// The named member does not exist.
+    MemberNotFound,
+    /// A promote names a voter.
+    MemberNotLearner,
+    /// A promote names a learner that is not caught up with the leader.
+    LearnerNotReady,
+    /// A learner add would exceed the learner limit.
+    TooManyLearners,
+    /// The change would leave too few started members for a quorum.
+    MemberNotEnoughStarted,
+    /// Peer URLs are missing or malformed.
+    MemberBadUrls,
+    /// A leader transfer names a member that cannot lead.
+    BadLeaderTransferee,
     /// The RPC is not served by this server (yet).
     Unimplemented(&'static str),
     /// Storage failed; the node stops.
@@ -105,9 +127,21 @@ impl Error {
             Self::LeaseNotFound => Code::NotFound,
             Self::LeaseExists => Code::FailedPrecondition,
             Self::LeaseTtlTooLarge => Code::OutOfRange,
-            Self::LeaderChanged | Self::NoLeader | Self::Timeout | Self::Stopped => {
-                Code::Unavailable
-            }
+            Self::LeaderChanged
+            | Self::NoLeader
+            | Self::Timeout
+            | Self::Stopped
+            | Self::NotSupportedForLearner => Code::Unavailable,
+            Self::NotLeader
+            | Self::MemberExists
+            | Self::PeerUrlExists
+            | Self::MemberNotLearner
+            | Self::LearnerNotReady
+            | Self::TooManyLearners
+            | Self::MemberNotEnoughStarted
+            | Self::BadLeaderTransferee => Code::FailedPrecondition,
+            Self::MemberNotFound => Code::NotFound,
+            Self::MemberBadUrls => Code::InvalidArgument,
             Self::Unimplemented(_) => Code::Unimplemented,
             Self::Storage(_) => Code::Internal,
         }
@@ -135,6 +169,21 @@ impl Error {
             Self::NoLeader => "etcdserver: no leader",
             Self::Timeout => "etcdserver: request timed out",
             Self::Stopped => "etcdserver: server stopped",
+            Self::NotSupportedForLearner => "etcdserver: rpc not supported for learner",
+            Self::NotLeader => "etcdserver: not leader",
+            Self::MemberExists => "etcdserver: member ID already exist",
+            Self::PeerUrlExists => "etcdserver: Peer URLs already exists",
+            Self::MemberNotFound => "etcdserver: member not found",
+            Self::MemberNotLearner => "etcdserver: can only promote a learner member",
+            Self::LearnerNotReady => {
+                "etcdserver: can only promote a learner member which is in sync with leader"
+            }
+            Self::TooManyLearners => "etcdserver: too many learner members in cluster",
+            Self::MemberNotEnoughStarted => {
+                "etcdserver: re-configuration failed due to not enough started members"
+            }
+            Self::MemberBadUrls => "etcdserver: given member URLs are invalid",
+            Self::BadLeaderTransferee => "etcdserver: bad leader transferee",
             Self::Unimplemented(what) => return format!("unknown service {what}"),
             Self::Storage(e) => return format!("etcdserver: {e}"),
         };
@@ -168,5 +217,60 @@ mod tests {
             e.message(),
             "etcdserver: mvcc: required revision has been compacted"
         );
+    }
+
+    /// Codes and messages of the cluster errors, as etcd's rpctypes table.
+    #[test]
+    fn cluster_errors_match_etcd() {
+        let cases = [
+            (
+                Error::NotSupportedForLearner,
+                Code::Unavailable,
+                "etcdserver: rpc not supported for learner",
+            ),
+            (
+                Error::NotLeader,
+                Code::FailedPrecondition,
+                "etcdserver: not leader",
+            ),
+            (
+                Error::MemberExists,
+                Code::FailedPrecondition,
+                "etcdserver: member ID already exist",
+            ),
+            (
+                Error::PeerUrlExists,
+                Code::FailedPrecondition,
+                "etcdserver: Peer URLs already exists",
+            ),
+            (
+                Error::MemberNotFound,
+                Code::NotFound,
+                "etcdserver: member not found",
+            ),
+            (
+                Error::LearnerNotReady,
+                Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member which is in sync with leader",
+            ),
+            (
+                Error::TooManyLearners,
+                Code::FailedPrecondition,
+                "etcdserver: too many learner members in cluster",
+            ),
+            (
+                Error::MemberNotEnoughStarted,
+                Code::FailedPrecondition,
+                "etcdserver: re-configuration failed due to not enough started members",
+            ),
+            (
+                Error::LeaderChanged,
+                Code::Unavailable,
+                "etcdserver: leader changed",
+            ),
+        ];
+        for (error, code, message) in cases {
+            assert_eq!((error.code(), error.message().as_str()), (code, message));
+        }
     }
 }

@@ -22,11 +22,10 @@
 //! for _ in 0..10 {
 //!     while let Some(output) = node.poll_output() {
 //!         match output {
-//!             // The runtime makes the entries durable, then says so.
-//!             Output::Persist { entries, hard_state } => {
-//!                 log.append(&entries, hard_state.as_ref()).unwrap();
-//!                 let index = entries.last().map_or(0, |e| e.index);
-//!                 node.handle(Instant::ZERO, Input::Persisted { index });
+//!             // The runtime makes the write durable, then says so.
+//!             Output::Persist(persist) => {
+//!                 log.append(&persist.entries, persist.hard_state.as_ref()).unwrap();
+//!                 node.handle(Instant::ZERO, Input::Persisted { id: persist.id });
 //!             }
 //!             Output::Respond(7, Ok(_)) => answered = true,
 //!             _ => {}
@@ -51,14 +50,17 @@ mod time;
 pub mod watch;
 
 pub use error::{Code, Error};
-pub use node::{Config, Input, Node, Output, RequestId};
+pub use node::{ClusterState, Config, InitialMember, Input, Node, Output, RequestId};
 pub use time::Instant;
 
 use oxetcd_proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
     LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
+    LeaseTimeToLiveResponse, MemberAddRequest, MemberAddResponse, MemberListRequest,
+    MemberListResponse, MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest,
+    MemberRemoveResponse, MemberUpdateRequest, MemberUpdateResponse, MoveLeaderRequest,
+    MoveLeaderResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
     TxnRequest, TxnResponse,
 };
 
@@ -89,6 +91,18 @@ pub enum Request {
     LeaseTimeToLive(LeaseTimeToLiveRequest),
     /// Every lease.
     LeaseLeases,
+    /// Adds a member (voter or learner), through the log.
+    MemberAdd(MemberAddRequest),
+    /// Removes a member, through the log.
+    MemberRemove(MemberRemoveRequest),
+    /// Changes a member's peer URLs, through the log.
+    MemberUpdate(MemberUpdateRequest),
+    /// Promotes a caught-up learner to voter, through the log.
+    MemberPromote(MemberPromoteRequest),
+    /// Every member (after a read barrier when `linearizable`).
+    MemberList(MemberListRequest),
+    /// Hands leadership to another voter; answered once it leads.
+    MoveLeader(MoveLeaderRequest),
 }
 
 /// The node's answer to a [`Request`].
@@ -116,4 +130,16 @@ pub enum Response {
     LeaseTimeToLive(LeaseTimeToLiveResponse),
     /// Answer to a lease listing.
     LeaseLeases(LeaseLeasesResponse),
+    /// Answer to a member add.
+    MemberAdd(MemberAddResponse),
+    /// Answer to a member remove.
+    MemberRemove(MemberRemoveResponse),
+    /// Answer to a member update.
+    MemberUpdate(MemberUpdateResponse),
+    /// Answer to a member promote.
+    MemberPromote(MemberPromoteResponse),
+    /// Answer to a member list.
+    MemberList(MemberListResponse),
+    /// Answer to a leader transfer.
+    MoveLeader(MoveLeaderResponse),
 }

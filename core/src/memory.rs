@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use raft_proto::eraftpb::{Entry, HardState};
 
 use crate::storage::{
-    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, LogState, LogStore, RangeEnd,
-    Revision, StorageError,
+    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, LogState, LogStore, Membership,
+    RangeEnd, Revision, StorageError,
 };
 
 /// An in-memory MVCC backend.
@@ -51,6 +51,7 @@ struct KvState {
     by_revision: BTreeMap<Revision, Vec<u8>>,
     /// Granted leases, by ID.
     leases: BTreeMap<i64, LeaseRecord>,
+    membership: Option<Membership>,
 }
 
 impl Default for KvState {
@@ -65,7 +66,17 @@ impl Default for KvState {
             keys: BTreeMap::new(),
             by_revision: BTreeMap::new(),
             leases: BTreeMap::new(),
+            membership: None,
         }
+    }
+}
+
+impl MemoryKv {
+    /// Replaces everything this store holds with the state `view` saw: how
+    /// a member installs a snapshot received from another member's store
+    /// (the in-process stand-in for streaming it).
+    pub fn restore(&self, view: &MemoryKvRead) {
+        *lock(&self.shared) = Arc::clone(&view.state);
     }
 }
 
@@ -137,6 +148,10 @@ impl KvRead for MemoryKvRead {
         }
         Ok(())
     }
+
+    fn membership(&self) -> Result<Option<Membership>, StorageError> {
+        Ok(self.state.membership.clone())
+    }
 }
 
 impl KvRead for MemoryKvWrite {
@@ -185,6 +200,10 @@ impl KvRead for MemoryKvWrite {
         }
         Ok(())
     }
+
+    fn membership(&self) -> Result<Option<Membership>, StorageError> {
+        Ok(self.state.membership.clone())
+    }
 }
 
 impl KvWrite for MemoryKvWrite {
@@ -225,6 +244,11 @@ impl KvWrite for MemoryKvWrite {
         if self.state.leases.contains_key(&id) {
             Arc::make_mut(&mut self.state).leases.remove(&id);
         }
+        Ok(())
+    }
+
+    fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError> {
+        Arc::make_mut(&mut self.state).membership = Some(membership.clone());
         Ok(())
     }
 
@@ -314,6 +338,8 @@ struct LogInner {
     hard_state: HardState,
     /// Index of `entries[0]` (or of the next entry when there are none).
     first_index: u64,
+    /// Term of the entry at `first_index - 1`.
+    snapshot_term: u64,
     entries: Vec<Entry>,
 }
 
@@ -322,6 +348,7 @@ impl Default for LogInner {
         Self {
             hard_state: HardState::default(),
             first_index: 1,
+            snapshot_term: 0,
             entries: Vec::new(),
         }
     }
@@ -340,6 +367,7 @@ impl LogStore for MemoryLog {
             hard_state: inner.hard_state.clone(),
             first_index: inner.first_index,
             last_index: inner.last_index(),
+            snapshot_term: inner.snapshot_term,
         })
     }
 
@@ -391,9 +419,22 @@ impl LogStore for MemoryLog {
         if index <= inner.first_index {
             return Ok(());
         }
+        // The snapshot term is the term of entry `index - 1`, when stored;
+        // compacting past the end keeps the recorded one.
+        if let Some(entry) = inner.entries.get((index - 1 - inner.first_index) as usize) {
+            inner.snapshot_term = entry.term;
+        }
         let drop = ((index - inner.first_index) as usize).min(inner.entries.len());
         inner.entries.drain(..drop);
         inner.first_index = index;
+        Ok(())
+    }
+
+    fn install_snapshot(&self, index: u64, term: u64) -> Result<(), StorageError> {
+        let mut inner = lock(&self.inner);
+        inner.entries.clear();
+        inner.first_index = index + 1;
+        inner.snapshot_term = term;
         Ok(())
     }
 }
@@ -537,6 +578,7 @@ mod tests {
         assert!(log.append(&[entry(5, 2)], None).is_err());
         log.compact(2).unwrap();
         assert_eq!(log.state().unwrap().first_index, 2);
+        assert_eq!(log.state().unwrap().snapshot_term, 1);
         assert!(log.entries(1, 2).is_err());
         let hs = HardState {
             term: 7,
@@ -544,5 +586,10 @@ mod tests {
         };
         log.clone().append(&[], Some(&hs)).unwrap();
         assert_eq!(log.state().unwrap().hard_state.term, 7);
+        log.install_snapshot(9, 5).unwrap();
+        let s = log.state().unwrap();
+        assert_eq!((s.first_index, s.last_index, s.snapshot_term), (10, 9, 5));
+        log.append(&[entry(10, 6)], None).unwrap();
+        assert_eq!(log.state().unwrap().last_index, 10);
     }
 }

@@ -21,7 +21,8 @@
 use std::fmt;
 use std::ops::ControlFlow;
 
-use raft_proto::eraftpb::{Entry, HardState};
+use oxetcd_proto::etcdserverpb::Member;
+use raft_proto::eraftpb::{ConfState, Entry, HardState};
 
 /// A point in the MVCC history: the main revision is bumped once per write
 /// transaction, the sub revision counts the changes inside it.
@@ -69,6 +70,46 @@ pub struct KvMeta {
     /// Revision up to which history has been compacted; -1 on a store never
     /// compacted (so compacting at 0 once succeeds, as etcd's does).
     pub compact_revision: i64,
+}
+
+/// The cluster's membership as the backend stores it, beside the applied
+/// index and in the same transactions, so that on restart the membership
+/// matches the applied index exactly (entries after it, membership changes
+/// included, are applied again).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Membership {
+    /// The raft configuration: voters and learners.
+    pub conf_state: ConfState,
+    /// Every member's record (name, URLs, learner flag), in ID order.
+    pub members: Vec<Member>,
+}
+
+impl Membership {
+    /// The stored form (a protobuf message of this crate's own schema).
+    pub fn encode(&self) -> Vec<u8> {
+        use prost::Message as _;
+        oxetcd_proto::oxetcdpb::Membership {
+            members: self.members.clone(),
+            voters: self.conf_state.voters.clone(),
+            learners: self.conf_state.learners.clone(),
+        }
+        .encode_to_vec()
+    }
+
+    /// Reads the stored form back.
+    pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
+        use prost::Message as _;
+        let stored = oxetcd_proto::oxetcdpb::Membership::decode(bytes)
+            .map_err(|e| StorageError::new(format_args!("corrupt membership record: {e}")))?;
+        Ok(Self {
+            conf_state: ConfState {
+                voters: stored.voters,
+                learners: stored.learners,
+                ..Default::default()
+            },
+            members: stored.members,
+        })
+    }
 }
 
 /// One lease as the backend stores it, beside the key space and in the same
@@ -157,6 +198,10 @@ pub trait KvRead {
         &self,
         visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
     ) -> Result<(), StorageError>;
+
+    /// The stored membership; `None` on a store that never recorded one (a
+    /// fresh store, or one written before membership was stored).
+    fn membership(&self) -> Result<Option<Membership>, StorageError>;
 }
 
 /// A write transaction on the MVCC backend. Reads through it see its own
@@ -176,6 +221,9 @@ pub trait KvWrite: KvRead {
 
     /// Replaces the meta record.
     fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError>;
+
+    /// Replaces the membership record.
+    fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError>;
 
     /// Makes the transaction visible to new readers. It need not be durable:
     /// the raft log is the durable record.
@@ -204,10 +252,16 @@ pub trait KvStore: Clone + Send + Sync + 'static {
 pub struct LogState {
     /// The persisted hard state (term, vote, commit).
     pub hard_state: HardState,
-    /// Index of the first entry still stored (1 on a fresh log).
+    /// Index of the first entry still stored (1 on a fresh log). The log
+    /// is compacted up to `first_index - 1`, its snapshot point.
     pub first_index: u64,
-    /// Index of the last entry stored (0 on a fresh log).
+    /// Index of the last entry stored (`first_index - 1` when none is).
     pub last_index: u64,
+    /// Term of the entry at the snapshot point, `first_index - 1` (0 on a
+    /// log never compacted). The membership at that point is not kept here:
+    /// the backend stores it with its applied index, which is never below
+    /// the snapshot point.
+    pub snapshot_term: u64,
 }
 
 /// The raft log and hard state.
@@ -227,6 +281,13 @@ pub trait LogStore: Clone + Send + Sync + 'static {
         -> Result<(), StorageError>;
 
     /// Drops entries before `index` (they are applied and durable in the
-    /// backend).
+    /// backend), remembering the term of the entry at `index - 1` as the
+    /// snapshot term. Compacting at or before the first index does nothing.
     fn compact(&self, index: u64) -> Result<(), StorageError>;
+
+    /// Replaces the whole log with an empty one compacted at `index` (the
+    /// entry there had `term`): the next entry appended is `index + 1`.
+    /// Durable when it returns. Used to install a snapshot received from
+    /// the leader, after the backend holds the snapshot's state.
+    fn install_snapshot(&self, index: u64, term: u64) -> Result<(), StorageError>;
 }

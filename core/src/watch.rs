@@ -526,6 +526,21 @@ impl WatchRegistry {
         self.request_catch_up((stream, watch_id), cx);
     }
 
+    /// The backend was replaced by a snapshot from another member: events
+    /// between a watcher's position and the new revision were never seen
+    /// here, so every synced watcher catches up from storage.
+    pub(crate) fn handle_restored(&mut self, cx: &mut Context<'_>) {
+        let synced: Vec<(WatcherKey, i64)> = self
+            .watchers
+            .iter()
+            .filter(|(_, w)| !w.catching_up)
+            .map(|(key, w)| (*key, w.next_revision))
+            .collect();
+        for ((stream, watch_id), next_revision) in synced {
+            self.handle_stalled(stream, watch_id, next_revision, cx);
+        }
+    }
+
     /// A catch-up was delivered up to `upto`, or found history compacted.
     pub(crate) fn handle_caught_up(
         &mut self,

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use oxetcd_core::ids;
 
@@ -26,13 +27,26 @@ pub struct Config {
     pub listen_client_urls: Vec<ListenUrl>,
     /// Client URLs published to the cluster (`--advertise-client-urls`).
     pub advertise_client_urls: Vec<String>,
-    /// Addresses to serve peers on (`--listen-peer-urls`); not served yet.
+    /// Addresses to serve peers on (`--listen-peer-urls`).
     pub listen_peer_urls: Vec<ListenUrl>,
     /// Peer URLs advertised to the cluster (`--initial-advertise-peer-urls`);
     /// with the token they determine the member ID.
     pub initial_advertise_peer_urls: Vec<String>,
     /// `--initial-cluster-token`.
     pub initial_cluster_token: String,
+    /// `--initial-cluster`: the members a new cluster starts with, this
+    /// one among them (checked), in the order given.
+    pub initial_cluster: Vec<InitialMember>,
+    /// `--initial-cluster-state`.
+    pub initial_cluster_state: ClusterState,
+    /// `--heartbeat-interval`, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+    /// `--election-timeout`, in milliseconds; at least five heartbeats.
+    pub election_timeout_ms: u64,
+    /// `--snapshot-count`: applied entries between snapshots.
+    pub snapshot_count: u64,
+    /// `--max-learners`: learners the cluster admits at once.
+    pub max_learners: usize,
     /// Largest client request accepted, in bytes (`--max-request-bytes`).
     pub max_request_bytes: usize,
     /// Largest number of operations in one txn (`--max-txn-ops`).
@@ -56,14 +70,59 @@ impl Config {
         ids::member_id(&urls, &self.initial_cluster_token)
     }
 
-    /// The ID of the (single-member) cluster.
+    /// The ID of the cluster `--initial-cluster` describes, derived from
+    /// its members' IDs as etcd derives it. (A member joining an existing
+    /// cluster learns the real ID from the cluster's stored state.)
     pub fn cluster_id(&self) -> u64 {
-        ids::cluster_id(&[self.member_id()])
+        let members: Vec<u64> = self
+            .initial_cluster
+            .iter()
+            .map(|m| m.member_id(&self.initial_cluster_token))
+            .collect();
+        ids::cluster_id(&members)
+    }
+
+    /// The other members of `--initial-cluster`: ID and peer URLs, for the
+    /// peer transport.
+    pub fn initial_peers(&self) -> Vec<(u64, Vec<String>)> {
+        let me = self.member_id();
+        self.initial_cluster
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id(&self.initial_cluster_token),
+                    m.peer_urls.clone(),
+                )
+            })
+            .filter(|(id, _)| *id != me)
+            .collect()
+    }
+
+    /// The peer transport's settings: this member and cluster, frames
+    /// large enough for `--max-request-bytes`, and incoming snapshots under
+    /// `<data-dir>/member/snap`.
+    pub fn peer_transport_config(&self) -> crate::peer::PeerTransportConfig {
+        crate::peer::PeerTransportConfig::new(
+            self.cluster_id(),
+            self.member_id(),
+            self.data_dir.join("member").join("snap"),
+        )
+        .for_request_bytes(self.max_request_bytes)
     }
 
     /// The node's configuration.
     pub fn node_config(&self) -> oxetcd_core::Config {
         let member_id = self.member_id();
+        let election_timeout = Duration::from_millis(self.election_timeout_ms);
+        let initial_members = self
+            .initial_cluster
+            .iter()
+            .map(|m| oxetcd_core::InitialMember {
+                id: m.member_id(&self.initial_cluster_token),
+                name: m.name.clone(),
+                peer_urls: m.peer_urls.clone(),
+            })
+            .collect();
         // `Limits` grows as core enforces more of etcd's limits; the
         // defaults fill what no flag sets yet.
         #[allow(clippy::needless_update)]
@@ -71,18 +130,58 @@ impl Config {
             name: self.name.clone(),
             member_id,
             cluster_id: self.cluster_id(),
+            initial_members,
+            initial_cluster_state: match self.initial_cluster_state {
+                ClusterState::New => oxetcd_core::ClusterState::New,
+                ClusterState::Existing => oxetcd_core::ClusterState::Existing,
+            },
             max_request_bytes: self.max_request_bytes,
             limits: oxetcd_core::mvcc::Limits {
                 txn_ops_max: self.max_txn_ops,
                 ..Default::default()
             },
             rng_seed: member_id,
-            // etcd's lease timing follows its raft timing flags; until those
-            // flags exist here, etcd's defaults apply.
-            lease: oxetcd_core::lease::LeaseConfig::default(),
+            // etcd's lease timing follows its raft timing flags.
+            lease: oxetcd_core::lease::LeaseConfig::from_raft_timing(
+                self.heartbeat_interval_ms,
+                self.election_timeout_ms,
+            ),
             watch_progress_notify_interval: oxetcd_core::watch::PROGRESS_NOTIFY_INTERVAL_DEFAULT,
+            election_timeout,
+            heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
+            snapshot_count: self.snapshot_count,
+            max_learners: self.max_learners,
+            // etcd's request timeout: 5 s plus two election timeouts.
+            request_timeout: Duration::from_secs(5) + 2 * election_timeout,
+            ..oxetcd_core::Config::single(&self.name)
         }
     }
+}
+
+/// One member of `--initial-cluster`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitialMember {
+    /// Its `--name`.
+    pub name: String,
+    /// Its peer URLs, normalized and sorted.
+    pub peer_urls: Vec<String>,
+}
+
+impl InitialMember {
+    /// Its ID in a cluster with `token`.
+    pub fn member_id(&self, token: &str) -> u64 {
+        let urls: Vec<&str> = self.peer_urls.iter().map(String::as_str).collect();
+        ids::member_id(&urls, token)
+    }
+}
+
+/// `--initial-cluster-state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterState {
+    /// Bootstrap a new cluster from `--initial-cluster`.
+    New,
+    /// Join a cluster that already runs (after `member add`).
+    Existing,
 }
 
 /// A URL to listen on, with the socket address it binds.
@@ -244,6 +343,42 @@ const FLAGS: &[Flag] = &[
         "Initial cluster token; it keeps the IDs of distinct clusters apart.",
     ),
     flag(
+        "initial-cluster",
+        "NAME=URL,...",
+        DEFAULT_INITIAL_CLUSTER,
+        "Initial cluster configuration for bootstrapping: each member's name and peer URL.",
+    ),
+    flag(
+        "initial-cluster-state",
+        "STATE",
+        "new",
+        "Initial cluster state: new (bootstrap) or existing (join a running cluster).",
+    ),
+    flag(
+        "heartbeat-interval",
+        "MS",
+        "100",
+        "Time (in milliseconds) of a heartbeat interval.",
+    ),
+    flag(
+        "election-timeout",
+        "MS",
+        "1000",
+        "Time (in milliseconds) for an election to timeout.",
+    ),
+    flag(
+        "snapshot-count",
+        "N",
+        "10000",
+        "Number of committed transactions to trigger a snapshot to disk.",
+    ),
+    flag(
+        "max-learners",
+        "N",
+        "1",
+        "Maximum number of learners the cluster admits at once.",
+    ),
+    flag(
         "max-request-bytes",
         "BYTES",
         "1572864",
@@ -274,6 +409,19 @@ const FLAGS: &[Flag] = &[
         help: "Show this help and exit.",
     },
 ];
+
+/// etcd's default `--name`.
+const DEFAULT_NAME: &str = "default";
+
+/// etcd's default `--initial-cluster`: the default name at the default
+/// advertised peer URL.
+const DEFAULT_INITIAL_CLUSTER: &str = "default=http://localhost:2380";
+
+/// etcd's default `--snapshot-count` (3.6), also used when 0 is given.
+const SNAPSHOT_COUNT_DEFAULT: u64 = 10_000;
+
+/// etcd's ceiling on `--election-timeout`, in milliseconds.
+const ELECTION_TIMEOUT_MS_MAX: u64 = 50_000;
 
 /// Prefix of the environment variables that stand in for flags.
 const ENV_PREFIX: &str = "ETCD_";
@@ -387,6 +535,41 @@ where
         &value("initial-advertise-peer-urls"),
     )?;
     let initial_cluster_token = value("initial-cluster-token");
+    let initial_cluster = parse_initial_cluster(
+        &name,
+        &initial_advertise_peer_urls,
+        &value("initial-cluster"),
+    )?;
+    let initial_cluster_state = match value("initial-cluster-state").as_str() {
+        "new" => ClusterState::New,
+        "existing" => ClusterState::Existing,
+        other => {
+            return Err(invalid(
+                "initial-cluster-state",
+                other,
+                "expected new or existing",
+            ))
+        }
+    };
+    let (heartbeat_interval_ms, election_timeout_ms) =
+        parse_raft_timing(&value("heartbeat-interval"), &value("election-timeout"))?;
+    let snapshot_count = match value("snapshot-count").trim().parse::<u64>() {
+        Ok(0) => {
+            warnings.push(format!(
+                "--snapshot-count is 0; using the default {SNAPSHOT_COUNT_DEFAULT}"
+            ));
+            SNAPSHOT_COUNT_DEFAULT
+        }
+        Ok(n) => n,
+        Err(e) => {
+            return Err(invalid(
+                "snapshot-count",
+                &value("snapshot-count"),
+                e.to_string(),
+            ))
+        }
+    };
+    let max_learners = parse_positive("max-learners", &value("max-learners"))?;
     let max_request_bytes = parse_positive("max-request-bytes", &value("max-request-bytes"))?;
     let max_txn_ops = parse_positive("max-txn-ops", &value("max-txn-ops"))?;
     let log_level = parse_log_level(&value("log-level"))?;
@@ -399,6 +582,12 @@ where
         listen_peer_urls,
         initial_advertise_peer_urls,
         initial_cluster_token,
+        initial_cluster,
+        initial_cluster_state,
+        heartbeat_interval_ms,
+        election_timeout_ms,
+        snapshot_count,
+        max_learners,
         max_request_bytes,
         max_txn_ops,
         log_level,
@@ -514,6 +703,123 @@ fn parse_log_level(value: &str) -> Result<LogLevel, ConfigError> {
             "expected debug, info, warn or error",
         )),
     }
+}
+
+/// Parses `--initial-cluster` (`name=url,name=url,...`, a name repeated
+/// for each of its URLs) and checks it as etcd does at bootstrap: this
+/// member is in it with exactly its advertised peer URLs, and no URL is
+/// listed twice. Left at its default while `--name` is not, it stands for
+/// `<name>=<each advertised peer URL>`, as in etcd.
+fn parse_initial_cluster(
+    name: &str,
+    advertise_peer_urls: &[String],
+    value: &str,
+) -> Result<Vec<InitialMember>, ConfigError> {
+    const FLAG: &str = "initial-cluster";
+    let derived;
+    let value = if name != DEFAULT_NAME && value == DEFAULT_INITIAL_CLUSTER {
+        derived = advertise_peer_urls
+            .iter()
+            .map(|url| format!("{name}={url}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        derived.as_str()
+    } else {
+        value
+    };
+    let mut members: Vec<InitialMember> = Vec::new();
+    let mut seen_urls = std::collections::BTreeSet::new();
+    for pair in split_list(value) {
+        let Some((member, url)) = pair.split_once('=') else {
+            return Err(invalid(FLAG, value, format!("{pair:?} is not name=URL")));
+        };
+        let url = parse_url(FLAG, url.trim())?.normalized;
+        if !seen_urls.insert(url.clone()) {
+            return Err(invalid(FLAG, value, format!("duplicate URL {url}")));
+        }
+        match members.iter_mut().find(|m| m.name == member) {
+            Some(existing) => existing.peer_urls.push(url),
+            None => members.push(InitialMember {
+                name: member.to_owned(),
+                peer_urls: vec![url],
+            }),
+        }
+    }
+    if members.is_empty() {
+        return Err(invalid(FLAG, value, "at least one member is required"));
+    }
+    for member in &mut members {
+        member.peer_urls.sort();
+    }
+    let Some(local) = members.iter().find(|m| m.name == name) else {
+        return Err(invalid(
+            FLAG,
+            value,
+            format!("couldn't find local name {name:?} in the initial cluster configuration"),
+        ));
+    };
+    let mut advertised = advertise_peer_urls.to_vec();
+    advertised.sort();
+    if local.peer_urls != advertised {
+        let missing: Vec<String> = local
+            .peer_urls
+            .iter()
+            .filter(|url| !advertised.contains(url))
+            .map(|url| format!("{name}={url}"))
+            .collect();
+        let reason = if missing.is_empty() {
+            let extra: Vec<&str> = advertised
+                .iter()
+                .filter(|url| !local.peer_urls.contains(url))
+                .map(String::as_str)
+                .collect();
+            format!(
+                "--initial-advertise-peer-urls has {} but missing from --initial-cluster",
+                extra.join(",")
+            )
+        } else {
+            format!(
+                "--initial-cluster has {} but missing from --initial-advertise-peer-urls={}",
+                missing.join(","),
+                advertised.join(",")
+            )
+        };
+        return Err(invalid(FLAG, value, reason));
+    }
+    Ok(members)
+}
+
+/// `--heartbeat-interval` and `--election-timeout`, with etcd's rules: both
+/// positive, the timeout at least five heartbeats and at most 50 s.
+fn parse_raft_timing(heartbeat: &str, election: &str) -> Result<(u64, u64), ConfigError> {
+    let positive = |flag: &'static str, value: &str| match value.trim().parse::<u64>() {
+        Ok(0) => Err(invalid(flag, value, "must be greater than zero")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(invalid(flag, value, e.to_string())),
+    };
+    let heartbeat_ms = positive("heartbeat-interval", heartbeat)?;
+    let election_ms = positive("election-timeout", election)?;
+    if heartbeat_ms.saturating_mul(5) > election_ms {
+        return Err(invalid(
+            "election-timeout",
+            election,
+            format!(
+                "--election-timeout[{election_ms}ms] should be at least as 5 times as \
+                 --heartbeat-interval[{heartbeat_ms}ms]"
+            ),
+        ));
+    }
+    if election_ms > ELECTION_TIMEOUT_MS_MAX {
+        return Err(invalid(
+            "election-timeout",
+            election,
+            format!(
+                "--election-timeout[{election_ms}ms] is too long, and should be set less than \
+                 {ELECTION_TIMEOUT_MS_MAX}ms"
+            ),
+        ));
+    }
+    Ok((heartbeat_ms, election_ms))
 }
 
 /// A parsed `http://host:port` URL.
@@ -896,12 +1202,19 @@ mod tests {
 
     #[test]
     fn peer_urls_and_token_give_the_member_id() {
+        // With the default name, etcd requires --initial-cluster to match
+        // the advertised URLs; another name derives it from them.
         let a = run(
-            &["--initial-advertise-peer-urls", "http://10.0.0.1:2380"],
+            &[
+                "--name=n1",
+                "--initial-advertise-peer-urls",
+                "http://10.0.0.1:2380",
+            ],
             &[],
         );
         let b = run(
             &[
+                "--name=n1",
                 "--initial-advertise-peer-urls",
                 "http://10.0.0.1:2380",
                 "--initial-cluster-token",
@@ -914,5 +1227,178 @@ mod tests {
         assert_ne!(a.member_id(), b.member_id());
         assert_eq!(a.node_config().member_id, expected);
         assert_eq!(a.node_config().cluster_id, ids::cluster_id(&[expected]));
+    }
+
+    #[test]
+    fn cluster_flags_default_like_etcd() {
+        let config = run(&[], &[]);
+        assert_eq!(
+            config.initial_cluster,
+            [InitialMember {
+                name: "default".into(),
+                peer_urls: vec!["http://localhost:2380".into()],
+            }]
+        );
+        assert_eq!(config.initial_cluster_state, ClusterState::New);
+        assert_eq!(config.heartbeat_interval_ms, 100);
+        assert_eq!(config.election_timeout_ms, 1000);
+        assert_eq!(config.snapshot_count, 10_000);
+        assert_eq!(config.max_learners, 1);
+        assert!(config.initial_peers().is_empty());
+        // A single default member keeps etcd's well-known IDs.
+        assert_eq!(format!("{:x}", config.cluster_id()), "cdf818194e3a8c32");
+    }
+
+    #[test]
+    fn initial_cluster_defaults_to_the_name_when_only_the_name_is_set() {
+        let config = run(
+            &[
+                "--name=n1",
+                "--initial-advertise-peer-urls=http://127.0.0.1:12380,http://10.0.0.1:12380",
+            ],
+            &[],
+        );
+        assert_eq!(config.initial_cluster.len(), 1);
+        assert_eq!(config.initial_cluster[0].name, "n1");
+        assert_eq!(
+            config.initial_cluster[0].peer_urls,
+            ["http://10.0.0.1:12380", "http://127.0.0.1:12380"]
+        );
+        assert_eq!(config.cluster_id(), ids::cluster_id(&[config.member_id()]));
+    }
+
+    #[test]
+    fn three_member_cluster_ids() {
+        let cluster = "a=http://127.0.0.1:1,b=http://127.0.0.1:2,c=http://127.0.0.1:3";
+        let member = |name: &str, port: u16| {
+            run(
+                &[
+                    "--name",
+                    name,
+                    "--initial-advertise-peer-urls",
+                    &format!("http://127.0.0.1:{port}"),
+                    "--initial-cluster",
+                    cluster,
+                    "--initial-cluster-token",
+                    "tok",
+                    "--initial-cluster-state=existing",
+                ],
+                &[],
+            )
+        };
+        let (a, b, c) = (member("a", 1), member("b", 2), member("c", 3));
+        assert_eq!(a.initial_cluster_state, ClusterState::Existing);
+        let ids = [a.member_id(), b.member_id(), c.member_id()];
+        assert_eq!(ids[0], ids::member_id(&["http://127.0.0.1:1"], "tok"));
+        // Every member derives the same cluster ID from the same flags.
+        assert_eq!(a.cluster_id(), ids::cluster_id(&ids));
+        assert_eq!(a.cluster_id(), b.cluster_id());
+        assert_eq!(b.cluster_id(), c.cluster_id());
+        assert_eq!(
+            a.initial_peers(),
+            [
+                (ids[1], vec!["http://127.0.0.1:2".to_owned()]),
+                (ids[2], vec!["http://127.0.0.1:3".to_owned()])
+            ]
+        );
+        let transport = a.peer_transport_config();
+        assert_eq!(transport.member_id, ids[0]);
+        assert_eq!(transport.cluster_id, a.cluster_id());
+        assert!(transport.frame_bytes_max >= a.max_request_bytes);
+        // One member listed with two URLs (name repeated).
+        let two = run(
+            &[
+                "--initial-advertise-peer-urls=http://127.0.0.1:2,http://127.0.0.1:1",
+                "--initial-cluster=default=http://127.0.0.1:1,default=http://127.0.0.1:2",
+            ],
+            &[],
+        );
+        assert_eq!(two.initial_cluster.len(), 1);
+        assert_eq!(two.initial_cluster[0].peer_urls.len(), 2);
+    }
+
+    #[test]
+    fn initial_cluster_is_checked_like_etcd() {
+        let reason = |args: &[&str]| match error(args, &[]) {
+            ConfigError::InvalidValue { flag, reason, .. } => format!("{flag}: {reason}"),
+            other => panic!("{other:?}"),
+        };
+        // This member must be listed.
+        let r = reason(&["--name=x", "--initial-cluster=a=http://127.0.0.1:1"]);
+        assert!(r.contains("couldn't find local name \"x\""), "{r}");
+        // With exactly its advertised URLs.
+        let r = reason(&[
+            "--initial-advertise-peer-urls=http://127.0.0.1:9",
+            "--initial-cluster=default=http://127.0.0.1:1",
+        ]);
+        assert!(
+            r.contains("--initial-cluster has default=http://127.0.0.1:1 but missing from --initial-advertise-peer-urls=http://127.0.0.1:9"),
+            "{r}"
+        );
+        // The default name with custom advertised URLs and no
+        // --initial-cluster fails as in etcd.
+        let r = reason(&["--initial-advertise-peer-urls=http://127.0.0.1:9"]);
+        assert!(
+            r.contains("missing from --initial-advertise-peer-urls"),
+            "{r}"
+        );
+        let r = reason(&[
+            "--initial-advertise-peer-urls=http://127.0.0.1:1,http://127.0.0.1:2",
+            "--initial-cluster=default=http://127.0.0.1:1",
+        ]);
+        assert!(
+            r.contains("--initial-advertise-peer-urls has http://127.0.0.1:2"),
+            "{r}"
+        );
+        let r =
+            reason(&["--initial-cluster=default=http://localhost:2380,b=http://localhost:2380"]);
+        assert!(r.contains("duplicate URL"), "{r}");
+        for bad in ["default", "default=localhost:2380", ""] {
+            let r = reason(&["--initial-cluster", bad]);
+            assert!(r.starts_with("initial-cluster: "), "{bad}: {r}");
+        }
+        let r = reason(&["--initial-cluster-state=maybe"]);
+        assert!(r.starts_with("initial-cluster-state: "), "{r}");
+    }
+
+    #[test]
+    fn raft_timing_is_checked_like_etcd() {
+        let config = run(&["--heartbeat-interval=50", "--election-timeout=250"], &[]);
+        assert_eq!(
+            (config.heartbeat_interval_ms, config.election_timeout_ms),
+            (50, 250)
+        );
+        let e = error(&["--heartbeat-interval=300"], &[]).to_string();
+        assert!(
+            e.contains("--election-timeout[1000ms] should be at least as 5 times as --heartbeat-interval[300ms]"),
+            "{e}"
+        );
+        let e = error(&["--election-timeout=60000"], &[]).to_string();
+        assert!(e.contains("is too long"), "{e}");
+        for args in [
+            &["--heartbeat-interval=0"][..],
+            &["--election-timeout=0"],
+            &["--election-timeout=soon"],
+            &["--max-learners=0"],
+            &["--snapshot-count=-1"],
+        ] {
+            assert!(
+                matches!(error(args, &[]), ConfigError::InvalidValue { .. }),
+                "{args:?}"
+            );
+        }
+        let config = run(&["--snapshot-count=0", "--max-learners=3"], &[]);
+        assert_eq!(config.snapshot_count, 10_000);
+        assert_eq!(config.max_learners, 3);
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        let config = run(
+            &[],
+            &[
+                ("ETCD_ELECTION_TIMEOUT", "2000"),
+                ("ETCD_INITIAL_CLUSTER_STATE", "existing"),
+            ],
+        );
+        assert_eq!(config.election_timeout_ms, 2000);
+        assert_eq!(config.initial_cluster_state, ClusterState::Existing);
     }
 }

@@ -10,10 +10,14 @@
 //!   drains `poll_output` until `None`. Feeding a burst before draining is how
 //!   many client requests end up in one proposal batch.
 //! - `Output::Persist` goes to a second thread that owns the log writes: it
-//!   calls [`LogStore::append`] (fsync) and answers `Input::Persisted` through
-//!   the driver's channel, once per `Persist` and in order. The node asks for
-//!   the next write only after the previous one is acknowledged, so writes
-//!   that arrive during an fsync share the next one (group commit).
+//!   calls [`LogStore::append`] (fsync) and answers `Input::Persisted` with
+//!   the persist's ID through the driver's channel, once per `Persist` and
+//!   in order. The node asks for the next write only after the previous one
+//!   is acknowledged, so writes that arrive during an fsync share the next
+//!   one (group commit). Log compactions (`Output::CompactLog`) go to the
+//!   same thread, after a sync of the backend.
+//! - Peer messages are not wired yet: this driver runs a member with no
+//!   peers, whose raft sends nothing.
 //! - Clients hold a cloneable [`Handle`]. Each request waits on a oneshot kept
 //!   in a [`Slab`] owned by the driver thread; its slot key is the
 //!   [`RequestId`]. `Output::Read` only says "ready": the requesting task then
@@ -35,12 +39,12 @@ use std::sync::Arc;
 use std::thread;
 
 use futures_channel::{mpsc as async_mpsc, oneshot};
+use oxetcd_core::raft::{Persist, PersistId};
 use oxetcd_core::storage::{KvMeta, KvRead, KvStore, LogStore, StorageError};
 use oxetcd_core::watch::{self, CatchUp, CatchUpOutcome, StreamId};
 use oxetcd_core::{
     mvcc, Config, Error, Input, Instant, Node, Output, Request, RequestId, Response,
 };
-use oxetcd_proto::eraftpb::{Entry, HardState};
 use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader, WatchRequest};
 use slab::Slab;
 use tracing::{debug, error, info};
@@ -94,7 +98,7 @@ pub(crate) struct WatchStreamParts {
 /// What the driver thread receives.
 enum Command {
     Client(Request, oneshot::Sender<Reply>),
-    Persisted(u64),
+    Persisted(PersistId),
     Stop(oneshot::Sender<()>),
     WatchOpen {
         stream: StreamId,
@@ -116,10 +120,13 @@ enum Reply {
     },
 }
 
-/// A batch of log writes for the log-writer thread.
-struct PersistJob {
-    entries: Vec<Entry>,
-    hard_state: Option<HardState>,
+/// Work for the log-writer thread, done in order.
+enum LogJob {
+    /// One batch of log writes, acknowledged with its ID.
+    Persist(Persist),
+    /// Drop the log up to and including this index, once the backend that
+    /// holds it is durable.
+    Compact(u64),
 }
 
 /// Starts the node on `log` and `kv` on its own thread; returns once the
@@ -336,9 +343,10 @@ fn drive<L: LogStore, K: KvStore>(
         }
     };
     let (persist, jobs) = mpsc::channel();
+    let writer_kv = kv.clone();
     let writer = match thread::Builder::new()
         .name("oxetcd-log".into())
-        .spawn(move || write_log(log, jobs, commands))
+        .spawn(move || write_log(log, writer_kv, jobs, commands))
     {
         Ok(writer) => writer,
         Err(e) => {
@@ -376,7 +384,7 @@ fn drive<L: LogStore, K: KvStore>(
                     slot.insert(reply);
                     node.handle(now, Input::Client(id, request));
                 }
-                Command::Persisted(index) => node.handle(now, Input::Persisted { index }),
+                Command::Persisted(id) => node.handle(now, Input::Persisted { id }),
                 Command::Stop(done) => {
                     stop = Some(done);
                     break;
@@ -438,19 +446,26 @@ fn drive<L: LogStore, K: KvStore>(
 fn execute(
     output: Output,
     pending: &mut Slab<oneshot::Sender<Reply>>,
-    persist: &Sender<PersistJob>,
+    persist: &Sender<LogJob>,
     routes: &mut WatchRoutes,
     feedback: &mut Vec<Input>,
 ) {
     match output {
-        Output::Persist {
-            entries,
-            hard_state,
-        } => {
+        Output::Persist(job) => {
             // The writer only stops after this thread drops `persist`.
-            let _ = persist.send(PersistJob {
-                entries,
-                hard_state,
+            let _ = persist.send(LogJob::Persist(job));
+        }
+        Output::CompactLog { index } => {
+            let _ = persist.send(LogJob::Compact(index));
+        }
+        Output::Send(message) => {
+            debug!(to = message.to, msg_type = ?message.msg_type, "no peer transport; message dropped");
+        }
+        Output::SendSnapshot { to, .. } => {
+            debug!(to, "no peer transport; snapshot not sent");
+            feedback.push(Input::SnapshotSent {
+                to,
+                delivered: false,
             });
         }
         Output::Respond(id, result) => {
@@ -487,20 +502,40 @@ fn answer(pending: &mut Slab<oneshot::Sender<Reply>>, id: RequestId, reply: Repl
     }
 }
 
-/// The log writer thread's body: one fsynced append per job, acknowledged in
-/// order.
-fn write_log<L: LogStore>(log: L, jobs: Receiver<PersistJob>, commands: Sender<Command>) {
-    for PersistJob {
-        entries,
-        hard_state,
-    } in jobs
-    {
-        if let Err(e) = log.append(&entries, hard_state.as_ref()) {
-            fatal("appending to the raft log", &e);
-        }
-        let index = entries.last().map_or(0, |entry| entry.index);
-        if commands.send(Command::Persisted(index)).is_err() {
-            break;
+/// The log writer thread's body: one fsynced append per persist,
+/// acknowledged in order; compactions after a backend sync.
+fn write_log<L: LogStore, K: KvStore>(
+    log: L,
+    kv: K,
+    jobs: Receiver<LogJob>,
+    commands: Sender<Command>,
+) {
+    for job in jobs {
+        match job {
+            LogJob::Persist(persist) => {
+                if let Some(snapshot) = &persist.snapshot {
+                    // Snapshots arrive over the peer transport, which this
+                    // driver does not run: there is no data to install.
+                    let what = format!("installing snapshot {}", snapshot.index);
+                    fatal(&what, &"no snapshot data was received");
+                }
+                if let Err(e) = log.append(&persist.entries, persist.hard_state.as_ref()) {
+                    fatal("appending to the raft log", &e);
+                }
+                if commands.send(Command::Persisted(persist.id)).is_err() {
+                    break;
+                }
+            }
+            LogJob::Compact(index) => {
+                // The log is the durable record of what the backend holds
+                // only as far as the backend is durable.
+                if let Err(e) = kv.sync() {
+                    fatal("syncing the backend", &e);
+                }
+                if let Err(e) = log.compact(index + 1) {
+                    fatal("compacting the raft log", &e);
+                }
+            }
         }
     }
 }

@@ -9,6 +9,7 @@
 //!   services use.
 //! - [`grpc`]: the etcd v3 services and the router in front of them.
 //! - [`http`]: `/health`, `/version`.
+//! - [`peer`]: the peer transport (raft messages and snapshots over TCP).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
 //! - `serve` (private): listeners, accept loops, one connection's HTTP/1.1
 //!   and h2c, and the gRPC-or-HTTP split by content type.
@@ -22,6 +23,7 @@ pub mod config;
 pub mod driver;
 pub mod grpc;
 pub mod http;
+pub mod peer;
 pub mod runtime;
 mod serve;
 pub mod watch_routes;

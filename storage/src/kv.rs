@@ -14,7 +14,7 @@
 //! commit writes about as many pages as it has bytes, whatever the keys.
 //! `changes` (watch replay) is a plain range of that table. What the table
 //! cannot answer by itself, "the newest version of key K at revision R", the
-//! in-memory key index ([`index`]) does: it maps each user key to its stored
+//! in-memory key index (module `index`) does: it maps each user key to its stored
 //! revisions, is rebuilt at open by one pass over the table, and is shared by
 //! the writer and every reader. A scan walks the index in key order and
 //! fetches each visible version by point lookup in the reader's own redb
@@ -22,7 +22,7 @@
 //!
 //! Each reader sees the index exactly as of its redb snapshot, compactions
 //! after it included: the index versions its entries by commit sequence and
-//! keeps removed ones until no older snapshot is alive (see [`index`]). So a
+//! keeps removed ones until no older snapshot is alive (see module `index`). So a
 //! read never fails or changes because of a later write or compaction.
 //!
 //! # Durability
@@ -48,7 +48,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
-    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, RangeEnd, Revision, StorageError,
+    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, Membership, RangeEnd, Revision,
+    StorageError,
 };
 use redb::{
     Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition,
@@ -74,6 +75,9 @@ pub const DURABLE_EVERY_COMMITS: u32 = 10_000;
 const REVISIONS: TableDefinition<u128, &[u8]> = TableDefinition::new("revisions");
 const LEASES: TableDefinition<i64, &[u8]> = TableDefinition::new("leases");
 const KV_META_KEY: &str = "kv_meta";
+/// The membership record ([`Membership::encode`]), written in the apply
+/// transaction that changes it, beside the applied index.
+const MEMBERSHIP_KEY: &str = "membership";
 /// Meta record: the commit sequence of the last commit that changed the key
 /// index, so that a snapshot knows which index changes it contains.
 const COMMIT_SEQ_KEY: &str = "kv_commit_seq";
@@ -281,6 +285,10 @@ impl KvRead for RedbKvRead {
     ) -> Result<(), StorageError> {
         leases(&self.leases, visit)
     }
+
+    fn membership(&self) -> Result<Option<Membership>, StorageError> {
+        read_membership(&self.meta)
+    }
 }
 
 /// The backend's write transaction. Dropping it without
@@ -361,6 +369,10 @@ impl KvRead for RedbKvWrite {
         let table = self.txn.open_table(LEASES).map_err(err("kv read"))?;
         leases(&table, visit)
     }
+
+    fn membership(&self) -> Result<Option<Membership>, StorageError> {
+        read_membership(&self.txn.open_table(META).map_err(err("kv read"))?)
+    }
 }
 
 impl KvWrite for RedbKvWrite {
@@ -438,6 +450,14 @@ impl KvWrite for RedbKvWrite {
 
     fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError> {
         self.meta = Some(*meta);
+        Ok(())
+    }
+
+    fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError> {
+        let mut table = self.txn.open_table(META).map_err(err("kv membership"))?;
+        table
+            .insert(MEMBERSHIP_KEY, membership.encode().as_slice())
+            .map_err(err("kv membership"))?;
         Ok(())
     }
 
@@ -623,6 +643,15 @@ fn revision_key((main, sub): Rev) -> u128 {
 
 fn split_revision_key(key: u128) -> Rev {
     ((key >> 64) as u64, key as u64)
+}
+
+fn read_membership(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<Membership>, StorageError> {
+    match table.get(MEMBERSHIP_KEY).map_err(err("kv read"))? {
+        Some(bytes) => Membership::decode(bytes.value()).map(Some),
+        None => Ok(None),
+    }
 }
 
 fn read_meta(

@@ -6,6 +6,7 @@
 //! entries  u64 index -> eraftpb::Entry (protobuf)
 //! meta     "hard_state"  -> eraftpb::HardState (protobuf)
 //!          "first_index" -> u64 LE, index of the first entry kept (1 when absent)
+//!          "snapshot_term" -> u64 LE, term of entry first_index - 1 (0 when absent)
 //! ```
 //!
 //! Every write is one transaction committed with
@@ -30,6 +31,7 @@ use crate::format::{open_database, META};
 const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 const HARD_STATE_KEY: &str = "hard_state";
 const FIRST_INDEX_KEY: &str = "first_index";
+const SNAPSHOT_TERM_KEY: &str = "snapshot_term";
 const CONTENTS: &str = "raft-log";
 
 /// The raft log in its own redb database. Cloning shares the database.
@@ -83,10 +85,15 @@ impl LogStore for RedbLog {
         };
         let first_index = first_index(&meta)?;
         let last_index = last_index(&entries, first_index)?;
+        let snapshot_term = match meta.get(SNAPSHOT_TERM_KEY).map_err(err("log read"))? {
+            Some(bytes) => decode_u64("snapshot term", bytes.value())?,
+            None => 0,
+        };
         Ok(LogState {
             hard_state,
             first_index,
             last_index,
+            snapshot_term,
         })
     }
 
@@ -208,6 +215,20 @@ impl LogStore for RedbLog {
                 return Ok(());
             }
             let mut table = txn.open_table(ENTRIES).map_err(err("log compact"))?;
+            // The last dropped entry's term is the snapshot term; compacting
+            // past the end leaves the recorded one (install_snapshot sets it).
+            let snapshot_term = match table.get(index - 1).map_err(err("log compact"))? {
+                Some(bytes) => Some(
+                    Entry::parse_from_bytes(bytes.value())
+                        .map_err(|e| StorageError::new(format_args!("corrupt log entry: {e}")))?
+                        .term,
+                ),
+                None => None,
+            };
+            if let Some(term) = snapshot_term {
+                meta.insert(SNAPSHOT_TERM_KEY, term.to_le_bytes().as_slice())
+                    .map_err(err("log compact"))?;
+            }
             table
                 .retain_in(..index, |_, _| false)
                 .map_err(err("log compact"))?;
@@ -217,6 +238,22 @@ impl LogStore for RedbLog {
                 .map_err(err("log compact"))?;
         }
         txn.commit().map_err(err("log compact commit"))
+    }
+
+    fn install_snapshot(&self, index: u64, term: u64) -> Result<(), StorageError> {
+        let txn = self.begin_durable_write()?;
+        {
+            let mut table = txn.open_table(ENTRIES).map_err(err("log install"))?;
+            table
+                .retain_in(0u64.., |_, _| false)
+                .map_err(err("log install"))?;
+            let mut meta = txn.open_table(META).map_err(err("log install"))?;
+            meta.insert(FIRST_INDEX_KEY, (index + 1).to_le_bytes().as_slice())
+                .map_err(err("log install"))?;
+            meta.insert(SNAPSHOT_TERM_KEY, term.to_le_bytes().as_slice())
+                .map_err(err("log install"))?;
+        }
+        txn.commit().map_err(err("log install commit"))
     }
 }
 
@@ -288,7 +325,8 @@ mod tests {
             LogState {
                 hard_state: HardState::default(),
                 first_index: 1,
-                last_index: 0
+                last_index: 0,
+                snapshot_term: 0,
             }
         );
         assert_eq!(log.entries(1, 1).unwrap(), vec![]);
@@ -321,6 +359,7 @@ mod tests {
         let state = log.state().unwrap();
         assert_eq!(state.hard_state, hard_state(2, 1, 4));
         assert_eq!((state.first_index, state.last_index), (3, 4));
+        assert_eq!(state.snapshot_term, 1, "the term of entry 2");
         assert_eq!(terms(&log, 3, 5), vec![(3, 1), (4, 2)]);
         log.append(&[entry(5, 2), entry(6, 2)], None).unwrap();
         assert_eq!(terms(&log, 3, 7), vec![(3, 1), (4, 2), (5, 2), (6, 2)]);
@@ -336,6 +375,25 @@ mod tests {
         assert_eq!((state.first_index, state.last_index), (11, 10));
         log.append(&[entry(11, 3)], None).unwrap();
         assert_eq!(terms(&log, 11, 12), vec![(11, 3)]);
+    }
+
+    #[test]
+    fn installing_a_snapshot_replaces_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.redb");
+        {
+            let log = RedbLog::open(&path).unwrap();
+            log.append(&[entry(1, 1), entry(2, 1)], None).unwrap();
+            log.install_snapshot(20, 4).unwrap();
+            log.append(&[entry(21, 5)], None).unwrap();
+        }
+        let log = RedbLog::open(&path).unwrap();
+        let state = log.state().unwrap();
+        assert_eq!(
+            (state.first_index, state.last_index, state.snapshot_term),
+            (21, 21, 4)
+        );
+        assert!(log.entries(2, 3).is_err());
     }
 
     #[test]

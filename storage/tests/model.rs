@@ -334,6 +334,10 @@ enum LogOp {
     Compact {
         index: u8,
     },
+    InstallSnapshot {
+        index: u8,
+        term: u8,
+    },
     Entries {
         low: u8,
         high: u8,
@@ -343,7 +347,7 @@ enum LogOp {
 impl Arbitrary for LogOp {
     fn arbitrary(g: &mut Gen) -> Self {
         let small = |g: &mut Gen, n: u8| u8::arbitrary(g) % n;
-        match small(g, 5) {
+        match small(g, 6) {
             0..=2 => LogOp::Append {
                 index: small(g, 24) + 1,
                 len: small(g, 4),
@@ -352,6 +356,10 @@ impl Arbitrary for LogOp {
             },
             3 => LogOp::Compact {
                 index: small(g, 26),
+            },
+            4 => LogOp::InstallSnapshot {
+                index: small(g, 26),
+                term: small(g, 5),
             },
             _ => LogOp::Entries {
                 low: small(g, 26),
@@ -398,6 +406,11 @@ fn log_matches_model(ops: Vec<LogOp>) -> TestResult {
             LogOp::Compact { index } => {
                 redb.compact(u64::from(index)).unwrap();
                 model.compact(u64::from(index)).unwrap();
+            }
+            LogOp::InstallSnapshot { index, term } => {
+                let (index, term) = (u64::from(index), u64::from(term));
+                redb.install_snapshot(index, term).unwrap();
+                model.install_snapshot(index, term).unwrap();
             }
             LogOp::Entries { low, high } => {
                 let a = redb.entries(u64::from(low), u64::from(high)).ok();

@@ -186,10 +186,12 @@ impl Render for LeaseKeepAliveResponse {
 }
 
 /// The remaining TTL is left out (it depends on timing); scenarios check it
-/// with a tolerance.
+/// with a tolerance. Keys sorted: etcd lists them in Go map order, which
+/// differs from call to call.
 impl Render for LeaseTimeToLiveResponse {
     fn render(&self) -> String {
-        let keys: Vec<String> = self.keys.iter().map(|k| bytes(k)).collect();
+        let mut keys: Vec<String> = self.keys.iter().map(|k| bytes(k)).collect();
+        keys.sort_unstable();
         let remaining = if self.ttl < 0 { " expired" } else { "" };
         format!(
             "{} id {}{remaining} granted {} keys [{}]",

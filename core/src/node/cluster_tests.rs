@@ -1,0 +1,848 @@
+//! Multi-member clusters of [`Node`]s in one process: deterministic, no
+//! network, no threads. Each member has in-memory storage; the harness
+//! carries raft messages between members (dropping those on cut links),
+//! makes every `Persist` durable at once, moves virtual time to the next
+//! deadline, and transfers snapshots by handing the leader's backend read
+//! view to the follower, which installs it by copying it into its own
+//! backend. A crash drops the node and keeps its storage.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use oxetcd_proto::etcdserverpb::{
+    LeaseGrantRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
+    MemberUpdateRequest, MoveLeaderRequest, PutRequest, RangeResponse, WatchCreateRequest,
+};
+
+use super::*;
+use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
+
+/// Virtual time a call may take before the harness gives up.
+const CALL_TIME_MAX: Duration = Duration::from_secs(60);
+
+/// Timer firings in one `run_until` at most (a livelock guard).
+const STEPS_MAX: usize = 200_000;
+
+/// What travels between members.
+enum Packet {
+    Message(Message),
+    /// A whole snapshot stream: the data, then its final message.
+    Snapshot {
+        from: u64,
+        message: Message,
+        view: MemoryKvRead,
+    },
+    /// The end of a snapshot stream, reported back to its sender.
+    SnapshotReport {
+        sender: u64,
+        to: u64,
+        delivered: bool,
+    },
+}
+
+struct Member {
+    config: Config,
+    node: Option<Node<MemoryLog, MemoryKv>>,
+    log: MemoryLog,
+    kv: MemoryKv,
+    /// Snapshots received and not yet installed, by index.
+    received: BTreeMap<u64, MemoryKvRead>,
+    answers: HashMap<RequestId, Result<Response, Error>>,
+    watched: Vec<WatchResponse>,
+}
+
+struct Cluster {
+    members: BTreeMap<u64, Member>,
+    now: Instant,
+    network: VecDeque<Packet>,
+    /// Directed links that drop everything: (from, to).
+    cut: BTreeSet<(u64, u64)>,
+    next_request: RequestId,
+}
+
+fn url(id: u64) -> String {
+    format!("http://m{id}:2380")
+}
+
+fn config(id: u64, initial: &[u64], state: ClusterState) -> Config {
+    let mut config = Config::single(&format!("m{id}"));
+    config.member_id = id;
+    config.cluster_id = 0xc1;
+    config.rng_seed = id;
+    config.initial_members = initial
+        .iter()
+        .map(|&i| InitialMember {
+            id: i,
+            name: format!("m{i}"),
+            peer_urls: vec![url(i)],
+        })
+        .collect();
+    config.initial_cluster_state = state;
+    config
+}
+
+fn put(key: &str, value: &str) -> Request {
+    Request::Put(PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        ..Default::default()
+    })
+}
+
+fn get(key: &str, serializable: bool) -> Request {
+    Request::Range(RangeRequest {
+        key: key.as_bytes().to_vec(),
+        serializable,
+        ..Default::default()
+    })
+}
+
+fn values(result: Result<Response, Error>) -> Vec<String> {
+    match result {
+        Ok(Response::Range(RangeResponse { kvs, .. })) => kvs
+            .into_iter()
+            .map(|kv| String::from_utf8(kv.value).unwrap())
+            .collect(),
+        other => panic!("expected a range answer, got {other:?}"),
+    }
+}
+
+impl Cluster {
+    /// A new cluster of members `1..=n`, settled with a leader.
+    fn new(n: u64) -> Self {
+        Self::with(n, |_| {})
+    }
+
+    fn with(n: u64, tune: impl Fn(&mut Config)) -> Self {
+        let ids: Vec<u64> = (1..=n).collect();
+        let mut cluster = Self {
+            members: BTreeMap::new(),
+            now: Instant::ZERO,
+            network: VecDeque::new(),
+            cut: BTreeSet::new(),
+            next_request: 1,
+        };
+        for &id in &ids {
+            let mut config = config(id, &ids, ClusterState::New);
+            tune(&mut config);
+            cluster.start(id, config);
+        }
+        assert!(
+            cluster.run_until(Duration::from_secs(10), |c| c.leader().is_some()),
+            "no leader elected"
+        );
+        cluster
+    }
+
+    /// Starts a member on empty storage.
+    fn start(&mut self, id: u64, config: Config) {
+        let log = MemoryLog::default();
+        let kv = MemoryKv::default();
+        let node = Node::new(config.clone(), log.clone(), kv.clone(), self.now).unwrap();
+        self.members.insert(
+            id,
+            Member {
+                config,
+                node: Some(node),
+                log,
+                kv,
+                received: BTreeMap::new(),
+                answers: HashMap::new(),
+                watched: Vec::new(),
+            },
+        );
+    }
+
+    fn node(&self, id: u64) -> &Node<MemoryLog, MemoryKv> {
+        self.members[&id].node.as_ref().expect("member is running")
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut Node<MemoryLog, MemoryKv> {
+        self.members
+            .get_mut(&id)
+            .and_then(|m| m.node.as_mut())
+            .expect("member is running")
+    }
+
+    fn running(&self) -> Vec<u64> {
+        self.members
+            .iter()
+            .filter(|(_, m)| m.node.is_some())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The running leader of the highest term, if any.
+    fn leader(&self) -> Option<u64> {
+        self.running()
+            .into_iter()
+            .filter(|&id| self.node(id).role() == Role::Leader)
+            .max_by_key(|&id| self.node(id).term())
+    }
+
+    fn followers(&self) -> Vec<u64> {
+        let leader = self.leader();
+        self.running()
+            .into_iter()
+            .filter(|&id| Some(id) != leader)
+            .collect()
+    }
+
+    fn isolate(&mut self, id: u64) {
+        for &other in self.members.keys() {
+            if other != id {
+                self.cut.insert((id, other));
+                self.cut.insert((other, id));
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    fn crash(&mut self, id: u64) {
+        self.members.get_mut(&id).unwrap().node = None;
+    }
+
+    fn restart(&mut self, id: u64) {
+        let member = self.members.get_mut(&id).unwrap();
+        let node = Node::new(
+            member.config.clone(),
+            member.log.clone(),
+            member.kv.clone(),
+            self.now,
+        );
+        member.node = Some(node.unwrap());
+    }
+
+    /// Feeds a request to member `id`; returns its request ID.
+    fn send(&mut self, id: u64, request: Request) -> RequestId {
+        let request_id = self.next_request;
+        self.next_request += 1;
+        let now = self.now;
+        self.node_mut(id)
+            .handle(now, Input::Client(request_id, request));
+        request_id
+    }
+
+    fn take_answer(&mut self, id: u64, request_id: RequestId) -> Option<Result<Response, Error>> {
+        self.members.get_mut(&id)?.answers.remove(&request_id)
+    }
+
+    /// Sends a request and runs the cluster until it is answered.
+    fn call(&mut self, id: u64, request: Request) -> Result<Response, Error> {
+        let request_id = self.send(id, request);
+        let answered = self.run_until(CALL_TIME_MAX, |c| {
+            c.members[&id].answers.contains_key(&request_id)
+        });
+        assert!(answered, "request to {id} not answered");
+        self.take_answer(id, request_id).unwrap()
+    }
+
+    /// Delivers everything and drains every member until nothing moves.
+    fn settle(&mut self) {
+        for _ in 0..STEPS_MAX {
+            let mut busy = false;
+            for id in self.running() {
+                busy |= self.drain(id);
+            }
+            busy |= self.deliver();
+            if !busy {
+                return;
+            }
+        }
+        panic!("the cluster never settles");
+    }
+
+    /// Runs virtual time forward, firing timers, until `done` holds (true)
+    /// or `limit` has passed (false).
+    fn run_until(&mut self, limit: Duration, done: impl Fn(&Self) -> bool) -> bool {
+        let until = self.now + limit;
+        for _ in 0..STEPS_MAX {
+            self.settle();
+            if done(self) {
+                return true;
+            }
+            let next = self
+                .running()
+                .into_iter()
+                .filter_map(|id| self.node(id).poll_timeout())
+                .min();
+            let Some(next) = next.filter(|&t| t <= until) else {
+                self.now = until;
+                self.fire_timers();
+                self.settle();
+                return done(self);
+            };
+            self.now = self.now.max(next);
+            self.fire_timers();
+        }
+        panic!("too many timer steps");
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        self.run_until(d, |_| false);
+    }
+
+    fn fire_timers(&mut self) {
+        let now = self.now;
+        for id in self.running() {
+            let node = self.node_mut(id);
+            if node.poll_timeout().is_some_and(|t| t <= now) {
+                node.handle_timeout(now);
+            }
+        }
+    }
+
+    /// Executes member `id`'s outputs as a runtime would; returns whether
+    /// there were any.
+    fn drain(&mut self, id: u64) -> bool {
+        let Cluster {
+            members,
+            network,
+            cut,
+            now,
+            ..
+        } = self;
+        let now = *now;
+        let member = members.get_mut(&id).unwrap();
+        let mut any = false;
+        while let Some(output) = member.node.as_mut().and_then(|n| n.poll_output()) {
+            any = true;
+            match output {
+                Output::Send(m) => {
+                    if !cut.contains(&(id, m.to)) {
+                        network.push_back(Packet::Message(m));
+                    }
+                }
+                Output::Persist(persist) => {
+                    if let Some(meta) = &persist.snapshot {
+                        let view = member
+                            .received
+                            .remove(&meta.index)
+                            .expect("installing a snapshot that was received");
+                        member.kv.restore(&view);
+                        member.log.install_snapshot(meta.index, meta.term).unwrap();
+                        member.received = member.received.split_off(&(meta.index + 1));
+                    }
+                    member
+                        .log
+                        .append(&persist.entries, persist.hard_state.as_ref())
+                        .unwrap();
+                    let node = member.node.as_mut().unwrap();
+                    node.handle(now, Input::Persisted { id: persist.id });
+                }
+                Output::Respond(request_id, result) => {
+                    member.answers.insert(request_id, result);
+                }
+                Output::Read {
+                    id: request_id,
+                    request,
+                    mut header,
+                } => {
+                    let view = member.kv.read().unwrap();
+                    header.revision = view.meta().unwrap().revision.max(1);
+                    let result = mvcc::range(&view, &request).map(|mut r| {
+                        r.header = Some(header);
+                        Response::Range(r)
+                    });
+                    member.answers.insert(request_id, result);
+                }
+                Output::Fatal(e) => panic!("member {id}: fatal: {e}"),
+                Output::Watch { response, .. } => member.watched.push(response),
+                Output::WatchCatchUp(job) => {
+                    let view = member.kv.read().unwrap();
+                    let outcome = watch::catch_up(&view, &job).unwrap();
+                    match &outcome {
+                        watch::CatchUpOutcome::Events {
+                            response: Some(response),
+                            ..
+                        }
+                        | watch::CatchUpOutcome::Compacted { response } => {
+                            member.watched.push(response.clone());
+                        }
+                        watch::CatchUpOutcome::Events { response: None, .. } => {}
+                    }
+                    let node = member.node.as_mut().unwrap();
+                    node.handle(now, outcome.input(&job));
+                }
+                Output::SendSnapshot { to, message } => {
+                    // The view is taken before the node is polled again.
+                    let view = member.kv.read().unwrap();
+                    if cut.contains(&(id, to)) {
+                        network.push_back(Packet::SnapshotReport {
+                            sender: id,
+                            to,
+                            delivered: false,
+                        });
+                    } else {
+                        network.push_back(Packet::Snapshot {
+                            from: id,
+                            message,
+                            view,
+                        });
+                    }
+                }
+                Output::CompactLog { index } => {
+                    member.kv.sync().unwrap();
+                    member.log.compact(index + 1).unwrap();
+                }
+            }
+        }
+        any
+    }
+
+    /// Delivers the packets in flight; returns whether there were any.
+    fn deliver(&mut self) -> bool {
+        let packets = std::mem::take(&mut self.network);
+        let any = !packets.is_empty();
+        let now = self.now;
+        for packet in packets {
+            match packet {
+                Packet::Message(m) => {
+                    let (from, to) = (m.from, m.to);
+                    if self.cut.contains(&(from, to)) {
+                        continue;
+                    }
+                    if let Some(node) = self.members.get_mut(&to).and_then(|m| m.node.as_mut()) {
+                        node.handle(now, Input::Peer(m));
+                    }
+                }
+                Packet::Snapshot {
+                    from,
+                    message,
+                    view,
+                } => {
+                    let to = message.to;
+                    let receiver = self.members.get_mut(&to);
+                    let delivered = match receiver {
+                        Some(member)
+                            if member.node.is_some() && !self.cut.contains(&(from, to)) =>
+                        {
+                            let index = message.get_snapshot().get_metadata().index;
+                            member.received.insert(index, view);
+                            let node = member.node.as_mut().unwrap();
+                            node.handle(now, Input::SnapshotReceived { message });
+                            true
+                        }
+                        _ => false,
+                    };
+                    self.network.push_back(Packet::SnapshotReport {
+                        sender: from,
+                        to,
+                        delivered,
+                    });
+                }
+                Packet::SnapshotReport {
+                    sender,
+                    to,
+                    delivered,
+                } => {
+                    if let Some(node) = self.members.get_mut(&sender).and_then(|m| m.node.as_mut())
+                    {
+                        node.handle(now, Input::SnapshotSent { to, delivered });
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    /// The value member `id` holds for `key`, read locally.
+    fn local(&mut self, id: u64, key: &str) -> Vec<String> {
+        values(self.call(id, get(key, true)))
+    }
+}
+
+#[test]
+fn three_members_elect_one_leader_and_replicate_writes() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    let Ok(Response::Put(answer)) = c.call(leader, put("k", "v1")) else {
+        panic!("put on the leader failed");
+    };
+    let header = answer.header.unwrap();
+    assert_eq!((header.revision, header.member_id), (2, leader));
+    c.run_for(Duration::from_millis(500));
+    for id in 1..=3 {
+        assert_eq!(c.local(id, "k"), vec!["v1"], "member {id}");
+        assert_eq!(c.node(id).leader(), Some(leader));
+    }
+    let status = c.call(leader, Request::Status).unwrap();
+    let Response::Status(status) = status else {
+        panic!("{status:?}")
+    };
+    assert_eq!(status.leader, leader);
+    assert!(!status.is_learner);
+    let Ok(Response::MemberList(list)) = c.call(
+        leader,
+        Request::MemberList(MemberListRequest { linearizable: true }),
+    ) else {
+        panic!("member list failed");
+    };
+    let names: Vec<_> = list.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["m1", "m2", "m3"]);
+    assert_eq!(list.members[1].peer_ur_ls, vec![url(2)]);
+}
+
+#[test]
+fn a_follower_forwards_writes_to_the_leader_and_reads_linearizably() {
+    let mut c = Cluster::new(3);
+    let follower = c.followers()[0];
+    let Ok(Response::Put(answer)) = c.call(follower, put("k", "from-follower")) else {
+        panic!("forwarded put failed");
+    };
+    let header = answer.header.unwrap();
+    assert_eq!(
+        header.member_id, follower,
+        "the follower answers its client"
+    );
+    assert_eq!(header.revision, 2);
+    // A linearizable read on the other follower sees the write at once.
+    let other = c.followers()[1];
+    assert_eq!(
+        values(c.call(other, get("k", false))),
+        vec!["from-follower"]
+    );
+    // Many writes through a follower, answered in order with their revisions.
+    let ids: Vec<_> = (0..20)
+        .map(|i| c.send(follower, put(&format!("k{i:02}"), "v")))
+        .collect();
+    c.run_for(Duration::from_millis(200));
+    for (k, request_id) in ids.into_iter().enumerate() {
+        let Some(Ok(Response::Put(p))) = c.take_answer(follower, request_id) else {
+            panic!("write {k} not answered");
+        };
+        assert_eq!(p.header.unwrap().revision, 3 + k as i64);
+    }
+}
+
+#[test]
+fn a_cut_off_follower_serves_local_reads_and_reports_no_leader() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    c.call(leader, put("k", "old")).unwrap();
+    c.run_for(Duration::from_millis(300));
+    let cut_off = c.followers()[0];
+    c.isolate(cut_off);
+    c.call(leader, put("k", "new")).unwrap();
+    // Serializable: answered at once from the local (stale) state.
+    assert_eq!(c.local(cut_off, "k"), vec!["old"]);
+    // Linearizable: the round never completes; once the follower gives up
+    // on its leader the read fails rather than hanging.
+    let read = c.call(cut_off, get("k", false));
+    assert!(
+        matches!(read, Err(Error::LeaderChanged | Error::NoLeader)),
+        "{read:?}"
+    );
+    // With no leader known, a write fails with etcd's "no leader".
+    c.run_for(Duration::from_secs(3));
+    assert_eq!(c.node(cut_off).leader(), None);
+    assert_eq!(c.call(cut_off, put("k", "x")), Err(Error::NoLeader));
+    // The rest of the cluster was never disturbed (pre-vote).
+    assert_eq!(c.leader(), Some(leader));
+    c.heal();
+    c.run_for(Duration::from_secs(2));
+    assert_eq!(
+        c.leader(),
+        Some(leader),
+        "the rejoining member deposed nobody"
+    );
+    assert_eq!(values(c.call(cut_off, get("k", false))), vec!["new"]);
+}
+
+#[test]
+fn a_leader_change_answers_pending_writes_instead_of_hanging() {
+    let mut c = Cluster::new(3);
+    let old = c.leader().unwrap();
+    c.isolate(old);
+    let pending = c.send(old, put("lost", "v"));
+    // The others elect a new leader; the old one steps down (check-quorum)
+    // and answers its uncommitted write.
+    assert!(c.run_until(Duration::from_secs(10), |c| {
+        c.members[&old].answers.contains_key(&pending)
+    }));
+    assert_eq!(c.take_answer(old, pending), Some(Err(Error::LeaderChanged)));
+    assert!(c.run_until(Duration::from_secs(10), |c| c
+        .leader()
+        .is_some_and(|l| l != old)));
+    let new = c.leader().unwrap();
+    c.call(new, put("k", "after")).unwrap();
+    c.heal();
+    c.run_for(Duration::from_secs(1));
+    // The old leader's entry was replaced; it follows and has the new write.
+    assert_eq!(c.node(old).leader(), Some(new));
+    assert_eq!(c.local(old, "k"), vec!["after"]);
+    assert!(c.local(old, "lost").is_empty());
+}
+
+#[test]
+fn crashed_members_restart_and_catch_up() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    let follower = c.followers()[0];
+    c.crash(follower);
+    for i in 0..10 {
+        c.call(leader, put(&format!("k{i}"), "v")).unwrap();
+    }
+    c.restart(follower);
+    c.run_for(Duration::from_secs(2));
+    assert_eq!(c.local(follower, "k9"), vec!["v"]);
+    // Now the leader crashes: the others elect a new one and keep serving.
+    c.crash(leader);
+    assert!(c.run_until(Duration::from_secs(10), |c| c.leader().is_some()));
+    let new = c.leader().unwrap();
+    c.call(new, put("k", "after-crash")).unwrap();
+    c.restart(leader);
+    c.run_for(Duration::from_secs(2));
+    assert_eq!(c.local(leader, "k"), vec!["after-crash"]);
+    assert_eq!(c.leader(), Some(new));
+}
+
+#[test]
+fn move_leader_hands_over_and_members_can_be_removed() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    let target = c.followers()[0];
+    let Ok(Response::MoveLeader(_)) = c.call(
+        leader,
+        Request::MoveLeader(MoveLeaderRequest { target_id: target }),
+    ) else {
+        panic!("move leader failed");
+    };
+    assert_eq!(c.leader(), Some(target));
+    assert_eq!(
+        c.call(
+            leader,
+            Request::MoveLeader(MoveLeaderRequest { target_id: target })
+        ),
+        Err(Error::NotLeader)
+    );
+    // Graceful stop of the new leader hands over again.
+    let next = c
+        .node_mut(target)
+        .transfer_leadership_for_shutdown(Instant::ZERO);
+    assert!(next.is_some());
+    assert!(c.run_until(Duration::from_secs(3), |c| c.leader() == next));
+    let leader = c.leader().unwrap();
+    let removed = c.followers()[0];
+    let Ok(Response::MemberRemove(r)) = c.call(
+        leader,
+        Request::MemberRemove(MemberRemoveRequest { id: removed }),
+    ) else {
+        panic!("remove failed");
+    };
+    assert_eq!(r.members.len(), 2);
+    assert_eq!(
+        c.call(
+            leader,
+            Request::MemberRemove(MemberRemoveRequest { id: removed })
+        ),
+        Err(Error::MemberNotFound)
+    );
+    c.crash(removed);
+    c.call(leader, put("k", "two members")).unwrap();
+}
+
+#[test]
+fn a_learner_catches_up_by_snapshot_refuses_clients_and_is_promoted() {
+    let mut c = Cluster::with(3, |config| {
+        config.snapshot_count = 20;
+        config.snapshot_catch_up_entries = 5;
+    });
+    let leader = c.leader().unwrap();
+    for i in 0..60 {
+        c.call(leader, put(&format!("k{i:02}"), "v")).unwrap();
+    }
+    // The leader compacted its log: a new member can only get a snapshot.
+    assert!(c.members[&leader].log.state().unwrap().first_index > 1);
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(4)],
+        is_learner: true,
+    });
+    let Ok(Response::MemberAdd(added)) = c.call(leader, add) else {
+        panic!("learner add failed");
+    };
+    let learner = added.member.unwrap();
+    assert!(learner.is_learner);
+    assert_eq!(added.members.len(), 4);
+    // A second learner is one too many; a taken URL is refused.
+    let again = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(5)],
+        is_learner: true,
+    });
+    assert_eq!(c.call(leader, again), Err(Error::TooManyLearners));
+    let taken = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(4)],
+        is_learner: false,
+    });
+    assert_eq!(c.call(leader, taken), Err(Error::PeerUrlExists));
+    // Not started yet: it cannot be promoted.
+    let promote = Request::MemberPromote(MemberPromoteRequest { id: learner.id });
+    assert_eq!(c.call(leader, promote.clone()), Err(Error::LearnerNotReady));
+
+    let mut config = config(learner.id, &[1, 2, 3], ClusterState::Existing);
+    config.snapshot_count = 20;
+    c.start(learner.id, config);
+    assert!(c.run_until(Duration::from_secs(5), |c| {
+        c.node(learner.id).applied_index() >= c.node(leader).applied_index()
+    }));
+    assert!(c.node(learner.id).is_learner());
+    assert_eq!(c.local(learner.id, "k59"), vec!["v"]);
+    let learner_log = c.members[&learner.id].log.state().unwrap();
+    assert!(
+        learner_log.first_index > 1,
+        "caught up by a snapshot, not the log"
+    );
+    assert_eq!(c.node(learner.id).members().len(), 4);
+    assert_eq!(
+        c.call(learner.id, put("k", "v")),
+        Err(Error::NotSupportedForLearner)
+    );
+    assert_eq!(
+        c.call(learner.id, get("k00", false)),
+        Err(Error::NotSupportedForLearner)
+    );
+    let Ok(Response::Status(status)) = c.call(learner.id, Request::Status) else {
+        panic!("status on a learner failed");
+    };
+    assert!(status.is_learner);
+    assert_eq!(status.leader, leader);
+
+    let Ok(Response::MemberPromote(promoted)) = c.call(leader, promote.clone()) else {
+        panic!("promote failed");
+    };
+    assert!(promoted.members.iter().all(|m| !m.is_learner));
+    assert_eq!(c.call(leader, promote), Err(Error::MemberNotLearner));
+    c.run_for(Duration::from_millis(500));
+    assert!(!c.node(learner.id).is_learner());
+    assert_eq!(values(c.call(learner.id, get("k00", false))), vec!["v"]);
+    // Four voters now: with one of them down, the other three (the
+    // promoted learner among them) still commit.
+    let other = c
+        .followers()
+        .into_iter()
+        .find(|&f| f != learner.id)
+        .unwrap();
+    c.crash(other);
+    c.call(leader, put("quorum", "of three")).unwrap();
+}
+
+#[test]
+fn member_updates_go_through_the_log_and_bad_input_gets_etcds_errors() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    let follower = c.followers()[0];
+    let update = Request::MemberUpdate(MemberUpdateRequest {
+        id: follower,
+        peer_ur_ls: vec!["http://m2-new:2380".into()],
+    });
+    let Ok(Response::MemberUpdate(updated)) = c.call(follower, update) else {
+        panic!("update failed");
+    };
+    let record = updated.members.iter().find(|m| m.id == follower).unwrap();
+    assert_eq!(record.peer_ur_ls, vec!["http://m2-new:2380"]);
+    let bad = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec!["m9:2380".into()],
+        is_learner: false,
+    });
+    assert_eq!(c.call(leader, bad), Err(Error::MemberBadUrls));
+    let missing = Request::MemberPromote(MemberPromoteRequest { id: 0x99 });
+    assert_eq!(c.call(leader, missing), Err(Error::MemberNotFound));
+    let voter = Request::MemberPromote(MemberPromoteRequest { id: follower });
+    assert_eq!(c.call(leader, voter), Err(Error::MemberNotLearner));
+    // With one of three down, adding a voter would leave two running of
+    // four: etcd refuses.
+    let down = c.followers().into_iter().find(|&f| f != follower).unwrap();
+    c.crash(down);
+    c.run_for(Duration::from_secs(2));
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(7)],
+        is_learner: false,
+    });
+    assert_eq!(c.call(leader, add), Err(Error::MemberNotEnoughStarted));
+    let remove = Request::MemberRemove(MemberRemoveRequest { id: follower });
+    assert_eq!(c.call(leader, remove), Err(Error::MemberNotEnoughStarted));
+}
+
+#[test]
+fn leases_expire_on_the_leader_only_and_watches_fire_on_every_member() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    for id in 1..=3 {
+        let request = WatchRequest {
+            request_union: Some(
+                oxetcd_proto::etcdserverpb::watch_request::RequestUnion::CreateRequest(
+                    WatchCreateRequest {
+                        key: b"a".to_vec(),
+                        range_end: b"b".to_vec(),
+                        ..Default::default()
+                    },
+                ),
+            ),
+        };
+        let now = c.now;
+        c.node_mut(id)
+            .handle(now, Input::Watch { stream: 1, request });
+    }
+    let Ok(Response::LeaseGrant(grant)) = c.call(
+        leader,
+        Request::LeaseGrant(LeaseGrantRequest { ttl: 5, id: 0 }),
+    ) else {
+        panic!("grant failed");
+    };
+    let mut with_lease = PutRequest {
+        key: b"a1".to_vec(),
+        value: b"v".to_vec(),
+        lease: grant.id,
+        ..Default::default()
+    };
+    c.call(leader, Request::Put(with_lease.clone())).unwrap();
+    with_lease.key = b"a2".to_vec();
+    let follower = c.followers()[0];
+    c.call(follower, Request::Put(with_lease)).unwrap();
+    // Keep-alives are the leader's.
+    let keep_alive =
+        Request::LeaseKeepAlive(oxetcd_proto::etcdserverpb::LeaseKeepAliveRequest { id: grant.id });
+    assert_eq!(c.call(follower, keep_alive), Err(Error::NotLeader));
+    c.run_for(Duration::from_secs(2));
+    for id in 1..=3 {
+        assert_eq!(c.local(id, "a1"), vec!["v"], "member {id}");
+    }
+    // The leader dies; the new one expires the lease (remaining TTL plus
+    // an election timeout) and its keys go on every member at once.
+    c.crash(leader);
+    c.run_for(Duration::from_secs(10));
+    let new = c.leader().unwrap();
+    for id in c.running() {
+        assert!(c.local(id, "a1").is_empty(), "member {id} kept a1");
+        assert!(c.local(id, "a2").is_empty(), "member {id} kept a2");
+    }
+    // Exactly one revoke went through the log.
+    let log = &c.members[&new].log;
+    let state = log.state().unwrap();
+    let revokes = log
+        .entries(state.first_index, state.last_index + 1)
+        .unwrap()
+        .iter()
+        .filter(|e| e.entry_type == EntryType::EntryNormal && !e.data.is_empty())
+        .filter(|e| {
+            matches!(
+                Proposal::decode(e.data.as_ref()).unwrap().request,
+                Some(proposal::Request::LeaseRevoke(_))
+            )
+        })
+        .count();
+    assert_eq!(revokes, 1);
+    // Every running member told its watcher about both puts and the
+    // deletion, in one revision.
+    for id in c.running() {
+        let events: Vec<(i64, usize)> = c.members[&id]
+            .watched
+            .iter()
+            .filter(|r| !r.events.is_empty())
+            .map(|r| (r.header.unwrap().revision, r.events.len()))
+            .collect();
+        assert_eq!(events, vec![(2, 1), (3, 1), (4, 2)], "member {id}");
+    }
+}

@@ -1,0 +1,566 @@
+//! Single-member behaviour of the node: group commit, reads, leases,
+//! watches and restarts, through the same raft as a cluster.
+
+use super::*;
+use crate::memory::{MemoryKv, MemoryLog};
+use oxetcd_proto::etcdserverpb::{PutRequest, RangeResponse};
+
+struct Harness {
+    node: Node<MemoryLog, MemoryKv>,
+    log: MemoryLog,
+    kv: MemoryKv,
+    /// Persist outputs not yet acknowledged, oldest first.
+    unpersisted: VecDeque<raft::Persist>,
+    answers: Vec<(RequestId, Result<Response, Error>)>,
+    watched: Vec<(StreamId, WatchResponse)>,
+    now: Instant,
+}
+
+impl Harness {
+    fn new(log: MemoryLog, kv: MemoryKv) -> Self {
+        let node = Node::new(
+            Config::single("test"),
+            log.clone(),
+            kv.clone(),
+            Instant::ZERO,
+        )
+        .unwrap();
+        let mut h = Self {
+            node,
+            log,
+            kv,
+            unpersisted: VecDeque::new(),
+            answers: Vec::new(),
+            watched: Vec::new(),
+            now: Instant::ZERO,
+        };
+        h.settle();
+        h
+    }
+
+    /// Drains outputs without acknowledging persists.
+    fn drain(&mut self) {
+        while let Some(output) = self.node.poll_output() {
+            match output {
+                Output::Persist(persist) => self.unpersisted.push_back(persist),
+                Output::Respond(id, result) => self.answers.push((id, result)),
+                Output::Read {
+                    id,
+                    request,
+                    mut header,
+                } => {
+                    let view = self.kv.read().unwrap();
+                    header.revision = view.meta().unwrap().revision.max(1);
+                    let result = mvcc::range(&view, &request).map(|mut r| {
+                        r.header = Some(header);
+                        Response::Range(r)
+                    });
+                    self.answers.push((id, result));
+                }
+                Output::Fatal(e) => panic!("fatal: {e}"),
+                Output::Watch {
+                    stream, response, ..
+                } => self.watched.push((stream, response)),
+                Output::WatchCatchUp(job) => {
+                    let view = self.kv.read().unwrap();
+                    let outcome = watch::catch_up(&view, &job).unwrap();
+                    match &outcome {
+                        watch::CatchUpOutcome::Events { response, .. } => {
+                            if let Some(response) = response {
+                                self.watched.push((job.stream, response.clone()));
+                            }
+                        }
+                        watch::CatchUpOutcome::Compacted { response } => {
+                            self.watched.push((job.stream, response.clone()));
+                        }
+                    }
+                    self.node.handle(self.now, outcome.input(&job));
+                }
+                Output::CompactLog { index } => self.log.compact(index + 1).unwrap(),
+                Output::Send(m) => panic!("a single member sends nothing: {m:?}"),
+                Output::SendSnapshot { to, .. } => panic!("snapshot to {to} from a single member"),
+            }
+        }
+    }
+
+    /// Persists the oldest outstanding batch; returns its entry count.
+    fn persist_one(&mut self) -> usize {
+        let Some(persist) = self.unpersisted.pop_front() else {
+            return 0;
+        };
+        assert!(
+            persist.snapshot.is_none(),
+            "a single member never receives a snapshot"
+        );
+        self.log
+            .append(&persist.entries, persist.hard_state.as_ref())
+            .unwrap();
+        self.node
+            .handle(Instant::ZERO, Input::Persisted { id: persist.id });
+        self.drain();
+        persist.entries.len()
+    }
+
+    fn settle(&mut self) {
+        self.drain();
+        for _ in 0..1_000 {
+            if self.persist_one() == 0 && self.unpersisted.is_empty() {
+                break;
+            }
+        }
+    }
+
+    fn put(&mut self, id: RequestId, key: &str, value: &str) {
+        let put = PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        self.node
+            .handle(Instant::ZERO, Input::Client(id, Request::Put(put)));
+        self.drain();
+    }
+
+    fn get(&mut self, id: RequestId, key: &str) {
+        let range = RangeRequest {
+            key: key.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        self.node
+            .handle(Instant::ZERO, Input::Client(id, Request::Range(range)));
+        self.drain();
+    }
+
+    fn answer(&mut self, id: RequestId) -> Option<Result<Response, Error>> {
+        let at = self.answers.iter().position(|(i, _)| *i == id)?;
+        Some(self.answers.remove(at).1)
+    }
+
+    fn range_answer(&mut self, id: RequestId) -> RangeResponse {
+        match self.answer(id) {
+            Some(Ok(Response::Range(r))) => r,
+            other => panic!("expected a range answer, got {other:?}"),
+        }
+    }
+
+    /// Feeds a request at the harness's time and settles.
+    fn call(&mut self, id: RequestId, request: Request) -> Result<Response, Error> {
+        self.node.handle(self.now, Input::Client(id, request));
+        self.settle();
+        self.answer(id).expect("request answered")
+    }
+
+    fn watch(&mut self, stream: StreamId, request: WatchRequest) {
+        self.node.handle(self.now, Input::Watch { stream, request });
+        self.settle();
+    }
+
+    /// Lets time pass and fires due timers.
+    fn advance(&mut self, by: Duration) {
+        self.now = self.now + by;
+        self.node.handle_timeout(self.now);
+        self.settle();
+    }
+
+    fn take_watched(&mut self) -> Vec<(StreamId, WatchResponse)> {
+        std::mem::take(&mut self.watched)
+    }
+}
+
+fn create_watch(key: &str, end: &str, start_revision: i64) -> WatchRequest {
+    use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
+    WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(
+            oxetcd_proto::etcdserverpb::WatchCreateRequest {
+                key: key.as_bytes().to_vec(),
+                range_end: end.as_bytes().to_vec(),
+                start_revision,
+                prev_kv: true,
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// (watch id, header revision, [(key, mod revision, is delete, prev value)])
+fn summary(responses: &[(StreamId, WatchResponse)]) -> Vec<(i64, i64, Vec<String>)> {
+    responses
+        .iter()
+        .map(|(_, r)| {
+            let events = r
+                .events
+                .iter()
+                .map(|e| {
+                    let kv = e.kv.clone().unwrap_or_default();
+                    let prev = e
+                        .prev_kv
+                        .as_ref()
+                        .map(|p| String::from_utf8_lossy(&p.value).into_owned());
+                    format!(
+                        "{}{}@{}{}",
+                        if e.r#type == 1 { "-" } else { "+" },
+                        String::from_utf8_lossy(&kv.key),
+                        kv.mod_revision,
+                        prev.map_or(String::new(), |p| format!(" prev {p}"))
+                    )
+                })
+                .collect();
+            (r.watch_id, r.header.unwrap_or_default().revision, events)
+        })
+        .collect()
+}
+
+#[test]
+fn lease_attaches_keys_expires_on_time_and_deletes_them_in_one_revision() {
+    use oxetcd_proto::etcdserverpb::{
+        LeaseGrantRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
+    };
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    let grant = h.call(1, Request::LeaseGrant(LeaseGrantRequest { ttl: 1, id: 0 }));
+    let Ok(Response::LeaseGrant(grant)) = grant else {
+        panic!("{grant:?}");
+    };
+    assert_eq!(grant.ttl, 2, "raised to the minimum TTL");
+    assert!(grant.id > 0);
+    let with_lease = |key: &str, lease| {
+        Request::Put(PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+            lease,
+            ..Default::default()
+        })
+    };
+    assert!(h.call(2, with_lease("a", grant.id)).is_ok());
+    assert!(h.call(3, with_lease("b", grant.id)).is_ok());
+    assert_eq!(h.call(4, with_lease("c", 99)), Err(Error::LeaseNotFound));
+    let ttl = h.call(
+        5,
+        Request::LeaseTimeToLive(LeaseTimeToLiveRequest {
+            id: grant.id,
+            keys: true,
+        }),
+    );
+    let Ok(Response::LeaseTimeToLive(ttl)) = ttl else {
+        panic!("{ttl:?}");
+    };
+    assert_eq!(ttl.keys, vec![b"a".to_vec(), b"b".to_vec()]);
+    assert_eq!(ttl.granted_ttl, 2);
+    h.watch(1, create_watch("a", "c", 0));
+    // Granted at time 0 by the leader: it expires at 2 s unless renewed.
+    h.advance(Duration::from_millis(1_900));
+    let keep_alive = Request::LeaseKeepAlive(LeaseKeepAliveRequest { id: grant.id });
+    let Ok(Response::LeaseKeepAlive(renewed)) = h.call(6, keep_alive.clone()) else {
+        panic!("keep-alive failed");
+    };
+    assert_eq!(renewed.ttl, 2);
+    h.advance(Duration::from_millis(1_900));
+    h.get(7, "a");
+    assert_eq!(
+        h.range_answer(7).kvs.len(),
+        1,
+        "renewed lease expired early"
+    );
+    h.advance(Duration::from_millis(200));
+    h.get(8, "a");
+    let range = h.range_answer(8);
+    assert!(range.kvs.is_empty());
+    assert_eq!(
+        range.header.unwrap().revision,
+        4,
+        "both keys in one revision"
+    );
+    let Ok(Response::LeaseKeepAlive(gone)) = h.call(9, keep_alive) else {
+        panic!("keep-alive failed");
+    };
+    assert_eq!(gone.ttl, 0);
+    let watched = summary(&h.take_watched());
+    assert_eq!(
+        watched,
+        vec![
+            (0, 3, vec![]),
+            (0, 4, vec!["-a@4 prev v".into(), "-b@4 prev v".into()])
+        ]
+    );
+}
+
+#[test]
+fn watch_delivers_live_and_historical_events_once_each() {
+    use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    h.put(1, "k1", "a");
+    h.settle();
+    h.watch(7, create_watch("k", "l", 0));
+    h.put(2, "k2", "b");
+    h.put(3, "x", "c");
+    h.put(4, "k1", "d");
+    h.settle();
+    // A second watcher on the same stream replays history from rev 1.
+    h.watch(7, create_watch("k", "l", 1));
+    h.put(5, "k2", "e");
+    h.settle();
+    h.watch(
+        7,
+        WatchRequest {
+            request_union: Some(RequestUnion::ProgressRequest(Default::default())),
+        },
+    );
+    let watched = summary(&h.take_watched());
+    assert_eq!(
+        watched,
+        vec![
+            (0, 2, vec![]),
+            (0, 3, vec!["+k2@3".into()]),
+            (0, 5, vec!["+k1@5 prev a".into()]),
+            (1, 5, vec![]),
+            (
+                1,
+                5,
+                vec!["+k1@2".into(), "+k2@3".into(), "+k1@5 prev a".into()]
+            ),
+            (0, 6, vec!["+k2@6 prev b".into()]),
+            (1, 6, vec!["+k2@6 prev b".into()]),
+            (-1, 6, vec![]),
+        ]
+    );
+}
+
+#[test]
+fn leases_survive_a_restart_with_their_checkpointed_ttl() {
+    use oxetcd_proto::etcdserverpb::{LeaseGrantRequest, LeaseTimeToLiveRequest};
+    let log = MemoryLog::default();
+    let kv = MemoryKv::default();
+    let mut config = Config::single("test");
+    config.lease.checkpoint_interval = Duration::from_secs(10);
+    let node = Node::new(config.clone(), log.clone(), kv.clone(), Instant::ZERO).unwrap();
+    let mut h = Harness {
+        node,
+        log: log.clone(),
+        kv: kv.clone(),
+        unpersisted: VecDeque::new(),
+        answers: Vec::new(),
+        watched: Vec::new(),
+        now: Instant::ZERO,
+    };
+    h.settle();
+    let grant = Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 42 });
+    assert!(h.call(1, grant.clone()).is_ok());
+    assert_eq!(h.call(2, grant), Err(Error::LeaseExists));
+    h.advance(Duration::from_secs(10));
+    h.advance(Duration::from_secs(10));
+    drop(h);
+    let node = Node::new(config, log.clone(), kv.clone(), Instant::ZERO).unwrap();
+    let mut h = Harness {
+        node,
+        log,
+        kv,
+        unpersisted: VecDeque::new(),
+        answers: Vec::new(),
+        watched: Vec::new(),
+        now: Instant::ZERO,
+    };
+    h.settle();
+    let Ok(Response::LeaseTimeToLive(ttl)) = h.call(
+        3,
+        Request::LeaseTimeToLive(LeaseTimeToLiveRequest {
+            id: 42,
+            keys: false,
+        }),
+    ) else {
+        panic!("time to live failed");
+    };
+    // 40 s were left at the last checkpoint; the new leader adds its
+    // election timeout (1 s) and truncates to whole seconds.
+    assert_eq!((ttl.ttl, ttl.granted_ttl), (41, 60));
+}
+
+#[test]
+fn put_is_answered_after_persist_and_apply() {
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    h.put(1, "foo", "bar");
+    assert!(
+        h.answer(1).is_none(),
+        "answered before the entry was durable"
+    );
+    h.settle();
+    let Some(Ok(Response::Put(put))) = h.answer(1) else {
+        panic!("no put answer");
+    };
+    let header = put.header.unwrap();
+    assert_eq!(header.revision, 2);
+    assert_eq!(header.member_id, h.node.member_id());
+    // As etcd's: the cluster is bootstrapped in term 1, and the member's
+    // first election makes term 2.
+    assert_eq!(header.raft_term, 2);
+    h.get(2, "foo");
+    let range = h.range_answer(2);
+    assert_eq!(range.kvs.len(), 1);
+    assert_eq!(range.kvs[0].value, b"bar");
+    assert_eq!(range.header.unwrap().revision, 2);
+}
+
+#[test]
+fn writes_during_an_fsync_share_the_next_one() {
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    h.put(1, "a", "1");
+    assert_eq!(h.unpersisted.len(), 1, "first write goes out at once");
+    for id in 2..=100 {
+        h.put(id, "a", "x");
+    }
+    assert_eq!(
+        h.unpersisted.len(),
+        1,
+        "no second persist while one is in flight"
+    );
+    assert_eq!(h.persist_one(), 1);
+    assert_eq!(
+        h.persist_one(),
+        99,
+        "the 99 waiting writes ride one persist"
+    );
+    for id in 1..=100 {
+        let Some(Ok(Response::Put(put))) = h.answer(id) else {
+            panic!("put {id} not answered");
+        };
+        // Each write reports its own revision, not its batch's.
+        assert_eq!(put.header.unwrap().revision, 1 + id as i64);
+    }
+}
+
+#[test]
+fn linearizable_read_waits_for_pending_apply() {
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    h.put(1, "k", "v1");
+    h.settle();
+    h.put(2, "k", "v2");
+    // The second put is not committed yet: a read may answer at once
+    // with the committed state.
+    h.get(3, "k");
+    assert_eq!(h.range_answer(3).kvs[0].value, b"v1");
+    h.settle();
+    h.get(4, "k");
+    assert_eq!(h.range_answer(4).kvs[0].value, b"v2");
+}
+
+#[test]
+fn oversized_proposal_is_refused_and_nothing_is_lost() {
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    h.put(1, "k", "small");
+    h.settle();
+    let big = "x".repeat(1_572_864);
+    h.put(2, "k", &big);
+    assert_eq!(h.answer(2), Some(Err(Error::RequestTooLarge)));
+    h.get(3, "k");
+    assert_eq!(h.range_answer(3).kvs[0].value, b"small");
+}
+
+#[test]
+fn empty_key_is_refused() {
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    h.put(1, "", "v");
+    assert_eq!(h.answer(1), Some(Err(Error::EmptyKey)));
+}
+
+#[test]
+fn restart_replays_unapplied_entries_once() {
+    let log = MemoryLog::default();
+    let kv = MemoryKv::default();
+    let mut h = Harness::new(log.clone(), kv.clone());
+    for id in 1..=10 {
+        h.put(id, &format!("k{id}"), "v");
+    }
+    h.settle();
+    drop(h);
+    // Restart on a backend that applied only part of the log: a read
+    // that arrives before the new term's first entry commits waits for
+    // the replay instead of answering from the old state.
+    let lagging = MemoryKv::default();
+    let node = Node::new(
+        Config::single("test"),
+        log.clone(),
+        lagging.clone(),
+        Instant::ZERO,
+    );
+    let mut h = Harness {
+        node: node.unwrap(),
+        log: log.clone(),
+        kv: lagging,
+        unpersisted: VecDeque::new(),
+        answers: Vec::new(),
+        watched: Vec::new(),
+        now: Instant::ZERO,
+    };
+    h.get(1, "k10");
+    assert!(h.answer(1).is_none(), "read answered before the replay");
+    h.settle();
+    assert_eq!(h.range_answer(1).kvs.len(), 1);
+    drop(h);
+    // Same backend: nothing is applied twice.
+    let mut h = Harness::new(log.clone(), kv.clone());
+    h.get(1, "k1");
+    let range = h.range_answer(1);
+    assert_eq!(range.header.unwrap().revision, 11);
+    assert_eq!(range.kvs[0].version, 1);
+    drop(h);
+    // A backend that lost everything (never made durable): the log
+    // replays into the same revisions.
+    let mut h = Harness::new(log, MemoryKv::default());
+    h.get(2, "k10");
+    let range = h.range_answer(2);
+    assert_eq!(range.header.unwrap().revision, 11);
+    assert_eq!(range.kvs[0].mod_revision, 11);
+    assert_eq!(h.node.applied_index(), h.log.state().unwrap().last_index);
+}
+
+/// Regression: a read that arrived after the raft had elected this member
+/// but before the node had seen the report of it was issued to the new
+/// leader, then failed with `leader changed` when the report came (first
+/// seen as a range failing right after a SIGTERM restart).
+#[test]
+fn a_read_between_an_election_and_its_report_is_answered() {
+    let log = MemoryLog::default();
+    let kv = MemoryKv::default();
+    let mut h = Harness::new(log.clone(), kv.clone());
+    h.put(1, "k", "v");
+    h.settle();
+    drop(h);
+    let node = Node::new(
+        Config::single("test"),
+        log.clone(),
+        kv.clone(),
+        Instant::ZERO,
+    )
+    .unwrap();
+    let mut h = Harness {
+        node,
+        log,
+        kv,
+        unpersisted: VecDeque::new(),
+        answers: Vec::new(),
+        watched: Vec::new(),
+        now: Instant::ZERO,
+    };
+    h.drain();
+    // A read right after every acknowledgement, before the node drains.
+    let mut reads = Vec::new();
+    while let Some(persist) = h.unpersisted.pop_front() {
+        h.log
+            .append(&persist.entries, persist.hard_state.as_ref())
+            .unwrap();
+        h.node
+            .handle(Instant::ZERO, Input::Persisted { id: persist.id });
+        let id = 100 + reads.len() as RequestId;
+        let range = RangeRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        };
+        h.node
+            .handle(Instant::ZERO, Input::Client(id, Request::Range(range)));
+        reads.push(id);
+        h.drain();
+    }
+    h.settle();
+    assert!(reads.len() >= 2, "the restart took several writes");
+    for id in reads {
+        assert_eq!(h.range_answer(id).kvs[0].value, b"v", "read {id}");
+    }
+}
