@@ -102,109 +102,64 @@ impl KvStore for MemoryKv {
     }
 }
 
-impl KvRead for MemoryKvRead {
-    fn meta(&self) -> Result<KvMeta, StorageError> {
-        Ok(self.state.meta)
-    }
+/// Reads and writes both read through their `state`; one body serves both.
+macro_rules! read_through_state {
+    ($($view:ty),+) => {$(
+        impl KvRead for $view {
+            fn meta(&self) -> Result<KvMeta, StorageError> {
+                Ok(self.state.meta)
+            }
 
-    fn scan(
-        &self,
-        start: &[u8],
-        end: RangeEnd<'_>,
-        at: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        self.state.scan(start, end, at, visit);
-        Ok(())
-    }
+            fn scan(
+                &self,
+                start: &[u8],
+                end: RangeEnd<'_>,
+                at: i64,
+                visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+            ) -> Result<(), StorageError> {
+                self.state.scan(start, end, at, visit);
+                Ok(())
+            }
 
-    fn versions(
-        &self,
-        key: &[u8],
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        self.state.versions(key, visit);
-        Ok(())
-    }
+            fn versions(
+                &self,
+                key: &[u8],
+                visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+            ) -> Result<(), StorageError> {
+                self.state.versions(key, visit);
+                Ok(())
+            }
 
-    fn changes(
-        &self,
-        from: i64,
-        to: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        self.state.changes(from, to, visit);
-        Ok(())
-    }
+            fn changes(
+                &self,
+                from: i64,
+                to: i64,
+                visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+            ) -> Result<(), StorageError> {
+                self.state.changes(from, to, visit);
+                Ok(())
+            }
 
-    fn leases(
-        &self,
-        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        for lease in self.state.leases.values() {
-            if visit(*lease).is_break() {
-                break;
+            fn leases(
+                &self,
+                visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
+            ) -> Result<(), StorageError> {
+                for lease in self.state.leases.values() {
+                    if visit(*lease).is_break() {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+
+            fn membership(&self) -> Result<Option<Membership>, StorageError> {
+                Ok(self.state.membership.clone())
             }
         }
-        Ok(())
-    }
-
-    fn membership(&self) -> Result<Option<Membership>, StorageError> {
-        Ok(self.state.membership.clone())
-    }
+    )+};
 }
 
-impl KvRead for MemoryKvWrite {
-    fn meta(&self) -> Result<KvMeta, StorageError> {
-        Ok(self.state.meta)
-    }
-
-    fn scan(
-        &self,
-        start: &[u8],
-        end: RangeEnd<'_>,
-        at: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        self.state.scan(start, end, at, visit);
-        Ok(())
-    }
-
-    fn versions(
-        &self,
-        key: &[u8],
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        self.state.versions(key, visit);
-        Ok(())
-    }
-
-    fn changes(
-        &self,
-        from: i64,
-        to: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        self.state.changes(from, to, visit);
-        Ok(())
-    }
-
-    fn leases(
-        &self,
-        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        for lease in self.state.leases.values() {
-            if visit(*lease).is_break() {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    fn membership(&self) -> Result<Option<Membership>, StorageError> {
-        Ok(self.state.membership.clone())
-    }
-}
+read_through_state!(MemoryKvRead, MemoryKvWrite);
 
 impl KvWrite for MemoryKvWrite {
     fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
