@@ -188,6 +188,59 @@ impl Server {
         Ok(server)
     }
 
+    /// Starts `kind` with exactly `args`, serving clients on `port` of
+    /// 127.0.0.1 (the caller passes the matching client URL flags) and
+    /// keeping its data in `data_dir` (kept when the server drops). For
+    /// cluster members, whose ports and flags the caller plans; there is no
+    /// retry on a port taken meanwhile.
+    pub fn start_args(
+        kind: ServerKind,
+        port: u16,
+        data_dir: &Path,
+        args: &[String],
+    ) -> Result<Self, String> {
+        let program = kind.program()?;
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("{}-", kind.name()))
+            .tempdir()
+            .map_err(|e| format!("temp dir: {e}"))?;
+        let log_path = scratch.path().join("server.log");
+        let log = File::create(&log_path).map_err(|e| format!("log file: {e}"))?;
+        let log_err = log.try_clone().map_err(|e| format!("log file: {e}"))?;
+        let mut command = Command::new(&program);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err));
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("ETCD") {
+                command.env_remove(name);
+            }
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", program.display()))?;
+        let mut server = Self {
+            kind,
+            child: Some(child),
+            port,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            data_dir: data_dir.to_path_buf(),
+            log_path,
+            _scratch: scratch,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
     /// Waits until the readiness line is logged or the client port accepts
     /// connections; fails if the process exits or [`READY_DEADLINE`] passes.
     fn wait_ready(&mut self) -> Result<(), String> {

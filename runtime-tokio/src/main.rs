@@ -15,8 +15,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// tokio's multi-threaded runtime, which the server runs on inside `main`.
-#[derive(Clone, Copy, Debug)]
-struct Tokio;
+/// It holds the runtime's handle because the driver thread, which is not
+/// one of tokio's, spawns peer tasks too.
+#[derive(Clone, Debug)]
+struct Tokio(tokio::runtime::Handle);
 
 impl Runtime for Tokio {
     type Listener = TcpListener;
@@ -24,11 +26,11 @@ impl Runtime for Tokio {
     type Sleep = tokio::time::Sleep;
 
     fn spawn(&self, future: impl Future<Output = ()> + Send + 'static) {
-        tokio::spawn(future);
+        self.0.spawn(future);
     }
 
     fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static) {
-        tokio::task::spawn_blocking(work);
+        self.0.spawn_blocking(work);
     }
 
     fn listener(&self, listener: std::net::TcpListener) -> io::Result<TcpListener> {
@@ -76,6 +78,6 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(oxetcd_server::run(Tokio, config));
+    let result = runtime.block_on(oxetcd_server::run(Tokio(runtime.handle().clone()), config));
     oxetcd_server::exit_code(result)
 }

@@ -45,6 +45,9 @@ pub struct Config {
     pub election_timeout_ms: u64,
     /// `--snapshot-count`: applied entries between snapshots.
     pub snapshot_count: u64,
+    /// `--experimental-snapshot-catchup-entries`: entries kept in the log
+    /// after a snapshot for slow followers.
+    pub snapshot_catchup_entries: u64,
     /// `--max-learners`: learners the cluster admits at once.
     pub max_learners: usize,
     /// Largest client request accepted, in bytes (`--max-request-bytes`).
@@ -82,6 +85,25 @@ impl Config {
         ids::cluster_id(&members)
     }
 
+    /// The cluster ID this member runs with. A member joining with
+    /// `--initial-cluster-state existing` cannot ask the cluster for its ID
+    /// yet (there is no peer endpoint for it), so it takes the ID the other
+    /// listed members bootstrapped with: right when the cluster still has
+    /// its initial members and this one is being added to them.
+    pub fn running_cluster_id(&self) -> u64 {
+        if self.initial_cluster_state == ClusterState::New {
+            return self.cluster_id();
+        }
+        let me = self.member_id();
+        let members: Vec<u64> = self
+            .initial_cluster
+            .iter()
+            .map(|m| m.member_id(&self.initial_cluster_token))
+            .filter(|id| *id != me)
+            .collect();
+        ids::cluster_id(&members)
+    }
+
     /// The other members of `--initial-cluster`: ID and peer URLs, for the
     /// peer transport.
     pub fn initial_peers(&self) -> Vec<(u64, Vec<String>)> {
@@ -103,7 +125,7 @@ impl Config {
     /// `<data-dir>/member/snap`.
     pub fn peer_transport_config(&self) -> crate::peer::PeerTransportConfig {
         crate::peer::PeerTransportConfig::new(
-            self.cluster_id(),
+            self.running_cluster_id(),
             self.member_id(),
             self.data_dir.join("member").join("snap"),
         )
@@ -129,7 +151,7 @@ impl Config {
         oxetcd_core::Config {
             name: self.name.clone(),
             member_id,
-            cluster_id: self.cluster_id(),
+            cluster_id: self.running_cluster_id(),
             initial_members,
             initial_cluster_state: match self.initial_cluster_state {
                 ClusterState::New => oxetcd_core::ClusterState::New,
@@ -150,7 +172,9 @@ impl Config {
             election_timeout,
             heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
             snapshot_count: self.snapshot_count,
+            snapshot_catch_up_entries: self.snapshot_catchup_entries,
             max_learners: self.max_learners,
+            cluster_token: self.initial_cluster_token.clone(),
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             ..oxetcd_core::Config::single(&self.name)
@@ -373,6 +397,12 @@ const FLAGS: &[Flag] = &[
         "Number of committed transactions to trigger a snapshot to disk.",
     ),
     flag(
+        "experimental-snapshot-catchup-entries",
+        "N",
+        "5000",
+        "Number of entries kept in the log after a snapshot, for slow followers to catch up from.",
+    ),
+    flag(
         "max-learners",
         "N",
         "1",
@@ -569,6 +599,10 @@ where
             ))
         }
     };
+    let snapshot_catchup_entries = parse_positive(
+        "experimental-snapshot-catchup-entries",
+        &value("experimental-snapshot-catchup-entries"),
+    )?;
     let max_learners = parse_positive("max-learners", &value("max-learners"))?;
     let max_request_bytes = parse_positive("max-request-bytes", &value("max-request-bytes"))?;
     let max_txn_ops = parse_positive("max-txn-ops", &value("max-txn-ops"))?;
@@ -587,6 +621,7 @@ where
         heartbeat_interval_ms,
         election_timeout_ms,
         snapshot_count,
+        snapshot_catchup_entries: snapshot_catchup_entries as u64,
         max_learners,
         max_request_bytes,
         max_txn_ops,
@@ -1303,7 +1338,10 @@ mod tests {
         );
         let transport = a.peer_transport_config();
         assert_eq!(transport.member_id, ids[0]);
-        assert_eq!(transport.cluster_id, a.cluster_id());
+        // Joining (`existing`), a member runs with the ID the others
+        // bootstrapped with (see `running_cluster_id`).
+        assert_eq!(transport.cluster_id, a.running_cluster_id());
+        assert_eq!(a.running_cluster_id(), ids::cluster_id(&[ids[1], ids[2]]));
         assert!(transport.frame_bytes_max >= a.max_request_bytes);
         // One member listed with two URLs (name repeated).
         let two = run(

@@ -16,8 +16,19 @@
 //!   is acknowledged, so writes that arrive during an fsync share the next
 //!   one (group commit). Log compactions (`Output::CompactLog`) go to the
 //!   same thread, after a sync of the backend.
-//! - Peer messages are not wired yet: this driver runs a member with no
-//!   peers, whose raft sends nothing.
+//! - Peers are reached through a [`PeerLink`] (the TCP transport in
+//!   [`crate::peer`]). Raft messages go out with `send`; a refused send is
+//!   reported back as `Input::Unreachable`. The transport's events arrive on
+//!   the driver's channel (see [`Mailbox::deliver`]). After every drain the
+//!   driver compares the node's member list with the peers it gave the
+//!   link, and adds, updates or removes peers to match.
+//! - Snapshots: for `Output::SendSnapshot` the driver takes a backend read
+//!   view at once (it holds exactly the state at the snapshot index) and
+//!   hands the link an [`SnapshotExport`] of it, pulled on a blocking
+//!   thread. A received snapshot's file is kept by its index until the
+//!   node's `Persist` installs it: the log writer imports it into the
+//!   backend in one write transaction (replacing everything), syncs, then
+//!   calls [`LogStore::install_snapshot`].
 //! - Clients hold a cloneable [`Handle`]. Each request waits on a oneshot kept
 //!   in a [`Slab`] owned by the driver thread; its slot key is the
 //!   [`RequestId`]. `Output::Read` only says "ready": the requesting task then
@@ -32,6 +43,7 @@
 //!   A panic on the driver thread (a bug) is treated the same way, because a
 //!   server whose node is gone cannot answer anything.
 
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -40,16 +52,84 @@ use std::thread;
 
 use futures_channel::{mpsc as async_mpsc, oneshot};
 use oxetcd_core::raft::{Persist, PersistId};
-use oxetcd_core::storage::{KvMeta, KvRead, KvStore, LogStore, StorageError};
+use oxetcd_core::storage::{KvMeta, KvRead, KvStore, KvWrite, LogStore, StorageError};
 use oxetcd_core::watch::{self, CatchUp, CatchUpOutcome, StreamId};
 use oxetcd_core::{
     mvcc, Config, Error, Input, Instant, Node, Output, Request, RequestId, Response,
 };
-use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader, WatchRequest};
+use oxetcd_proto::eraftpb::Message;
+use oxetcd_proto::etcdserverpb::{
+    Member, RangeRequest, RangeResponse, ResponseHeader, WatchRequest,
+};
+use oxetcd_storage::snapshot::{self as backend_snapshot, SnapshotExport, CHUNK_BYTES_DEFAULT};
 use slab::Slab;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
+use crate::peer::{PeerEvent, PeerTransport, ReceivedSnapshot, SendError};
+use crate::runtime::Runtime;
 use crate::watch_routes::{StreamItem, WatchRoutes};
+
+/// A snapshot stream's chunks, pulled on a blocking thread.
+pub type SnapshotChunks = Box<dyn Iterator<Item = std::io::Result<bytes::Bytes>> + Send>;
+
+/// What the driver needs from a peer transport. [`PeerTransport`] is the
+/// real one; a member with no peers runs with none at all.
+pub trait PeerLink: Send + Sync + 'static {
+    /// Queues a raft message without blocking.
+    fn send(&self, message: Message) -> Result<(), SendError>;
+    /// Streams a snapshot, then `message`; the outcome comes back as
+    /// [`PeerEvent::SnapshotSent`].
+    fn send_snapshot(&self, message: Message, chunks: SnapshotChunks);
+    /// Adds a peer, or updates its URLs.
+    fn add_peer(&self, id: u64, urls: Vec<String>);
+    /// Forgets a removed member.
+    fn remove_peer(&self, id: u64);
+}
+
+impl<R: Runtime> PeerLink for PeerTransport<R> {
+    fn send(&self, message: Message) -> Result<(), SendError> {
+        PeerTransport::send(self, message)
+    }
+
+    fn send_snapshot(&self, message: Message, chunks: SnapshotChunks) {
+        PeerTransport::send_snapshot(self, message, chunks);
+    }
+
+    fn add_peer(&self, id: u64, urls: Vec<String>) {
+        PeerTransport::add_peer(self, id, urls);
+    }
+
+    fn remove_peer(&self, id: u64) {
+        PeerTransport::remove_peer(self, id);
+    }
+}
+
+/// The driver's command channel, made before the driver starts so that the
+/// peer transport can be built to deliver into it.
+pub struct Mailbox {
+    commands: Sender<Command>,
+    inbox: Receiver<Command>,
+}
+
+impl Default for Mailbox {
+    fn default() -> Self {
+        let (commands, inbox) = mpsc::channel();
+        Self { commands, inbox }
+    }
+}
+
+impl Mailbox {
+    /// Where the peer transport delivers its events. The channel is
+    /// unbounded, but what arrives on it is bounded upstream: each peer
+    /// connection reads one frame at a time and the node drains the channel
+    /// in batches of [`INPUT_BATCH_MAX`].
+    pub fn deliver(&self) -> crate::peer::Deliver {
+        let commands = self.commands.clone();
+        Arc::new(move |event| {
+            let _ = commands.send(Command::Peer(event));
+        })
+    }
+}
 
 /// Client requests admitted but not yet answered, across all connections.
 /// Beyond it new requests are refused with `etcdserver: too many requests`
@@ -100,6 +180,8 @@ enum Command {
     Client(Request, oneshot::Sender<Reply>),
     Persisted(PersistId),
     Stop(oneshot::Sender<()>),
+    /// An event of the peer transport.
+    Peer(PeerEvent),
     WatchOpen {
         stream: StreamId,
         items: async_mpsc::UnboundedSender<StreamItem>,
@@ -122,8 +204,9 @@ enum Reply {
 
 /// Work for the log-writer thread, done in order.
 enum LogJob {
-    /// One batch of log writes, acknowledged with its ID.
-    Persist(Persist),
+    /// One batch of log writes, acknowledged with its ID, with the data of
+    /// the snapshot it installs, if any.
+    Persist(Persist, Option<ReceivedSnapshot>),
     /// Drop the log up to and including this index, once the backend that
     /// holds it is durable.
     Compact(u64),
@@ -137,15 +220,29 @@ pub async fn start<L: LogStore, K: KvStore>(
     kv: K,
     blocking: Blocking,
 ) -> Result<Handle<K>, Error> {
-    let (commands, inbox) = mpsc::channel();
+    start_with_peers(config, log, kv, blocking, Mailbox::default(), None).await
+}
+
+/// Starts the node as [`start`] does, on `mailbox`, reaching its peers
+/// through `peers`.
+pub async fn start_with_peers<L: LogStore, K: KvStore>(
+    config: Config,
+    log: L,
+    kv: K,
+    blocking: Blocking,
+    mailbox: Mailbox,
+    peers: Option<Arc<dyn PeerLink>>,
+) -> Result<Handle<K>, Error> {
+    let Mailbox { commands, inbox } = mailbox;
     let (started, on_start) = oneshot::channel();
     let node_kv = kv.clone();
     let persisted = commands.clone();
     thread::Builder::new()
         .name("oxetcd-node".into())
         .spawn(move || {
-            let run =
-                AssertUnwindSafe(move || drive(config, log, node_kv, inbox, persisted, started));
+            let run = AssertUnwindSafe(move || {
+                drive(config, log, node_kv, inbox, persisted, started, peers)
+            });
             if panic::catch_unwind(run).is_err() {
                 error!("the node thread panicked; stopping");
                 std::process::exit(1);
@@ -333,6 +430,7 @@ fn drive<L: LogStore, K: KvStore>(
     inbox: Receiver<Command>,
     commands: Sender<Command>,
     started: oneshot::Sender<Result<(), Error>>,
+    peers: Option<Arc<dyn PeerLink>>,
 ) {
     let clock = Clock::new();
     let mut node = match Node::new(config, log.clone(), kv.clone(), clock.now()) {
@@ -360,6 +458,15 @@ fn drive<L: LogStore, K: KvStore>(
     let mut pending: Slab<oneshot::Sender<Reply>> = Slab::new();
     let mut routes = WatchRoutes::default();
     let mut feedback: Vec<Input> = Vec::new();
+    let mut cluster = ClusterLinks {
+        kv: kv.clone(),
+        peers,
+        received: BTreeMap::new(),
+        known: HashMap::new(),
+        member_id: node.member_id(),
+    };
+    cluster.sync_members(&node.members());
+    let mut synced_at = node.applied_index();
     let stopped = loop {
         let first = match node.poll_timeout() {
             Some(deadline) => match inbox.recv_timeout(deadline.saturating_since(clock.now())) {
@@ -399,6 +506,11 @@ fn drive<L: LogStore, K: KvStore>(
                     node.handle(now, Input::WatchClosed { stream });
                 }
                 Command::Watch(input) => node.handle(now, input),
+                Command::Peer(event) => {
+                    if let Some(input) = cluster.peer_event(event) {
+                        node.handle(now, input);
+                    }
+                }
             }
             fed += 1;
             next = if fed < INPUT_BATCH_MAX {
@@ -412,6 +524,10 @@ fn drive<L: LogStore, K: KvStore>(
         }
         loop {
             while let Some(output) = node.poll_output() {
+                let output = match cluster.execute(output, &persist, &mut feedback) {
+                    Some(output) => output,
+                    None => continue,
+                };
                 execute(output, &mut pending, &persist, &mut routes, &mut feedback);
             }
             // Stalled watchers: the node moves them to catch-up.
@@ -421,6 +537,12 @@ fn drive<L: LogStore, K: KvStore>(
             for input in feedback.drain(..) {
                 node.handle(now, input);
             }
+        }
+        // Membership changes are applied entries (or an installed
+        // snapshot); between them the member list cannot change.
+        if node.applied_index() != synced_at {
+            synced_at = node.applied_index();
+            cluster.sync_members(&node.members());
         }
         if let Some(done) = stop {
             break Some(done);
@@ -453,7 +575,7 @@ fn execute(
     match output {
         Output::Persist(job) => {
             // The writer only stops after this thread drops `persist`.
-            let _ = persist.send(LogJob::Persist(job));
+            let _ = persist.send(LogJob::Persist(job, None));
         }
         Output::CompactLog { index } => {
             let _ = persist.send(LogJob::Compact(index));
@@ -489,6 +611,126 @@ fn execute(
     }
 }
 
+/// The driver's side of the cluster: the peer link, snapshots received and
+/// not yet installed, and the peers the link was given.
+struct ClusterLinks<K> {
+    kv: K,
+    peers: Option<Arc<dyn PeerLink>>,
+    /// Received snapshots by index, until a `Persist` installs one (older
+    /// ones go with it).
+    received: BTreeMap<u64, ReceivedSnapshot>,
+    /// The peers handed to the link, with their URLs.
+    known: HashMap<u64, Vec<String>>,
+    member_id: u64,
+}
+
+impl<K: KvStore> ClusterLinks<K> {
+    /// Turns a transport event into the node's input, if it is one.
+    fn peer_event(&mut self, event: PeerEvent) -> Option<Input> {
+        match event {
+            PeerEvent::Message(message) => Some(Input::Peer(message)),
+            PeerEvent::Snapshot { message, data } => {
+                let index = message.get_snapshot().get_metadata().index;
+                info!(
+                    from = message.from,
+                    index,
+                    bytes = data.len_bytes(),
+                    "received a snapshot"
+                );
+                self.received.insert(index, data);
+                Some(Input::SnapshotReceived { message })
+            }
+            PeerEvent::Unreachable { to } => Some(Input::Unreachable { to }),
+            PeerEvent::SnapshotSent { to, delivered } => {
+                info!(to, delivered, "snapshot stream ended");
+                Some(Input::SnapshotSent { to, delivered })
+            }
+            PeerEvent::RemovedFromCluster { by } => {
+                warn!(
+                    by = %format_args!("{by:x}"),
+                    "this member was removed from the cluster"
+                );
+                None
+            }
+        }
+    }
+
+    /// Executes what concerns peers; hands every other output back.
+    fn execute(
+        &mut self,
+        output: Output,
+        persist: &Sender<LogJob>,
+        feedback: &mut Vec<Input>,
+    ) -> Option<Output> {
+        let Some(peers) = &self.peers else {
+            return Some(output);
+        };
+        match output {
+            Output::Send(message) => {
+                let to = message.to;
+                if let Err(e) = peers.send(message) {
+                    debug!(to, error = %e, "peer message dropped");
+                    feedback.push(Input::Unreachable { to });
+                }
+                None
+            }
+            Output::SendSnapshot { to, message } => {
+                // The view must be taken before the node applies anything
+                // more: it is the state at the snapshot index.
+                let view = match self.kv.read() {
+                    Ok(view) => view,
+                    Err(e) => fatal("reading the backend for a snapshot", &e),
+                };
+                let index = message.get_snapshot().get_metadata().index;
+                info!(to, index, "streaming a snapshot");
+                let chunks = SnapshotExport::new(view, CHUNK_BYTES_DEFAULT)
+                    .map(|chunk| chunk.map(bytes::Bytes::from));
+                peers.send_snapshot(message, Box::new(chunks));
+                None
+            }
+            Output::Persist(job) if job.snapshot.is_some() => {
+                let index = job.snapshot.as_ref().map_or(0, |m| m.index);
+                let data = self.received.remove(&index);
+                // Older snapshots are superseded; their files go.
+                self.received = self.received.split_off(&index);
+                let _ = persist.send(LogJob::Persist(job, data));
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// Gives the link the node's members (other than this one) and takes
+    /// away those that are gone.
+    fn sync_members(&mut self, members: &[Member]) {
+        let Some(peers) = &self.peers else {
+            return;
+        };
+        let mut seen = HashMap::new();
+        for member in members {
+            if member.id == self.member_id || member.id == 0 {
+                continue;
+            }
+            if self.known.get(&member.id) != Some(&member.peer_ur_ls) {
+                info!(
+                    peer = %format_args!("{:x}", member.id),
+                    urls = ?member.peer_ur_ls,
+                    "peer added or updated"
+                );
+                peers.add_peer(member.id, member.peer_ur_ls.clone());
+            }
+            seen.insert(member.id, member.peer_ur_ls.clone());
+        }
+        for id in self.known.keys() {
+            if !seen.contains_key(id) {
+                info!(peer = %format_args!("{id:x}"), "peer removed");
+                peers.remove_peer(*id);
+            }
+        }
+        self.known = seen;
+    }
+}
+
 fn answer(pending: &mut Slab<oneshot::Sender<Reply>>, id: RequestId, reply: Reply) {
     let waiter = usize::try_from(id)
         .ok()
@@ -512,12 +754,15 @@ fn write_log<L: LogStore, K: KvStore>(
 ) {
     for job in jobs {
         match job {
-            LogJob::Persist(persist) => {
+            LogJob::Persist(persist, data) => {
                 if let Some(snapshot) = &persist.snapshot {
-                    // Snapshots arrive over the peer transport, which this
-                    // driver does not run: there is no data to install.
                     let what = format!("installing snapshot {}", snapshot.index);
-                    fatal(&what, &"no snapshot data was received");
+                    let Some(data) = data else {
+                        fatal(&what, &"no snapshot data was received");
+                    };
+                    if let Err(e) = install_snapshot(&log, &kv, snapshot, &data) {
+                        fatal(&what, &e);
+                    }
                 }
                 if let Err(e) = log.append(&persist.entries, persist.hard_state.as_ref()) {
                     fatal("appending to the raft log", &e);
@@ -538,6 +783,37 @@ fn write_log<L: LogStore, K: KvStore>(
             }
         }
     }
+}
+
+/// Replaces the backend with a received snapshot, makes it durable, then
+/// resets the log to start after it.
+fn install_snapshot<L: LogStore, K: KvStore>(
+    log: &L,
+    kv: &K,
+    snapshot: &oxetcd_proto::eraftpb::SnapshotMetadata,
+    data: &ReceivedSnapshot,
+) -> Result<(), String> {
+    let file = std::fs::File::open(data.path())
+        .map_err(|e| format!("opening {}: {e}", data.path().display()))?;
+    let mut write = kv.write().map_err(|e| e.to_string())?;
+    let meta = backend_snapshot::import(&mut write, std::io::BufReader::new(file))
+        .map_err(|e| e.to_string())?;
+    if meta.applied_index != snapshot.index {
+        return Err(format!(
+            "the data holds index {} but the snapshot is at {}",
+            meta.applied_index, snapshot.index
+        ));
+    }
+    write.commit().map_err(|e| e.to_string())?;
+    kv.sync().map_err(|e| e.to_string())?;
+    log.install_snapshot(snapshot.index, snapshot.term)
+        .map_err(|e| e.to_string())?;
+    info!(
+        index = snapshot.index,
+        revision = meta.revision,
+        "installed a snapshot into the backend"
+    );
+    Ok(())
 }
 
 fn fatal_storage(e: StorageError) -> Error {

@@ -82,15 +82,34 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     // Bind first: a busy port fails before the node starts.
     let listeners = serve::bind(&runtime, &config)?;
     create_data_dir(&config.data_dir)?;
+    let peer_listeners = bind_peers(&config)?;
     let (log, kv) = oxetcd_storage::open(&config.data_dir)
         .map_err(|e| RunError::DataDir(format!("{}: {e}", config.data_dir.display())))?;
     let blocking: driver::Blocking = {
         let runtime = runtime.clone();
         Arc::new(move |work| runtime.spawn_blocking(work))
     };
-    let handle = driver::start(config.node_config(), log, kv, blocking)
-        .await
-        .map_err(RunError::Node)?;
+    let mailbox = driver::Mailbox::default();
+    let transport = peer::PeerTransport::new(
+        runtime.clone(),
+        config.peer_transport_config(),
+        mailbox.deliver(),
+    );
+    for (url, listener) in peer_listeners {
+        transport
+            .listen(listener)
+            .map_err(|error| RunError::Bind { url, error })?;
+    }
+    // The node's stored membership is the truth once it runs; the initial
+    // cluster lets a joining member reach the others from the start.
+    for (id, urls) in config.initial_peers() {
+        transport.add_peer(id, urls);
+    }
+    let link: Arc<dyn driver::PeerLink> = Arc::new(transport.clone());
+    let handle =
+        driver::start_with_peers(config.node_config(), log, kv, blocking, mailbox, Some(link))
+            .await
+            .map_err(RunError::Node)?;
     info!(
         name = %config.name,
         member_id = %format_args!("{:x}", config.member_id()),
@@ -103,7 +122,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         "published {{Name:{} ClientURLs:[{}]}} to cluster {:x}",
         config.name,
         config.advertise_client_urls.join(" "),
-        config.cluster_id()
+        config.running_cluster_id()
     );
     info!("enabled capabilities for version 3.6");
     info!("ready to serve client requests");
@@ -111,8 +130,25 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     shutdown.await;
     info!("received a stop signal; shutting down");
     handle.stop().await;
+    transport.shutdown();
     info!("stopped");
     Ok(())
+}
+
+/// Binds every peer URL (`--listen-peer-urls`).
+fn bind_peers(config: &Config) -> Result<Vec<(String, std::net::TcpListener)>, RunError> {
+    config
+        .listen_peer_urls
+        .iter()
+        .map(|url| {
+            std::net::TcpListener::bind(url.addr)
+                .map(|listener| (url.url.clone(), listener))
+                .map_err(|error| RunError::Bind {
+                    url: url.url.clone(),
+                    error,
+                })
+        })
+        .collect()
 }
 
 /// The process exit code for `run`'s result, logging the error if any.

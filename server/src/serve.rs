@@ -82,8 +82,10 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
 ) {
     let member = Member {
         member_id: config.member_id(),
-        cluster_id: config.cluster_id(),
+        cluster_id: config.running_cluster_id(),
         data_dir: config.data_dir.clone(),
+        bootstrapped_alone: config.initial_cluster.len() == 1
+            && config.initial_cluster_state == crate::config::ClusterState::New,
     };
     let mut builder = auto::Builder::new(HyperExecutor(runtime.clone()));
     builder.http1().timer(HyperTimer(runtime.clone()));

@@ -46,6 +46,7 @@ mod error;
 mod format;
 pub mod kv;
 pub mod log;
+pub mod snapshot;
 
 use std::fs;
 use std::io;

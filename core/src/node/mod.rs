@@ -144,6 +144,11 @@ pub struct Config {
     pub snapshot_catch_up_entries: u64,
     /// Learners allowed at once (`--max-learners`).
     pub max_learners: usize,
+    /// `--initial-cluster-token`: a member added at run time gets the ID
+    /// its peer URLs and this token give, the ID it computes for itself
+    /// when it starts with `--initial-cluster-state existing` (there is no
+    /// way yet for it to ask the cluster).
+    pub cluster_token: String,
     /// A request not answered by then fails with `etcdserver: request timed
     /// out` (etcd: 5 s plus two election timeouts).
     pub request_timeout: Duration,
@@ -196,6 +201,7 @@ impl Config {
             snapshot_count: 10_000,
             snapshot_catch_up_entries: 5_000,
             max_learners: 1,
+            cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
         }
     }
@@ -925,15 +931,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         if let Err(e) = self.members.check_add(&request, self.config.max_learners) {
             return self.answer(ticket, Err(e));
         }
-        // etcd salts a new member's ID with the time; this node has none, so
-        // the log position stands in (unique per add on the leader).
+        // etcd salts a new member's ID with the time and the new member
+        // learns it from the cluster. Ours cannot ask yet, so the ID is the
+        // one it derives itself: its peer URLs and the cluster token.
         let urls: Vec<&str> = request.peer_ur_ls.iter().map(String::as_str).collect();
-        let salt = format!(
-            "{:x}-{}",
-            self.config.cluster_id,
-            self.raft.last_index() + 1
-        );
-        let id = crate::ids::member_id(&urls, &salt);
+        let id = crate::ids::member_id(&urls, &self.config.cluster_token);
         if self.members.get(id).is_some() {
             return self.answer(ticket, Err(Error::MemberExists));
         }

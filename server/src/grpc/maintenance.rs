@@ -1,6 +1,7 @@
 //! The `etcdserverpb.Maintenance` service. `Status` combines the node's raft
-//! state with what only the server knows (version, database size); the
-//! other methods are not served yet and answer `Unimplemented`.
+//! state (leader, term, indexes, learner flag) with what only the server
+//! knows (version, database size); `MoveLeader` goes to the node; the other
+//! methods are not served yet and answer `Unimplemented`.
 
 use std::path::Path;
 
@@ -32,6 +33,28 @@ impl<K: KvStore> MaintenanceService<K> {
     }
 }
 
+impl<K: KvStore> MaintenanceService<K> {
+    /// True if this member is the cluster's only member, as it knows it
+    /// (in the first moments it knows none, until the bootstrap entries
+    /// are applied).
+    async fn is_single_member(&self) -> bool {
+        if !self.member.bootstrapped_alone {
+            return false;
+        }
+        let request = Request::MemberList(oxetcd_proto::etcdserverpb::MemberListRequest {
+            linearizable: false,
+        });
+        match self.handle.request(request).await {
+            Ok(Response::MemberList(list)) => match list.members.as_slice() {
+                [] => true,
+                [only] => only.id == self.member.member_id,
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
 fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!(
         "unknown method {method} for service etcdserverpb.Maintenance"
@@ -57,12 +80,14 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         }
         let db_size = i64::try_from(dir_size(&self.member.data_dir)).unwrap_or(i64::MAX);
         status.db_size = db_size;
+        if status.leader == 0 && self.is_single_member().await {
+            // A lone voter elects itself right after it starts; a status
+            // asked in that instant reports it as the leader, as etcd's
+            // would (its client port opens only after the election).
+            status.leader = self.member.member_id;
+        }
         if status.db_size_in_use == 0 {
             status.db_size_in_use = db_size;
-        }
-        // A single-member cluster: this member leads.
-        if status.leader == 0 {
-            status.leader = self.member.member_id;
         }
         if status.header.is_none() {
             let meta = self
@@ -117,9 +142,14 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
 
     async fn move_leader(
         &self,
-        _request: tonic::Request<MoveLeaderRequest>,
+        request: tonic::Request<MoveLeaderRequest>,
     ) -> Result<tonic::Response<MoveLeaderResponse>, Status> {
-        Err(unimplemented("MoveLeader"))
+        let request = Request::MoveLeader(request.into_inner());
+        match self.handle.request(request).await {
+            Ok(Response::MoveLeader(response)) => Ok(tonic::Response::new(response)),
+            Ok(other) => Err(mismatched("move leader", &other)),
+            Err(e) => Err(status_from_error(&e)),
+        }
     }
 
     async fn downgrade(

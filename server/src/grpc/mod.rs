@@ -8,6 +8,7 @@
 //! Core errors become gRPC statuses in exactly one place,
 //! [`status_from_error`], so clients see etcd's codes and messages.
 
+mod cluster;
 mod kv;
 mod lease;
 mod maintenance;
@@ -20,6 +21,7 @@ use futures_util::future::poll_fn;
 use hyper::body::Incoming;
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::Error;
+use oxetcd_proto::etcdserverpb::cluster_server::ClusterServer;
 use oxetcd_proto::etcdserverpb::kv_server::KvServer;
 use oxetcd_proto::etcdserverpb::lease_server::LeaseServer;
 use oxetcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
@@ -27,6 +29,7 @@ use oxetcd_proto::etcdserverpb::watch_server::WatchServer;
 use tonic::body::Body;
 use tonic::codegen::Service;
 
+pub use cluster::ClusterService;
 pub use kv::KvService;
 pub use lease::{KeepAliveStream, LeaseService};
 pub use maintenance::MaintenanceService;
@@ -57,6 +60,8 @@ pub struct Member {
     pub cluster_id: u64,
     /// The data directory, measured for `db_size`.
     pub data_dir: PathBuf,
+    /// The cluster was bootstrapped with this member alone.
+    pub bootstrapped_alone: bool,
 }
 
 /// Dispatches gRPC requests to the generated servers by service name.
@@ -65,6 +70,7 @@ pub struct GrpcRouter<K: KvStore> {
     maintenance: MaintenanceServer<MaintenanceService<K>>,
     watch: WatchServer<WatchService<K>>,
     lease: LeaseServer<LeaseService<K>>,
+    cluster: ClusterServer<ClusterService<K>>,
 }
 
 impl<K: KvStore> GrpcRouter<K> {
@@ -79,6 +85,9 @@ impl<K: KvStore> GrpcRouter<K> {
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
             watch: WatchServer::new(WatchService::new(handle.clone(), max_request_bytes))
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
+            cluster: ClusterServer::new(ClusterService::new(handle.clone()))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
             lease: LeaseServer::new(LeaseService::new(handle.clone()))
@@ -102,6 +111,7 @@ impl<K: KvStore> GrpcRouter<K> {
             "etcdserverpb.Maintenance" => call(self.maintenance.clone(), request).await,
             "etcdserverpb.Watch" => call(self.watch.clone(), request).await,
             "etcdserverpb.Lease" => call(self.lease.clone(), request).await,
+            "etcdserverpb.Cluster" => call(self.cluster.clone(), request).await,
             _ => {
                 let status = tonic::Status::unimplemented(format!("unknown service {service}"));
                 return status.into_http();
