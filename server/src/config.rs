@@ -152,6 +152,7 @@ impl Config {
             name: self.name.clone(),
             member_id,
             cluster_id: self.running_cluster_id(),
+            client_urls: self.advertise_client_urls.clone(),
             initial_members,
             initial_cluster_state: match self.initial_cluster_state {
                 ClusterState::New => oxetcd_core::ClusterState::New,

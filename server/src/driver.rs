@@ -39,6 +39,12 @@
 //!   (see [`crate::watch_routes`]), and the stream's task runs catch-ups on
 //!   a snapshot on a blocking thread, reporting back with
 //!   `Input::WatchCaughtUp`.
+//! - Stopping: a leader first hands leadership to its most caught-up voter
+//!   and keeps running until another member leads, at most an election
+//!   timeout ([`Handle::stop`]), so the cluster does not wait out an
+//!   election. A member removed from the cluster (it applied its own
+//!   removal, or a peer refused it as removed) stops by itself and says so
+//!   through [`Mailbox::removal`].
 //! - A storage error is final: it is logged and the process exits non-zero.
 //!   A panic on the driver thread (a bug) is treated the same way, because a
 //!   server whose node is gone cannot answer anything.
@@ -109,16 +115,30 @@ impl<R: Runtime> PeerLink for PeerTransport<R> {
 pub struct Mailbox {
     commands: Sender<Command>,
     inbox: Receiver<Command>,
+    removed: Option<oneshot::Sender<()>>,
 }
 
 impl Default for Mailbox {
     fn default() -> Self {
         let (commands, inbox) = mpsc::channel();
-        Self { commands, inbox }
+        Self {
+            commands,
+            inbox,
+            removed: None,
+        }
     }
 }
 
 impl Mailbox {
+    /// Resolves once the node stopped because this member was removed from
+    /// the cluster (its backend is synced by then). Never resolves if the
+    /// node stops otherwise; a dropped sender means that.
+    pub fn removal(&mut self) -> oneshot::Receiver<()> {
+        let (removed, removal) = oneshot::channel();
+        self.removed = Some(removed);
+        removal
+    }
+
     /// Where the peer transport delivers its events. The channel is
     /// unbounded, but what arrives on it is bounded upstream: each peer
     /// connection reads one frame at a time and the node drains the channel
@@ -233,7 +253,11 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
     mailbox: Mailbox,
     peers: Option<Arc<dyn PeerLink>>,
 ) -> Result<Handle<K>, Error> {
-    let Mailbox { commands, inbox } = mailbox;
+    let Mailbox {
+        commands,
+        inbox,
+        removed,
+    } = mailbox;
     let (started, on_start) = oneshot::channel();
     let node_kv = kv.clone();
     let persisted = commands.clone();
@@ -241,7 +265,9 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
         .name("oxetcd-node".into())
         .spawn(move || {
             let run = AssertUnwindSafe(move || {
-                drive(config, log, node_kv, inbox, persisted, started, peers)
+                drive(
+                    config, log, node_kv, inbox, persisted, started, peers, removed,
+                )
             });
             if panic::catch_unwind(run).is_err() {
                 error!("the node thread panicked; stopping");
@@ -290,8 +316,10 @@ impl<K: KvStore> Handle<K> {
         .await
     }
 
-    /// Stops the node: pending requests are answered `etcdserver: server
-    /// stopped`, outstanding log writes finish, and the backend is synced.
+    /// Stops the node: a leader first hands leadership over (bounded by an
+    /// election timeout), then pending requests are answered `etcdserver:
+    /// server stopped`, outstanding log writes finish, and the backend is
+    /// synced.
     pub async fn stop(&self) {
         let (done, stopped) = oneshot::channel();
         if self.commands.send(Command::Stop(done)).is_ok() {
@@ -422,7 +450,25 @@ fn range_on_snapshot<K: KvStore>(
     Ok(response)
 }
 
+/// Why the driver loop ended.
+enum Ending {
+    /// Asked to stop; answer here once stopped.
+    Stop(oneshot::Sender<()>),
+    /// This member was removed from the cluster.
+    Removed,
+    /// Every handle is gone.
+    Abandoned,
+}
+
+/// A stop that waits for leadership to move first.
+struct HandOver {
+    done: oneshot::Sender<()>,
+    /// Stop anyway at this time.
+    deadline: Instant,
+}
+
 /// The driver thread's body.
+#[allow(clippy::too_many_arguments)]
 fn drive<L: LogStore, K: KvStore>(
     config: Config,
     log: L,
@@ -431,8 +477,11 @@ fn drive<L: LogStore, K: KvStore>(
     commands: Sender<Command>,
     started: oneshot::Sender<Result<(), Error>>,
     peers: Option<Arc<dyn PeerLink>>,
+    removed: Option<oneshot::Sender<()>>,
 ) {
     let clock = Clock::new();
+    // etcd waits about this long for a leadership transfer on stop.
+    let hand_over_time = config.election_timeout;
     let mut node = match Node::new(config, log.clone(), kv.clone(), clock.now()) {
         Ok(node) => node,
         Err(e) => {
@@ -464,19 +513,25 @@ fn drive<L: LogStore, K: KvStore>(
         received: BTreeMap::new(),
         known: HashMap::new(),
         member_id: node.member_id(),
+        refused_as_removed: false,
     };
     cluster.sync_members(&node.members());
     let mut synced_at = node.applied_index();
-    let stopped = loop {
-        let first = match node.poll_timeout() {
+    let mut hand_over: Option<HandOver> = None;
+    let ending = loop {
+        let wake_at = [node.poll_timeout(), hand_over.as_ref().map(|h| h.deadline)]
+            .into_iter()
+            .flatten()
+            .min();
+        let first = match wake_at {
             Some(deadline) => match inbox.recv_timeout(deadline.saturating_since(clock.now())) {
                 Ok(command) => Some(command),
                 Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break None,
+                Err(RecvTimeoutError::Disconnected) => break Ending::Abandoned,
             },
             None => match inbox.recv() {
                 Ok(command) => Some(command),
-                Err(_) => break None,
+                Err(_) => break Ending::Abandoned,
             },
         };
         let now = clock.now();
@@ -493,8 +548,19 @@ fn drive<L: LogStore, K: KvStore>(
                 }
                 Command::Persisted(id) => node.handle(now, Input::Persisted { id }),
                 Command::Stop(done) => {
-                    stop = Some(done);
-                    break;
+                    if hand_over.is_some() {
+                        // Stopping already; this caller waits no longer.
+                        let _ = done.send(());
+                    } else if let Some(to) = node.transfer_leadership_for_shutdown(now) {
+                        info!(to = %format_args!("{to:x}"), "stopping: handing leadership over first");
+                        hand_over = Some(HandOver {
+                            done,
+                            deadline: now + hand_over_time,
+                        });
+                    } else {
+                        stop = Some(done);
+                        break;
+                    }
                 }
                 Command::WatchOpen {
                     stream,
@@ -545,7 +611,23 @@ fn drive<L: LogStore, K: KvStore>(
             cluster.sync_members(&node.members());
         }
         if let Some(done) = stop {
-            break Some(done);
+            break Ending::Stop(done);
+        }
+        if node.is_removed() || cluster.refused_as_removed {
+            error!("the member has been permanently removed from the cluster; stopping");
+            break Ending::Removed;
+        }
+        if let Some(h) = hand_over.take() {
+            let leader = node.leader();
+            if leader.is_some_and(|l| l != node.member_id()) {
+                info!(leader = ?leader.map(|l| format!("{l:x}")), "leadership handed over; stopping");
+                break Ending::Stop(h.done);
+            }
+            if clock.now() >= h.deadline {
+                warn!("leadership was not handed over in time; stopping anyway");
+                break Ending::Stop(h.done);
+            }
+            hand_over = Some(h);
         }
     };
 
@@ -560,8 +642,16 @@ fn drive<L: LogStore, K: KvStore>(
         fatal("syncing the backend", &e);
     }
     info!("node stopped");
-    if let Some(done) = stopped {
-        let _ = done.send(());
+    match ending {
+        Ending::Stop(done) => {
+            let _ = done.send(());
+        }
+        Ending::Removed => {
+            if let Some(removed) = removed {
+                let _ = removed.send(());
+            }
+        }
+        Ending::Abandoned => {}
     }
 }
 
@@ -622,6 +712,8 @@ struct ClusterLinks<K> {
     /// The peers handed to the link, with their URLs.
     known: HashMap<u64, Vec<String>>,
     member_id: u64,
+    /// A peer refused this member as removed from the cluster.
+    refused_as_removed: bool,
 }
 
 impl<K: KvStore> ClusterLinks<K> {
@@ -650,6 +742,7 @@ impl<K: KvStore> ClusterLinks<K> {
                     by = %format_args!("{by:x}"),
                     "this member was removed from the cluster"
                 );
+                self.refused_as_removed = true;
                 None
             }
         }

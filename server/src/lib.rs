@@ -89,7 +89,8 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         let runtime = runtime.clone();
         Arc::new(move |work| runtime.spawn_blocking(work))
     };
-    let mailbox = driver::Mailbox::default();
+    let mut mailbox = driver::Mailbox::default();
+    let removal = mailbox.removal();
     let transport = peer::PeerTransport::new(
         runtime.clone(),
         config.peer_transport_config(),
@@ -127,9 +128,30 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     info!("enabled capabilities for version 3.6");
     info!("ready to serve client requests");
 
-    shutdown.await;
-    info!("received a stop signal; shutting down");
-    handle.stop().await;
+    let removed = async {
+        // A dropped sender: the node stopped for another reason, which the
+        // signal path handles.
+        if removal.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        true
+    };
+    let signalled = async {
+        shutdown.await;
+        false
+    };
+    let (removed, signalled) = (std::pin::pin!(removed), std::pin::pin!(signalled));
+    if futures_util::future::select(removed, signalled)
+        .await
+        .factor_first()
+        .0
+    {
+        // etcd exits cleanly too: the removal is the cluster's decision.
+        warn!("this member was removed from the cluster; exiting");
+    } else {
+        info!("received a stop signal; shutting down");
+        handle.stop().await;
+    }
     transport.shutdown();
     info!("stopped");
     Ok(())

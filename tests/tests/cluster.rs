@@ -3,6 +3,11 @@
 //! restarted, and membership driven by Debian's etcdctl (a learner that
 //! catches up by snapshot, promote, remove, move-leader).
 //!
+//! Members publish their names and client URLs (`member list`, `endpoint
+//! status --cluster`), a leader stopped with SIGTERM hands leadership over
+//! first, a removed member exits, and check-quorum holds over real sockets
+//! cut by a fault-injecting proxy ([`LinkCutter`]).
+//!
 //! Every wait is bounded; each test prints how long it took.
 
 use std::path::PathBuf;
@@ -30,17 +35,22 @@ struct Member {
     kind: ServerKind,
     client_port: u16,
     peer_port: u16,
+    /// The peer port the others dial: `peer_port`, or a proxy's in front
+    /// of it.
+    advertised_peer_port: u16,
     data_dir: PathBuf,
     server: Option<Server>,
 }
 
 impl Member {
     fn new(name: &str, kind: ServerKind, root: &std::path::Path) -> Self {
+        let peer_port = free_port().unwrap();
         Self {
             name: name.to_owned(),
             kind,
             client_port: free_port().unwrap(),
-            peer_port: free_port().unwrap(),
+            peer_port,
+            advertised_peer_port: peer_port,
             data_dir: root.join(name),
             server: None,
         }
@@ -50,7 +60,12 @@ impl Member {
         format!("127.0.0.1:{}", self.client_port)
     }
 
+    /// The peer URL the others know this member by.
     fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.advertised_peer_port)
+    }
+
+    fn listen_peer_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.peer_port)
     }
 
@@ -66,7 +81,7 @@ impl Member {
             "--advertise-client-urls",
             &client_url,
             "--listen-peer-urls",
-            &self.peer_url(),
+            &self.listen_peer_url(),
             "--initial-advertise-peer-urls",
             &self.peer_url(),
             "--initial-cluster",
@@ -114,12 +129,23 @@ struct Cluster {
 
 impl Cluster {
     fn start(kinds: [ServerKind; 3]) -> Self {
+        Self::start_behind(kinds, None)
+    }
+
+    /// Starts the members; with `cutter`, each is advertised at a proxy
+    /// port in front of its peer listener.
+    fn start_behind(kinds: [ServerKind; 3], cutter: Option<&LinkCutter>) -> Self {
         let root = tempfile::tempdir().unwrap();
         let mut members: Vec<Member> = kinds
             .iter()
             .enumerate()
             .map(|(i, kind)| Member::new(&format!("m{i}"), *kind, root.path()))
             .collect();
+        if let Some(cutter) = cutter {
+            for member in &mut members {
+                member.advertised_peer_port = cutter.front(member.peer_port);
+            }
+        }
         let initial = initial_cluster(&members);
         for member in &mut members {
             member.start(&initial, "new");
@@ -419,4 +445,377 @@ fn member_id(address: &str, peer_url: &str) -> String {
         .and_then(|line| line.split(", ").next())
         .unwrap_or_else(|| panic!("no member at {peer_url} in {list}"))
         .to_owned()
+}
+
+/// The full `endpoint status` record of `address`, or `None`.
+fn status_json(address: &str) -> Option<Value> {
+    let out = ctl(address, &["endpoint", "status", "-w", "json"]);
+    if out.code != 0 {
+        return None;
+    }
+    let json: Value = serde_json::from_str(&out.stdout).ok()?;
+    Some(json[0]["Status"].clone())
+}
+
+/// Every member publishes its name and client URLs through the log, so
+/// `member list` shows them and etcdctl's `--cluster` flag reaches every
+/// member from one endpoint.
+#[test]
+fn members_publish_names_and_client_urls() {
+    let started = Instant::now();
+    let cluster = Cluster::start([
+        ServerKind::Oxetcd,
+        ServerKind::OxetcdSmol,
+        ServerKind::Oxetcd,
+    ]);
+    let leader = cluster.wait_leader();
+    let one = cluster.members[(leader + 1) % 3].address();
+    let expected: Vec<(String, String)> = cluster
+        .members
+        .iter()
+        .map(|m| (m.name.clone(), format!("http://{}", m.address())))
+        .collect();
+    let mut shown = Vec::new();
+    while started.elapsed() < CATCH_UP_DEADLINE {
+        let list = ctl_ok(&one, &["member", "list", "-w", "json"]);
+        let json: Value = serde_json::from_str(&list).unwrap();
+        shown = json["members"]
+            .as_array()
+            .map(|members| {
+                members
+                    .iter()
+                    .map(|m| {
+                        let name = m["name"].as_str().unwrap_or_default().to_owned();
+                        let url = m["clientURLs"][0].as_str().unwrap_or_default().to_owned();
+                        (name, url)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        shown.sort();
+        if shown == expected {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(shown, expected, "member list never showed every member");
+
+    let status = ctl_ok(&one, &["endpoint", "status", "--cluster", "-w", "json"]);
+    let json: Value = serde_json::from_str(&status).unwrap();
+    let mut endpoints: Vec<String> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["Endpoint"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    endpoints.sort();
+    let mut urls: Vec<String> = expected.iter().map(|(_, url)| url.clone()).collect();
+    urls.sort();
+    assert_eq!(endpoints, urls, "{status}");
+    let health = ctl(&one, &["endpoint", "health", "--cluster"]);
+    assert_eq!(health.code, 0, "{health:?}");
+    let healthy = format!("{}{}", health.stdout, health.stderr);
+    assert_eq!(healthy.matches("is healthy").count(), 3, "{health:?}");
+    eprintln!("publish test took {:?}", started.elapsed());
+}
+
+/// A leader stopped with SIGTERM hands leadership to a caught-up voter
+/// before it exits: a new leader is in place well within an election
+/// timeout of its exit, and every acknowledged write survives.
+#[test]
+fn sigterm_on_the_leader_hands_leadership_over() {
+    let started = Instant::now();
+    let mut cluster = Cluster::start([ServerKind::Oxetcd; 3]);
+    let leader = cluster.wait_leader();
+    let follower = (leader + 1) % 3;
+    let follower_endpoint = format!("http://{}", cluster.members[follower].address());
+    // Writes through a follower go on while the leader stops.
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writer = {
+        let writing = writing.clone();
+        std::thread::spawn(move || {
+            let mut client = oxetcd_conformance::Grpc::connect(&follower_endpoint).unwrap();
+            let mut acknowledged = Vec::new();
+            for i in 0..10_000u32 {
+                if !writing.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                let key = format!("w{i:05}");
+                let put = oxetcd_proto::etcdserverpb::PutRequest {
+                    key: key.clone().into_bytes(),
+                    value: b"v".to_vec(),
+                    ..Default::default()
+                };
+                if client.put(put).is_ok() {
+                    acknowledged.push(key);
+                }
+            }
+            acknowledged
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let terminate_started = Instant::now();
+    let status = cluster.members[leader]
+        .server
+        .as_mut()
+        .unwrap()
+        .terminate(Duration::from_secs(5))
+        .unwrap();
+    let exited_at = Instant::now();
+    let log = cluster.members[leader].server.as_ref().map(|s| s.log());
+    cluster.members[leader].server = None;
+    assert!(status.success(), "the old leader exited with {status}");
+    let new_leader = cluster.wait_leader();
+    let replaced_after = exited_at.elapsed();
+    assert_ne!(new_leader, leader);
+    std::thread::sleep(Duration::from_millis(300));
+    writing.store(false, std::sync::atomic::Ordering::Release);
+    let acknowledged = writer.join().unwrap();
+    assert!(!acknowledged.is_empty(), "no write went through");
+    // Two status calls at most: a leader was in place at once.
+    assert!(
+        replaced_after < Duration::from_millis(500),
+        "new leader only {replaced_after:?} after the old one exited; old log: {log:?}"
+    );
+    let address = cluster.members[new_leader].address();
+    let out = ctl_ok(&address, &["get", "w", "--prefix", "--keys-only"]);
+    let keys: std::collections::HashSet<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    for key in &acknowledged {
+        assert!(keys.contains(key.as_str()), "acknowledged {key} was lost");
+    }
+    eprintln!(
+        "SIGTERM to exit {:?}, new leader seen {replaced_after:?} after exit, {} writes kept; whole test {:?}",
+        exited_at - terminate_started,
+        acknowledged.len(),
+        started.elapsed()
+    );
+}
+
+/// A member removed with `etcdctl member remove` while it runs stops by
+/// itself, as etcd's does.
+#[test]
+fn a_removed_member_exits() {
+    let started = Instant::now();
+    let mut cluster = Cluster::start([
+        ServerKind::Oxetcd,
+        ServerKind::OxetcdSmol,
+        ServerKind::Oxetcd,
+    ]);
+    let leader = cluster.wait_leader();
+    let leader_address = cluster.members[leader].address();
+    for victim in [(leader + 1) % 3] {
+        let id = member_id(&leader_address, &cluster.members[victim].peer_url());
+        ctl_ok(&leader_address, &["member", "remove", &id]);
+        let removed_at = Instant::now();
+        let server = cluster.members[victim].server.as_mut().unwrap();
+        while server.is_running() && removed_at.elapsed() < CATCH_UP_DEADLINE {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !server.is_running(),
+            "removed member still running:\n{}",
+            server.log_tail()
+        );
+        assert!(
+            server.log().contains("removed from the cluster"),
+            "{}",
+            server.log_tail()
+        );
+        eprintln!(
+            "removed member exited {:?} after the remove",
+            removed_at.elapsed()
+        );
+        cluster.members[victim].kill();
+    }
+    ctl_ok(&leader_address, &["put", "after", "remove"]);
+    eprintln!("removal test took {:?}", started.elapsed());
+}
+
+/// Check-quorum and pre-vote over real sockets: a follower cut off and
+/// back does not disturb the leader (same term); a leader cut off steps
+/// down within about an election timeout while the others elect a new one.
+#[test]
+fn check_quorum_and_pre_vote_over_cut_links() {
+    let started = Instant::now();
+    let cutter = LinkCutter::default();
+    let cluster = Cluster::start_behind([ServerKind::Oxetcd; 3], Some(&cutter));
+    let leader = cluster.wait_leader();
+    let ids: Vec<u64> = cluster
+        .members
+        .iter()
+        .map(|m| status(&m.address()).unwrap().0)
+        .collect();
+    let term = |address: &str| status_json(address).and_then(|s| s["raftTerm"].as_u64());
+    let leader_address = cluster.members[leader].address();
+    ctl_ok(&leader_address, &["put", "before", "cut"]);
+    let term_before = term(&leader_address).unwrap();
+
+    // A follower cut off for three election timeouts, then back.
+    let follower = (leader + 1) % 3;
+    cutter.cut(ids[follower]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    ctl_ok(&leader_address, &["put", "while", "cut"]);
+    cutter.heal(ids[follower]);
+    wait_value(&cluster.members[follower].address(), "while", "cut", false);
+    assert_eq!(
+        cluster.wait_leader(),
+        leader,
+        "the rejoining follower took over"
+    );
+    assert_eq!(
+        term(&leader_address),
+        Some(term_before),
+        "the rejoining follower disrupted the leader's term"
+    );
+
+    // The leader cut off: the others elect a new one, it steps down.
+    let cut_at = Instant::now();
+    cutter.cut(ids[leader]);
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let mut new_leader = None;
+    let mut stepped_down = None;
+    while cut_at.elapsed() < LEADER_DEADLINE && (new_leader.is_none() || stepped_down.is_none()) {
+        if new_leader.is_none() {
+            let seen: Vec<u64> = others
+                .iter()
+                .filter_map(|i| status(&cluster.members[*i].address()).map(|s| s.1))
+                .collect();
+            if seen.len() == 2 && seen[0] == seen[1] && seen[0] != 0 && seen[0] != ids[leader] {
+                new_leader = Some((seen[0], cut_at.elapsed()));
+            }
+        }
+        if stepped_down.is_none() {
+            // etcdctl leaves out a zero leader (none known).
+            let old = status_json(&leader_address).map(|s| s["leader"].as_u64().unwrap_or(0));
+            if old.is_some_and(|l| l != ids[leader]) {
+                stepped_down = Some(cut_at.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let logs: Vec<String> = cluster.members.iter().map(Member::log_tail).collect();
+    let (_, elected_after) = new_leader.unwrap_or_else(|| panic!("no new leader\n{logs:#?}"));
+    let stepped_down = stepped_down.unwrap_or_else(|| panic!("old leader kept leading\n{logs:#?}"));
+    // Check-quorum notices within two election timeouts (500 ms each).
+    assert!(
+        stepped_down < Duration::from_millis(2_500),
+        "old leader stepped down only after {stepped_down:?}"
+    );
+    cutter.heal(ids[leader]);
+    let agreed = cluster.wait_leader();
+    assert_ne!(agreed, leader);
+    ctl_ok(
+        &cluster.members[agreed].address(),
+        &["put", "after", "heal"],
+    );
+    wait_value(&leader_address, "after", "heal", false);
+    eprintln!(
+        "leader cut: new leader after {elected_after:?}, old stepped down after {stepped_down:?}; whole test {:?}",
+        started.elapsed()
+    );
+}
+
+/// A fault-injecting TCP proxy for peer links on 127.0.0.1: one listener in
+/// front of each member's peer port. It reads each connection's handshake
+/// (the sender and receiver IDs of our peer protocol's fixed-size hello)
+/// and can cut every link to or from a member: open ones are shut, new
+/// ones refused, until it is healed.
+#[derive(Clone, Default)]
+struct LinkCutter {
+    shared: std::sync::Arc<CutterState>,
+}
+
+#[derive(Default)]
+struct CutterState {
+    cut: std::sync::Mutex<std::collections::HashSet<u64>>,
+    /// Open links: (from, to, both sockets).
+    links: std::sync::Mutex<Vec<(u64, u64, std::net::TcpStream, std::net::TcpStream)>>,
+}
+
+/// Bytes of the peer handshake's hello; the sender and receiver IDs are its
+/// last 16 (see `server/src/peer/wire.rs`).
+const HELLO_BYTES: usize = 36;
+
+/// Links a proxy keeps track of at most; the test opens a handful.
+const PROXY_LINKS_MAX: usize = 256;
+
+impl LinkCutter {
+    /// Starts a listener forwarding to `target` on 127.0.0.1; returns its
+    /// port. Its thread lives as long as the test process.
+    fn front(&self, target: u16) -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let shared = self.shared.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let shared = shared.clone();
+                std::thread::spawn(move || forward(&shared, client, target));
+            }
+        });
+        port
+    }
+
+    fn cut(&self, member: u64) {
+        self.shared.cut.lock().unwrap().insert(member);
+        let mut links = self.shared.links.lock().unwrap();
+        links.retain(|(from, to, a, b)| {
+            if *from == member || *to == member {
+                let _ = a.shutdown(std::net::Shutdown::Both);
+                let _ = b.shutdown(std::net::Shutdown::Both);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn heal(&self, member: u64) {
+        self.shared.cut.lock().unwrap().remove(&member);
+    }
+}
+
+fn forward(shared: &CutterState, mut client: std::net::TcpStream, target: u16) {
+    use std::io::{Read, Write};
+    let _ = client.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut hello = [0u8; HELLO_BYTES];
+    if client.read_exact(&mut hello).is_err() {
+        return;
+    }
+    let _ = client.set_read_timeout(None);
+    let id_at = |at: usize| u64::from_be_bytes(hello[at..at + 8].try_into().unwrap());
+    let (from, to) = (id_at(20), id_at(28));
+    {
+        let cut = shared.cut.lock().unwrap();
+        if cut.contains(&from) || cut.contains(&to) {
+            return;
+        }
+    }
+    let Ok(mut server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+        return;
+    };
+    if server.write_all(&hello).is_err() {
+        return;
+    }
+    let (Ok(client_copy), Ok(server_copy)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    {
+        let mut links = shared.links.lock().unwrap();
+        links.retain(|(_, _, a, _)| a.peer_addr().is_ok());
+        if links.len() >= PROXY_LINKS_MAX {
+            return;
+        }
+        let (Ok(a), Ok(b)) = (client.try_clone(), server.try_clone()) else {
+            return;
+        };
+        links.push((from, to, a, b));
+    }
+    let back = std::thread::spawn(move || {
+        let (mut server, mut client) = (server_copy, client_copy);
+        let _ = std::io::copy(&mut server, &mut client);
+        let _ = client.shutdown(std::net::Shutdown::Both);
+    });
+    let _ = std::io::copy(&mut client, &mut server);
+    let _ = server.shutdown(std::net::Shutdown::Both);
+    let _ = back.join();
 }

@@ -76,7 +76,7 @@ pub(super) fn apply_proposal(
             }
             return Ok(Err(Error::Stopped));
         }
-        proposal::Request::MemberUpdate(_) => {
+        proposal::Request::MemberUpdate(_) | proposal::Request::MemberAttributes(_) => {
             // Recorded by the node with the membership, never here.
             return Ok(Err(Error::Stopped));
         }

@@ -846,3 +846,46 @@ fn leases_expire_on_the_leader_only_and_watches_fire_on_every_member() {
         assert_eq!(events, vec![(2, 1), (3, 1), (4, 2)], "member {id}");
     }
 }
+
+/// Every member publishes its name and client URLs through the log once a
+/// leader is known, and a member that applies its own removal says so.
+#[test]
+fn members_publish_their_attributes_and_learn_their_removal() {
+    let mut c = Cluster::with(3, |config| {
+        config.client_urls = vec![format!("http://client-{}:2379", config.member_id)];
+    });
+    let published = |c: &Cluster| {
+        c.running().iter().all(|&id| {
+            c.node(id).members().iter().all(|m| {
+                m.name == format!("m{}", m.id)
+                    && m.client_ur_ls == [format!("http://client-{}:2379", m.id)]
+            })
+        })
+    };
+    assert!(
+        c.run_until(Duration::from_secs(5), published),
+        "{:?}",
+        c.node(1).members()
+    );
+    let leader = c.leader().unwrap();
+    let removed = c.followers()[0];
+    assert!(!c.node(removed).is_removed());
+    let Ok(Response::MemberRemove(_)) = c.call(
+        leader,
+        Request::MemberRemove(MemberRemoveRequest { id: removed }),
+    ) else {
+        panic!("remove failed");
+    };
+    // The removal may reach the removed member with the next heartbeat.
+    c.run_for(Duration::from_millis(500));
+    let others_know = c
+        .running()
+        .iter()
+        .filter(|&&id| id != removed)
+        .all(|&id| !c.node(id).is_removed());
+    assert!(others_know);
+    assert!(
+        c.node(removed).is_removed(),
+        "the removed member did not learn it"
+    );
+}

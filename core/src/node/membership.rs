@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use oxetcd_proto::eraftpb::{ConfChange, ConfChangeType};
 use oxetcd_proto::etcdserverpb::{Member, MemberAddRequest, MemberUpdateRequest};
+use oxetcd_proto::oxetcdpb::MemberAttributes;
 use prost::Message as _;
 use tracing::warn;
 
@@ -161,6 +162,25 @@ impl Members {
         let member = self.by_id.get_mut(&request.id)?;
         member.peer_ur_ls = request.peer_ur_ls.clone();
         Some(member.clone())
+    }
+}
+
+impl Members {
+    /// Records a committed attribute update (a member published its name
+    /// and client URLs). An update for a member removed meanwhile changes
+    /// nothing.
+    pub(super) fn apply_attributes(&mut self, attributes: &MemberAttributes) {
+        if let Some(member) = self.by_id.get_mut(&attributes.id) {
+            member.name = attributes.name.clone();
+            member.client_ur_ls = attributes.client_urls.clone();
+        }
+    }
+
+    /// True when member `id`'s record shows `name` and `client_urls`.
+    pub(super) fn shows(&self, id: u64, name: &str, client_urls: &[String]) -> bool {
+        self.by_id
+            .get(&id)
+            .is_some_and(|m| m.name == name && m.client_ur_ls == client_urls)
     }
 }
 

@@ -30,7 +30,11 @@
 //!
 //! Membership. Member add, remove and promote become raft membership
 //! entries whose context carries the member's record; a peer URL update is
-//! a normal entry. The list of members ([`membership`]) and the raft
+//! a normal entry. Once a leader is known, a member publishes its own name
+//! and client URLs through the log (as etcd's publish after start), again
+//! every election timeout until its record shows them. A member that
+//! applies its own removal reports it ([`Node::is_removed`]); the runtime
+//! stops it. The list of members ([`membership`]) and the raft
 //! configuration are stored in the backend with the applied index, in the
 //! same transaction. A new cluster is bootstrapped from the configured
 //! initial members; a data directory written before membership was stored
@@ -76,7 +80,7 @@ use oxetcd_proto::etcdserverpb::{
     MemberListResponse, MemberPromoteResponse, MemberRemoveResponse, MemberUpdateResponse,
     MoveLeaderResponse, RangeRequest, ResponseHeader, StatusResponse, WatchRequest, WatchResponse,
 };
-use oxetcd_proto::oxetcdpb::{proposal, Proposal};
+use oxetcd_proto::oxetcdpb::{proposal, MemberAttributes, Proposal};
 
 use self::apply::{apply_proposal, stamp, ApplyContext};
 use self::membership::{enough_started, Members};
@@ -114,6 +118,8 @@ pub struct Config {
     pub member_id: u64,
     /// The cluster's ID.
     pub cluster_id: u64,
+    /// The client URLs this member publishes (`--advertise-client-urls`).
+    pub client_urls: Vec<String>,
     /// The members a new cluster starts with (`--initial-cluster`), this one
     /// included. A data directory written before membership was stored also
     /// takes its membership from here.
@@ -185,6 +191,7 @@ impl Config {
             name: name.to_owned(),
             member_id,
             cluster_id: crate::ids::cluster_id(&[member_id]),
+            client_urls: Vec::new(),
             initial_members: vec![InitialMember {
                 id: member_id,
                 name: name.to_owned(),
@@ -425,6 +432,12 @@ pub struct Node<L: LogStore, K: KvStore> {
     watches: WatchRegistry,
     /// Keep-alives of expired leases, answered once the revoke applies.
     parked_renewals: HashMap<i64, Vec<Ticket>>,
+    /// This member's record shows its configured name and client URLs.
+    published: bool,
+    /// When to look again whether the attributes must be (re)published.
+    publish_at: Option<Instant>,
+    /// This member applied its own removal.
+    removed: bool,
 }
 
 impl<L: LogStore, K: KvStore> Node<L, K> {
@@ -532,6 +545,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             lessor,
             watches,
             parked_renewals: HashMap::new(),
+            published: false,
+            publish_at: None,
+            removed: false,
             config,
         };
         node.update_sole_voter();
@@ -611,6 +627,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             }
             self.start_read_round();
             self.campaign_if_alone();
+            self.maybe_publish();
             let action = self.raft.poll_action()?;
             self.handle_action(action);
         }
@@ -627,6 +644,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.watches.poll_timeout(),
             self.deadlines.front().map(|(at, _)| *at),
             self.leaderless.front().map(|(at, _, _)| *at),
+            self.publish_at.filter(|_| !self.published),
         ]
         .into_iter()
         .flatten()
@@ -660,6 +678,17 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let to = self.raft.most_caught_up_voter()?;
         self.raft.transfer_leader(self.now, to).ok()?;
         Some(to)
+    }
+
+    /// True once this member applied its own removal from the cluster:
+    /// the runtime should stop it (etcd exits such a member).
+    pub fn is_removed(&self) -> bool {
+        // A member re-added under the same ID (IDs come from peer URLs)
+        // replays its old removal while catching up: only a removal that
+        // still holds once everything committed is applied counts.
+        self.removed
+            && self.members.get(self.config.member_id).is_none()
+            && self.meta.applied_index >= self.raft.committed()
     }
 
     /// This member's ID.
@@ -1525,6 +1554,73 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         Ok(())
     }
 
+    /// Publishes this member's name and client URLs through the log until
+    /// its record shows them. The proposal carries no client, so a lost
+    /// one is simply proposed again an election timeout later; it goes
+    /// out only once this member's own record exists, so the leader knows
+    /// the member that forwards it.
+    fn maybe_publish(&mut self) {
+        if self.published || self.removed {
+            return;
+        }
+        let id = self.config.member_id;
+        if self
+            .members
+            .shows(id, &self.config.name, &self.config.client_urls)
+        {
+            self.published = true;
+            info!(
+                member_id = %format_args!("{id:x}"),
+                name = %self.config.name,
+                client_urls = ?self.config.client_urls,
+                "member attributes published"
+            );
+            return;
+        }
+        if self.publish_at.is_some_and(|at| at > self.now) {
+            return;
+        }
+        // Without a leader or an own record there is nothing to do until
+        // an input brings one; no timer is kept for it.
+        self.publish_at = None;
+        let Some(leader) = self.raft.leader() else {
+            return;
+        };
+        if self.members.get(id).is_none() {
+            return;
+        }
+        self.publish_at = Some(self.now + self.config.election_timeout);
+        let proposal = Proposal {
+            id: 0,
+            request: Some(proposal::Request::MemberAttributes(MemberAttributes {
+                id,
+                name: self.config.name.clone(),
+                client_urls: self.config.client_urls.clone(),
+            })),
+        };
+        let data = Bytes::from(proposal.encode_to_vec());
+        if leader == id {
+            if let Err(e) = self.raft.propose(data) {
+                debug!(error = %e, "publishing member attributes refused; retrying later");
+            }
+            return;
+        }
+        let mut m = Message {
+            msg_type: MessageType::MsgPropose,
+            to: leader,
+            from: id,
+            term: self.raft.term(),
+            ..Default::default()
+        };
+        m.entries = vec![Entry {
+            entry_type: EntryType::EntryNormal,
+            data,
+            ..Default::default()
+        }]
+        .into();
+        self.outputs.push_back(Output::Send(m));
+    }
+
     /// A sole voter need not wait for an election timeout: nobody else
     /// could lead, and nobody is disrupted (a restarted single member
     /// serves again at once, as before consensus was general).
@@ -1587,6 +1683,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                                 }),
                                 members: self.members.list(),
                             }))
+                        }
+                        Some(proposal::Request::MemberAttributes(attributes)) => {
+                            membership_changed = true;
+                            self.members.apply_attributes(&attributes);
+                            Err(Error::Stopped)
                         }
                         Some(request) => {
                             let mut cx = ApplyContext {
@@ -1673,6 +1774,17 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let changed = self
             .members
             .apply_conf_change(&cc, &self.config.initial_members);
+        if cc.node_id == self.config.member_id && cc.change_type != ConfChangeType::RemoveNode {
+            self.removed = false;
+        }
+        if cc.change_type == ConfChangeType::RemoveNode && cc.node_id == self.config.member_id {
+            warn!(
+                member_id = %format_args!("{:x}", self.config.member_id),
+                index = entry.index,
+                "applied this member's removal from the cluster"
+            );
+            self.removed = true;
+        }
         let header = Some(ResponseHeader {
             revision: meta.revision,
             ..self.header()
