@@ -14,6 +14,9 @@ const DEFAULT_CLUSTER_ID: &str = "cdf818194e3a8c32";
 /// Longest a server may take to stop after SIGTERM.
 const STOP_DEADLINE: Duration = Duration::from_secs(10);
 
+/// Longest to wait for the readiness lines once the server answers.
+const LOG_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Writes made before the SIGTERM.
 const WRITES: usize = 20;
 
@@ -21,14 +24,22 @@ fn readiness(kind: ServerKind) {
     let dir = tempfile::tempdir().expect("temp dir");
     let data_dir = dir.path().join("not/yet/there");
     let server = Server::start_in(kind, &data_dir).unwrap_or_else(|e| panic!("{e}"));
-    // Readiness is logged once the client listener accepts connections;
-    // one successful call proves the log has had time to reach the file.
+    // Readiness is logged around the time the client listener accepts
+    // connections (etcd may log `published` just after its first answer),
+    // so wait, bounded, for both lines to reach the log file.
     Grpc::connect(server.endpoint()).unwrap_or_else(|e| panic!("{e}"));
-    let log = server.log();
     let published = format!(
         "published {{Name:default ClientURLs:[{}]}} to cluster {DEFAULT_CLUSTER_ID}",
         server.endpoint()
     );
+    let logged_by = std::time::Instant::now() + LOG_DEADLINE;
+    let mut log = server.log();
+    while !(log.contains(&published) && log.contains("enabled capabilities for version "))
+        && std::time::Instant::now() < logged_by
+    {
+        std::thread::sleep(Duration::from_millis(20));
+        log = server.log();
+    }
     assert!(
         log.contains(&published),
         "{} did not log `{published}`:\n{log}",
