@@ -295,6 +295,18 @@ impl InProcess {
                         queue.extend(parts);
                     }
                 }
+                Output::WatchEvents { stream, deliveries } => {
+                    let max_bytes = 1_572_864;
+                    if let Some(queue) = self.watch_streams.get_mut(stream as usize) {
+                        for delivery in &deliveries {
+                            if delivery.fragment {
+                                queue.extend(watch::fragments(delivery.response(), max_bytes));
+                            } else {
+                                queue.push_back(delivery.response());
+                            }
+                        }
+                    }
+                }
                 Output::WatchCatchUp(job) => {
                     let view = self.kv.read().map_err(|e| storage_failure(&e))?;
                     let outcome = watch::catch_up(&view, &job).map_err(|e| storage_failure(&e))?;

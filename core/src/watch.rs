@@ -11,10 +11,16 @@
 //! **Synced watchers.** When the apply step applies an entry that writes
 //! revision `R`, the node hands the registry the versions `R` wrote (in sub
 //! revision order) and the open write transaction. Each synced watcher whose
-//! range holds a changed key gets *one* `Output::Watch` carrying every event
-//! of `R` it wants — so the events of a revision (a txn) are never split —
-//! with `prev_kv` read from the transaction at `R - 1` when asked for. The
-//! outputs leave the node only after the batch commits, in revision order.
+//! range holds a changed key gets *one* [`WatchDelivery`] carrying every
+//! event of `R` it wants — so the events of a revision (a txn) are never
+//! split — with `prev_kv` read from the transaction at `R - 1` when asked
+//! for. Fan-out stays cheap on the node's thread: the events are built once
+//! per distinct selection (which of `R`'s events, with or without
+//! `prev_kv`) and shared (`Arc<[Event]>`) by every watcher that wants that
+//! selection, and a stream's deliveries of a whole apply batch leave as one
+//! `Output::WatchEvents`, released after the batch commits, in revision
+//! order. Building each watcher's response (copying the shared events) is
+//! left to the stream's task ([`WatchDelivery::response`]).
 //!
 //! **Unsynced watchers and catch-up.** A watcher that needs history — one
 //! created with `start_revision` at or below the current revision, or one the
@@ -57,6 +63,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use oxetcd_proto::etcdserverpb::watch_create_request::FilterType;
@@ -155,6 +162,43 @@ impl WatchSpec {
         } else {
             !self.no_put
         }
+    }
+}
+
+/// One synced watcher's events of one revision (see the module docs). The
+/// events are shared with every watcher of the revision that wants the
+/// same ones.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchDelivery {
+    /// The watcher.
+    pub watch_id: i64,
+    /// Header for its response (the revision of the events).
+    pub header: ResponseHeader,
+    /// Every event of the revision the watcher wants, in sub-revision order.
+    pub events: Arc<[Event]>,
+    /// The watcher asked for fragmented responses.
+    pub fragment: bool,
+}
+
+impl WatchDelivery {
+    /// The revision every event belongs to.
+    pub fn revision(&self) -> i64 {
+        self.header.revision
+    }
+
+    /// The watcher's response; copies the shared events.
+    pub fn response(&self) -> WatchResponse {
+        WatchResponse {
+            header: Some(self.header),
+            watch_id: self.watch_id,
+            events: self.events.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// What it costs in a stream's queue, as [`queue_cost`] of its response.
+    pub fn cost(&self) -> usize {
+        1 + self.events.len()
     }
 }
 
@@ -347,18 +391,8 @@ impl StreamGate {
             return Route::Deliver;
         }
         if let Some(first) = response.events.first() {
-            if self.stalled.contains(&id) {
-                return Route::Drop;
-            }
-            if queued > 0 && queued.saturating_add(queue_cost(response)) > limit {
-                self.stalled.insert(id);
-                let from_revision = first.kv.as_ref().map_or(0, |kv| kv.mod_revision);
-                return Route::Stall {
-                    watch_id: id,
-                    from_revision,
-                };
-            }
-            return Route::Deliver;
+            let from_revision = first.kv.as_ref().map_or(0, |kv| kv.mod_revision);
+            return self.route_events(id, from_revision, queue_cost(response), queued, limit);
         }
         // A progress notification.
         if id == NO_WATCH_ID {
@@ -373,6 +407,30 @@ impl StreamGate {
         } else {
             Route::Deliver
         }
+    }
+
+    /// Routes a response of `watch_id` holding events from `from_revision`
+    /// on and costing `cost` ([`queue_cost`]), as [`StreamGate::route`]
+    /// does, without the response having to exist yet.
+    pub fn route_events(
+        &mut self,
+        watch_id: i64,
+        from_revision: i64,
+        cost: usize,
+        queued: usize,
+        limit: usize,
+    ) -> Route {
+        if self.stalled.contains(&watch_id) {
+            return Route::Drop;
+        }
+        if queued > 0 && queued.saturating_add(cost) > limit {
+            self.stalled.insert(watch_id);
+            return Route::Stall {
+                watch_id,
+                from_revision,
+            };
+        }
+        Route::Deliver
     }
 
     /// The catch-up of `watch_id` is being queued: later responses for it
@@ -436,6 +494,9 @@ pub(crate) struct WatchRegistry {
     progress_interval: Duration,
     /// Next periodic progress round, while any watcher asked for it.
     next_progress: Option<Instant>,
+    /// Deliveries of the apply batch under way, per stream, in revision
+    /// order; drained by [`WatchRegistry::flush_events`] after it commits.
+    pending: BTreeMap<StreamId, Vec<WatchDelivery>>,
 }
 
 /// The node's state a watch operation needs.
@@ -455,6 +516,7 @@ impl WatchRegistry {
             ranged: BTreeSet::new(),
             progress_interval,
             next_progress: None,
+            pending: BTreeMap::new(),
         }
     }
 
@@ -575,22 +637,23 @@ impl WatchRegistry {
     }
 
     /// The apply step wrote `changes` as revision `revision` (through
-    /// `view`, which sees them): tell every synced watcher that wants some.
+    /// `view`, which sees them): every synced watcher that wants some gets
+    /// a delivery, held until [`WatchRegistry::flush_events`].
     pub(crate) fn on_revision(
         &mut self,
         revision: i64,
         changes: &[KeyVersion],
         view: &dyn KvRead,
         header: ResponseHeader,
-        outputs: &mut Vec<Output>,
     ) -> Result<(), StorageError> {
         if self.watchers.is_empty() || changes.is_empty() {
             return Ok(());
         }
-        let mut batches: BTreeMap<WatcherKey, Vec<Event>> = BTreeMap::new();
-        for change in changes {
-            let mut takers: Vec<WatcherKey> = Vec::new();
-            let mut wants_prev = false;
+        // Which watcher takes which change, and which changes anyone wants
+        // with their previous version.
+        let mut takes: Vec<(WatcherKey, usize)> = Vec::new();
+        let mut wants_prev = vec![false; changes.len()];
+        for (index, change) in changes.iter().enumerate() {
             let candidates = self
                 .by_key
                 .get(&change.key)
@@ -608,42 +671,70 @@ impl WatchRegistry {
                 {
                     continue;
                 }
-                wants_prev |= watcher.spec.prev_kv;
-                takers.push(*key);
+                wants_prev[index] |= watcher.spec.prev_kv;
+                takes.push((*key, index));
             }
-            if takers.is_empty() {
-                continue;
-            }
-            let prev = if wants_prev && !is_create(change) {
+        }
+        if takes.is_empty() {
+            return Ok(());
+        }
+        let mut prevs = Vec::with_capacity(changes.len());
+        for (change, wanted) in changes.iter().zip(&wants_prev) {
+            prevs.push(if *wanted && !is_create(change) {
                 previous(view, &change.key, revision - 1)?
             } else {
                 None
-            };
-            for key in takers {
-                let with_prev = self.watchers[&key].spec.prev_kv;
-                let event = event(change.clone(), if with_prev { prev.clone() } else { None });
-                batches.entry(key).or_default().push(event);
-            }
+            });
         }
+        // Grouped by watcher (and so by stream), changes in sub-revision
+        // order within each.
+        takes.sort_unstable();
+        let (keys, selections): (Vec<WatcherKey>, Vec<usize>) = takes.into_iter().unzip();
         let header = ResponseHeader { revision, ..header };
-        for (key, events) in batches {
+        let mut shared: BTreeMap<(&[usize], bool), Arc<[Event]>> = BTreeMap::new();
+        let mut start = 0;
+        while start < keys.len() {
+            let key = keys[start];
+            let end = start + keys[start..].iter().take_while(|k| **k == key).count();
+            let selection = &selections[start..end];
+            start = end;
             let Some(watcher) = self.watchers.get_mut(&key) else {
                 continue;
             };
+            let with_prev = watcher.spec.prev_kv;
+            let events = shared
+                .entry((selection, with_prev))
+                .or_insert_with(|| {
+                    selection
+                        .iter()
+                        .map(|&i| {
+                            let prev = if with_prev { prevs[i].clone() } else { None };
+                            event(changes[i].clone(), prev)
+                        })
+                        .collect()
+                })
+                .clone();
             watcher.next_revision = revision + 1;
             watcher.recently_notified = true;
-            outputs.push(Output::Watch {
-                stream: key.0,
-                response: WatchResponse {
-                    header: Some(header),
-                    watch_id: key.1,
-                    events,
-                    ..Default::default()
-                },
+            self.pending.entry(key.0).or_default().push(WatchDelivery {
+                watch_id: key.1,
+                header,
+                events,
                 fragment: watcher.spec.fragment,
             });
         }
         Ok(())
+    }
+
+    /// The apply batch committed: one output per stream with every
+    /// delivery of the batch.
+    pub(crate) fn flush_events(&mut self, outputs: &mut impl Extend<Output>) {
+        let pending = std::mem::take(&mut self.pending);
+        outputs.extend(
+            pending
+                .into_iter()
+                .map(|(stream, deliveries)| Output::WatchEvents { stream, deliveries }),
+        );
     }
 
     /// When the next periodic progress round is due, if any watcher wants one.

@@ -697,6 +697,9 @@ fn execute(
             response,
             fragment,
         } => feedback.extend(routes.deliver(stream, response, fragment)),
+        Output::WatchEvents { stream, deliveries } => {
+            routes.deliver_events(stream, deliveries, feedback)
+        }
         Output::WatchCatchUp(job) => routes.catch_up(job),
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_channel::mpsc::UnboundedSender;
-use oxetcd_core::watch::{queue_cost, CatchUp, Route, StreamGate, StreamId};
+use oxetcd_core::watch::{queue_cost, CatchUp, Route, StreamGate, StreamId, WatchDelivery};
 use oxetcd_core::Input;
 use oxetcd_proto::etcdserverpb::WatchResponse;
 use std::collections::HashMap;
@@ -35,6 +35,9 @@ pub(crate) enum StreamItem {
         response: WatchResponse,
         fragment: bool,
     },
+    /// Send one response per delivery, in order (the events of an apply
+    /// batch; each costs its own [`WatchDelivery::cost`] until it is sent).
+    Events(Vec<WatchDelivery>),
     /// Read this watcher's history from storage, send it, then report.
     CatchUp(CatchUp),
 }
@@ -116,6 +119,61 @@ impl WatchRoutes {
                     from_revision,
                 })
             }
+        }
+    }
+
+    /// Routes a stream's deliveries of one apply batch as one item; adds
+    /// to `stalls` the input for each watcher whose delivery did not fit.
+    pub(crate) fn deliver_events(
+        &mut self,
+        stream: StreamId,
+        deliveries: Vec<WatchDelivery>,
+        stalls: &mut Vec<Input>,
+    ) {
+        let Some(route) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        let mut queued = route.queued.load(Ordering::Acquire);
+        let mut cost = 0;
+        let mut accepted = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            let watch_id = delivery.watch_id;
+            match route.gate.route_events(
+                watch_id,
+                delivery.revision(),
+                delivery.cost(),
+                queued,
+                STREAM_QUEUE_MAX,
+            ) {
+                Route::Deliver => {
+                    queued = queued.saturating_add(delivery.cost());
+                    cost += delivery.cost();
+                    accepted.push(delivery);
+                }
+                Route::Drop => {}
+                Route::Stall {
+                    watch_id,
+                    from_revision,
+                } => {
+                    info!(
+                        stream,
+                        watch_id,
+                        from_revision,
+                        queued,
+                        "watcher fell behind; it catches up from storage"
+                    );
+                    stalls.push(Input::WatchStalled {
+                        stream,
+                        watch_id,
+                        from_revision,
+                    });
+                }
+            }
+        }
+        if !accepted.is_empty() {
+            route.queued.fetch_add(cost, Ordering::AcqRel);
+            // A closed channel: see `deliver`.
+            let _ = route.items.unbounded_send(StreamItem::Events(accepted));
         }
     }
 

@@ -6,7 +6,9 @@
 //! Members publish their names and client URLs (`member list`, `endpoint
 //! status --cluster`), a leader stopped with SIGTERM hands leadership over
 //! first, a removed member exits, and check-quorum holds over real sockets
-//! cut by a fault-injecting proxy ([`LinkCutter`]).
+//! cut by a fault-injecting proxy ([`LinkCutter`]). Leases keep their TTL
+//! across a leader kill, and etcdctl's `lease keep-alive` and `lease
+//! timetolive` work through a follower.
 //!
 //! Every wait is bounded; each test prints how long it took.
 
@@ -818,4 +820,147 @@ fn forward(shared: &CutterState, mut client: std::net::TcpStream, target: u16) {
     let _ = std::io::copy(&mut client, &mut server);
     let _ = server.shutdown(std::net::Shutdown::Both);
     let _ = back.join();
+}
+
+/// The election timeout of [`TIMING`].
+const ELECTION_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Polls that must see a lease's key, or must see it gone, run this often.
+const LEASE_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Slack for a poll to notice the revoke: one etcdctl run and one poll
+/// interval, generously (the machine is shared).
+const LEASE_POLL_SLACK: Duration = Duration::from_millis(1_500);
+
+/// The lease ID etcdctl prints in `lease <hex> granted with TTL(..)`.
+fn granted_lease(out: &str) -> String {
+    out.split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("no lease ID in {out:?}"))
+        .to_owned()
+}
+
+/// `Some(true)` when a serializable `get key` on `address` finds it,
+/// `Some(false)` when it finds nothing, `None` when the member does not
+/// answer.
+fn key_present(address: &str, key: &str) -> Option<bool> {
+    let out = ctl(address, &["get", key, "--consistency", "s", "--keys-only"]);
+    (out.code == 0).then(|| !out.stdout.trim().is_empty())
+}
+
+/// Leases under a leader kill, on real processes with the tests' fast
+/// timing (heartbeat 50 ms, election 500 ms: etcd's ratio, and a short
+/// election keeps the whole test well under 30 s). A lease of TTL 10 s
+/// with a key is granted; a lease of TTL 2 s is kept alive by Debian's
+/// `etcdctl lease keep-alive` through a follower for twice its TTL, and
+/// `etcdctl lease timetolive --keys` on the follower sees it; then the
+/// leader is killed with SIGKILL. The 10 s lease's key must stay until the
+/// lease's full TTL from its grant (no early expiry) and be gone once the
+/// new leader was elected plus TTL plus an election timeout (a new leader
+/// gives an unchecked lease its TTL plus an election timeout, as etcd's).
+fn leases_survive_a_leader_kill(kinds: [ServerKind; 3]) {
+    const TTL: Duration = Duration::from_secs(10);
+    let started = Instant::now();
+    let mut cluster = Cluster::start(kinds);
+    let leader = cluster.wait_leader();
+    let follower = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let leader_address = cluster.members[leader].address();
+    let follower_address = cluster.members[follower].address();
+    let other_address = cluster.members[other].address();
+
+    let grant_sent = Instant::now();
+    let long = granted_lease(&ctl_ok(&leader_address, &["lease", "grant", "10"]));
+    ctl_ok(
+        &leader_address,
+        &["put", "long", "v", &format!("--lease={long}")],
+    );
+
+    // A short lease kept alive through a follower only.
+    let short = granted_lease(&ctl_ok(&follower_address, &["lease", "grant", "2"]));
+    ctl_ok(
+        &follower_address,
+        &["put", "short", "v", &format!("--lease={short}")],
+    );
+    let mut keep_alive = std::process::Command::new(etcdctl::program().unwrap())
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={follower_address}"))
+        .args(["lease", "keep-alive", &short])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("etcdctl lease keep-alive starts");
+    std::thread::sleep(Duration::from_secs(4));
+    let ttl = ctl_ok(
+        &follower_address,
+        &["lease", "timetolive", &short, "--keys"],
+    );
+    assert!(
+        ttl.contains("granted with TTL(2s)") && ttl.contains("attached keys([short])"),
+        "timetolive through a follower: {ttl:?}"
+    );
+    assert_eq!(
+        key_present(&other_address, "short"),
+        Some(true),
+        "kept-alive key expired"
+    );
+    let _ = keep_alive.kill();
+    let mut printed = String::new();
+    std::io::Read::read_to_string(keep_alive.stdout.as_mut().unwrap(), &mut printed).unwrap();
+    let _ = keep_alive.wait();
+    assert!(
+        printed.matches("keepalived with TTL(2)").count() >= 2,
+        "etcdctl lease keep-alive through a follower printed {printed:?}"
+    );
+
+    cluster.members[leader].kill();
+    let killed_at = Instant::now();
+    let new_leader = cluster.wait_leader();
+    let elected_after = killed_at.elapsed();
+    assert_ne!(new_leader, leader);
+    let survivor = cluster.members[new_leader].address();
+    let no_earlier = grant_sent + TTL;
+    let gone_by = killed_at + elected_after + TTL + ELECTION_TIMEOUT + LEASE_POLL_SLACK;
+    let gone_at = loop {
+        let poll_started = Instant::now();
+        let present = key_present(&survivor, "long");
+        let poll_ended = Instant::now();
+        match present {
+            Some(false) => {
+                assert!(
+                    poll_started >= no_earlier,
+                    "{kinds:?}: the lease expired early: gone {:?} after its grant",
+                    poll_ended - grant_sent
+                );
+                break poll_ended;
+            }
+            Some(true) => assert!(
+                poll_started <= gone_by,
+                "{kinds:?}: the lease outlived TTL + election timeout: still there {:?} \
+                 after the kill (new leader after {elected_after:?})",
+                poll_started - killed_at
+            ),
+            None => assert!(poll_started <= gone_by, "{survivor} stopped answering"),
+        }
+        std::thread::sleep(LEASE_POLL_INTERVAL);
+    };
+    // The short lease, no longer kept alive, expired too.
+    assert_eq!(key_present(&survivor, "short"), Some(false));
+    eprintln!(
+        "{kinds:?}: new leader after {elected_after:?}; 10 s lease gone {:?} after its grant, \
+         {:?} after the kill; whole test {:?}",
+        gone_at - grant_sent,
+        gone_at - killed_at,
+        started.elapsed()
+    );
+}
+
+#[test]
+fn oxetcd_leases_survive_a_leader_kill() {
+    leases_survive_a_leader_kill([ServerKind::Oxetcd; 3]);
+}
+
+#[test]
+fn oxetcd_smol_leases_survive_a_leader_kill() {
+    leases_survive_a_leader_kill([ServerKind::OxetcdSmol; 3]);
 }

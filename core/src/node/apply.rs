@@ -11,7 +11,6 @@ use oxetcd_proto::etcdserverpb::{
 };
 use oxetcd_proto::oxetcdpb::proposal;
 
-use super::Output;
 use crate::error::Error;
 use crate::lease::{self, Lessor};
 use crate::mvcc;
@@ -27,8 +26,6 @@ pub(super) struct ApplyContext<'a> {
     pub(super) now: Instant,
     pub(super) cluster_id: u64,
     pub(super) identity: ResponseHeader,
-    /// Watch outputs of the batch, released after it commits.
-    pub(super) watch_outputs: &'a mut Vec<Output>,
     /// Leases revoked in the batch (parked keep-alives are answered).
     pub(super) revoked: &'a mut Vec<i64>,
 }
@@ -99,13 +96,8 @@ fn apply_kv(
     }
     if !changes.is_empty() {
         cx.lessor.on_changes(&changes);
-        cx.watches.on_revision(
-            meta.revision,
-            &changes,
-            &*txn,
-            cx.identity,
-            cx.watch_outputs,
-        )?;
+        cx.watches
+            .on_revision(meta.revision, &changes, &*txn, cx.identity)?;
     }
     Ok(result)
 }

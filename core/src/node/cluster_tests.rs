@@ -350,6 +350,9 @@ impl Cluster {
                 }
                 Output::Fatal(e) => panic!("member {id}: fatal: {e}"),
                 Output::Watch { response, .. } => member.watched.push(response),
+                Output::WatchEvents { deliveries, .. } => member
+                    .watched
+                    .extend(deliveries.iter().map(watch::WatchDelivery::response)),
                 Output::WatchCatchUp(job) => {
                     let view = member.kv.read().unwrap();
                     let outcome = watch::catch_up(&view, &job).unwrap();
@@ -804,7 +807,11 @@ fn leases_expire_on_the_leader_only_and_watches_fire_on_every_member() {
     // Keep-alives are the leader's.
     let keep_alive =
         Request::LeaseKeepAlive(oxetcd_proto::etcdserverpb::LeaseKeepAliveRequest { id: grant.id });
-    assert_eq!(c.call(follower, keep_alive), Err(Error::NotLeader));
+    // A follower forwards it; the leader renews.
+    let Ok(Response::LeaseKeepAlive(renewed)) = c.call(follower, keep_alive) else {
+        panic!("keep-alive through a follower failed");
+    };
+    assert_eq!(renewed.ttl, 5);
     c.run_for(Duration::from_secs(2));
     for id in 1..=3 {
         assert_eq!(c.local(id, "a1"), vec!["v"], "member {id}");
@@ -888,4 +895,85 @@ fn members_publish_their_attributes_and_learn_their_removal() {
         c.node(removed).is_removed(),
         "the removed member did not learn it"
     );
+}
+
+fn keep_alive(id: i64) -> Request {
+    Request::LeaseKeepAlive(oxetcd_proto::etcdserverpb::LeaseKeepAliveRequest { id })
+}
+
+fn time_to_live(id: i64) -> Request {
+    Request::LeaseTimeToLive(oxetcd_proto::etcdserverpb::LeaseTimeToLiveRequest { id, keys: true })
+}
+
+/// Keep-alives and time-to-live queries sent to a follower reach the
+/// leader and renew there; one in flight when the leader dies is sent
+/// again to the next leader instead of failing.
+#[test]
+fn followers_forward_lease_requests_to_the_leader() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    let follower = c.followers()[0];
+    let Ok(Response::LeaseGrant(grant)) = c.call(
+        follower,
+        Request::LeaseGrant(LeaseGrantRequest { ttl: 5, id: 0 }),
+    ) else {
+        panic!("grant failed");
+    };
+    let put = PutRequest {
+        key: b"k".to_vec(),
+        value: b"v".to_vec(),
+        lease: grant.id,
+        ..Default::default()
+    };
+    c.call(follower, Request::Put(put)).unwrap();
+    let Ok(Response::LeaseTimeToLive(ttl)) = c.call(follower, time_to_live(grant.id)) else {
+        panic!("time-to-live through a follower failed");
+    };
+    assert_eq!((ttl.granted_ttl, ttl.keys), (5, vec![b"k".to_vec()]));
+    assert!((4..=5).contains(&ttl.ttl), "ttl {}", ttl.ttl);
+    // The header is the asked member's, as etcd fills it.
+    assert_eq!(ttl.header.unwrap().member_id, c.node(follower).member_id());
+
+    // Keep-alives through the follower hold the lease well past its TTL.
+    for _ in 0..4 {
+        c.run_for(Duration::from_secs(3));
+        let Ok(Response::LeaseKeepAlive(renewed)) = c.call(follower, keep_alive(grant.id)) else {
+            panic!("keep-alive through a follower failed");
+        };
+        assert_eq!(renewed.ttl, 5);
+    }
+    for id in 1..=3 {
+        assert_eq!(c.local(id, "k"), vec!["v"], "member {id}");
+    }
+    let Ok(Response::LeaseLeases(leases)) = c.call(follower, Request::LeaseLeases) else {
+        panic!("lease list on a follower failed");
+    };
+    assert_eq!(leases.leases.len(), 1);
+    // Unknown leases are answered as etcd answers them.
+    let Ok(Response::LeaseKeepAlive(unknown)) = c.call(follower, keep_alive(grant.id + 1)) else {
+        panic!("keep-alive of an unknown lease failed");
+    };
+    assert_eq!(unknown.ttl, 0);
+    let Ok(Response::LeaseTimeToLive(unknown)) = c.call(follower, time_to_live(grant.id + 1))
+    else {
+        panic!("time-to-live of an unknown lease failed");
+    };
+    assert_eq!(unknown.ttl, -1);
+
+    // A forward lost with its leader goes to the next one.
+    c.cut.insert((follower, leader));
+    let pending = c.send(follower, keep_alive(grant.id));
+    c.run_for(Duration::from_millis(200));
+    assert!(c.take_answer(follower, pending).is_none());
+    c.crash(leader);
+    c.heal();
+    let answered = c.run_until(CALL_TIME_MAX, |c| {
+        c.members[&follower].answers.contains_key(&pending)
+    });
+    assert!(answered, "the forwarded keep-alive was never answered");
+    let Some(Ok(Response::LeaseKeepAlive(renewed))) = c.take_answer(follower, pending) else {
+        panic!("the forwarded keep-alive failed after the leader change");
+    };
+    assert_eq!(renewed.ttl, 5);
+    assert_ne!(c.leader(), Some(leader));
 }

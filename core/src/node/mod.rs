@@ -26,7 +26,8 @@
 //! hanging; every waiting request fails with `etcdserver: request timed out`
 //! after [`Config::request_timeout`]. Lease expiry is the leader's alone:
 //! the lessor is promoted when this member becomes leader and demoted when
-//! it stops. Learners answer status and serializable ranges only, as etcd's.
+//! it stops; followers forward keep-alives and time-to-live queries to the
+//! leader ([`lease_forward`]). Learners answer status and serializable ranges only, as etcd's.
 //!
 //! Membership. Member add, remove and promote become raft membership
 //! entries whose context carries the member's record; a peer URL update is
@@ -55,6 +56,7 @@
 //! through the traits in [`crate::storage`].
 
 mod apply;
+mod lease_forward;
 mod membership;
 
 #[cfg(test)]
@@ -83,6 +85,7 @@ use oxetcd_proto::etcdserverpb::{
 use oxetcd_proto::oxetcdpb::{proposal, MemberAttributes, Proposal};
 
 use self::apply::{apply_proposal, stamp, ApplyContext};
+use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::{enough_started, Members};
 use crate::error::Error;
 use crate::lease::{LeaseConfig, Lessor, Renewal};
@@ -322,6 +325,16 @@ pub enum Output {
         /// The watcher asked for fragmented responses.
         fragment: bool,
     },
+    /// Events of applied revisions for watchers of one stream, in the
+    /// stream's order (revision order; watch ID order within a revision).
+    /// Each becomes one response ([`crate::watch::WatchDelivery::response`]),
+    /// fragmented like `Watch` when it asks.
+    WatchEvents {
+        /// The stream.
+        stream: StreamId,
+        /// One per watcher and revision.
+        deliveries: Vec<watch::WatchDelivery>,
+    },
     /// Send a watcher history from storage with [`crate::watch::catch_up`],
     /// in the stream's order, then answer `Input::WatchCaughtUp`.
     WatchCatchUp(CatchUp),
@@ -348,6 +361,15 @@ pub enum Output {
 /// Numbers the requests the node holds; unlike a [`RequestId`] it is never
 /// reused, so a late answer can never reach a newer request.
 type Ticket = u64;
+
+/// Who waits for a request's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// A client of this member's runtime.
+    Client(RequestId),
+    /// A follower that forwarded a lease request to this leader.
+    Peer { member: u64, forward_id: u64 },
+}
 
 /// A read waiting for its read index.
 #[derive(Debug)]
@@ -391,7 +413,12 @@ pub struct Node<L: LogStore, K: KvStore> {
     /// The raft configuration has exactly one voter: this member.
     sole_voter: bool,
     /// Requests waiting for an answer, by ticket.
-    waiting: HashMap<Ticket, RequestId>,
+    waiting: HashMap<Ticket, Origin>,
+    /// Lease requests this member forwarded to the leader, by forward ID.
+    forwarded: HashMap<u64, Forwarded>,
+    next_forward: u64,
+    /// Requests followers forwarded to this leader that wait for an answer.
+    forwarded_in: usize,
     next_ticket: Ticket,
     /// When each waiting request times out, in admission order.
     deadlines: VecDeque<(Instant, Ticket)>,
@@ -523,6 +550,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             members,
             membership_unsaved,
             waiting: HashMap::new(),
+            forwarded: HashMap::new(),
+            next_forward: 0,
+            forwarded_in: 0,
             next_ticket: 1,
             deadlines: VecDeque::new(),
             proposals: HashMap::new(),
@@ -735,9 +765,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
 
     /// Starts waiting for a request: it is answered once, by ticket.
     fn admit(&mut self, id: RequestId) -> Ticket {
+        self.admit_origin(Origin::Client(id))
+    }
+
+    fn admit_origin(&mut self, origin: Origin) -> Ticket {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.waiting.insert(ticket, id);
+        self.waiting.insert(ticket, origin);
         self.deadlines
             .push_back((self.now + self.config.request_timeout, ticket));
         ticket
@@ -746,8 +780,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// Answers the request behind `ticket`, unless it was answered already
     /// (it timed out, for one).
     fn answer(&mut self, ticket: Ticket, result: Result<Response, Error>) {
-        if let Some(id) = self.waiting.remove(&ticket) {
-            self.outputs.push_back(Output::Respond(id, result));
+        match self.waiting.remove(&ticket) {
+            Some(Origin::Client(id)) => self.outputs.push_back(Output::Respond(id, result)),
+            Some(Origin::Peer { member, forward_id }) => {
+                self.forwarded_in -= 1;
+                self.reply_forwarded(member, forward_id, result);
+            }
+            None => {}
         }
     }
 
@@ -791,14 +830,18 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 return match request {
                     Request::Range(range) => self.queue_read(ticket, ReadKind::Range(range)),
                     Request::MemberList(_) => self.queue_read(ticket, ReadKind::MemberList),
-                    request @ (Request::LeaseKeepAlive(_)
-                    | Request::LeaseTimeToLive(_)
-                    | Request::LeaseLeases) => {
+                    // Every member knows which leases exist (etcd lists
+                    // them on the member asked, too).
+                    Request::LeaseLeases => {
+                        self.queue_read(ticket, ReadKind::Lease(Request::LeaseLeases))
+                    }
+                    request @ (Request::LeaseKeepAlive(_) | Request::LeaseTimeToLive(_)) => {
                         // Only the leader knows when leases expire.
-                        if self.raft.role() == Role::Leader {
-                            self.queue_read(ticket, ReadKind::Lease(request));
-                        } else {
-                            self.answer(ticket, Err(Error::NotLeader));
+                        match self.raft.leader() {
+                            Some(leader) if leader != self.config.member_id => {
+                                self.forward_lease(ticket, leader, request)
+                            }
+                            _ => self.queue_read(ticket, ReadKind::Lease(request)),
                         }
                     }
                     Request::MemberAdd(r) => self.member_add(ticket, r),
@@ -1096,6 +1139,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         if message.msg_type != MessageType::MsgPropose {
             return self.raft.step(self.now, message);
         }
+        if is_lease_forward(&message) {
+            return self.handle_lease_forward(&message);
+        }
         if message.to != self.config.member_id || self.raft.role() != Role::Leader {
             debug!(
                 from = message.from,
@@ -1207,7 +1253,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     fn serve_read(&mut self, ticket: Ticket, kind: ReadKind) {
         match kind {
             ReadKind::Range(request) => {
-                if let Some(id) = self.waiting.remove(&ticket) {
+                // Ranges come from clients only.
+                if let Some(Origin::Client(id)) = self.waiting.remove(&ticket) {
                     let header = self.header();
                     self.outputs.push_back(Output::Read {
                         id,
@@ -1224,7 +1271,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 self.answer(ticket, Ok(Response::MemberList(response)));
             }
             ReadKind::Lease(request) => {
-                if self.raft.role() == Role::Leader {
+                if self.raft.role() == Role::Leader || matches!(request, Request::LeaseLeases) {
                     self.answer_lease_read(ticket, request);
                 } else {
                     self.answer(ticket, Err(Error::LeaderChanged));
@@ -1363,6 +1410,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             for tickets in self.parked_renewals.values_mut() {
                 tickets.retain(|t| waiting.contains_key(t));
             }
+            self.forwarded
+                .retain(|_, f| waiting.contains_key(&f.ticket));
         }
     }
 
@@ -1417,6 +1466,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.leader = leader;
         if leader.is_some() {
             self.release_leaderless();
+            self.redispatch_forwarded();
         }
     }
 
@@ -1653,7 +1703,6 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let mut meta = self.meta;
         let identity = self.header();
         let mut answers: Vec<(Ticket, Result<Response, Error>)> = Vec::new();
-        let mut watch_outputs = Vec::new();
         let mut revoked = Vec::new();
         let mut membership_changed = self.membership_unsaved;
         for entry in &entries {
@@ -1696,7 +1745,6 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                                 now: self.now,
                                 cluster_id: self.config.cluster_id,
                                 identity,
-                                watch_outputs: &mut watch_outputs,
                                 revoked: &mut revoked,
                             };
                             apply_proposal(&mut txn, &mut meta, entry.index, request, &mut cx)?
@@ -1738,7 +1786,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         for (ticket, result) in answers {
             self.answer(ticket, result);
         }
-        self.outputs.extend(watch_outputs);
+        self.watches.flush_events(&mut self.outputs);
         for lease_id in revoked {
             let header = Some(self.header());
             for ticket in self.parked_renewals.remove(&lease_id).unwrap_or_default() {
@@ -1892,10 +1940,14 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         self.poisoned = true;
         self.outputs.push_back(Output::Fatal(error));
-        for (_, id) in self.waiting.drain() {
-            self.outputs
-                .push_back(Output::Respond(id, Err(Error::Stopped)));
+        // Followers waiting on this member time out on their own.
+        for (_, origin) in self.waiting.drain() {
+            if let Origin::Client(id) = origin {
+                self.outputs
+                    .push_back(Output::Respond(id, Err(Error::Stopped)));
+            }
         }
+        self.forwarded_in = 0;
     }
 }
 

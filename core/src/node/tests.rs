@@ -61,6 +61,9 @@ impl Harness {
                 Output::Watch {
                     stream, response, ..
                 } => self.watched.push((stream, response)),
+                Output::WatchEvents { stream, deliveries } => self
+                    .watched
+                    .extend(deliveries.iter().map(|d| (stream, d.response()))),
                 Output::WatchCatchUp(job) => {
                     let view = self.kv.read().unwrap();
                     let outcome = watch::catch_up(&view, &job).unwrap();

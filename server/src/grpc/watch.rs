@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use futures_channel::mpsc::UnboundedReceiver;
 use futures_util::{Stream, StreamExt};
 use oxetcd_core::storage::KvStore;
-use oxetcd_core::watch::{self, queue_cost, CatchUp, CatchUpOutcome, StreamId};
+use oxetcd_core::watch::{self, queue_cost, CatchUp, CatchUpOutcome, StreamId, WatchDelivery};
 use oxetcd_core::Error;
 use oxetcd_proto::etcdserverpb::watch_server::Watch;
 use oxetcd_proto::etcdserverpb::{WatchRequest, WatchResponse};
@@ -65,6 +65,7 @@ impl<K: KvStore> Watch for WatchService<K> {
             items: parts.items,
             queued: parts.queued,
             ready: VecDeque::new(),
+            deliveries: VecDeque::new(),
             catching_up: None,
             max_request_bytes: self.max_request_bytes,
             done: false,
@@ -83,6 +84,10 @@ pub struct WatchResponses<K: KvStore> {
     queued: Arc<AtomicUsize>,
     /// Responses ready to go out, before anything still in `items`.
     ready: VecDeque<WatchResponse>,
+    /// Deliveries of a routed batch not yet turned into responses (after
+    /// `ready`, before anything still in `items`). Each stays counted in
+    /// `queued` until then, so the stream's bound covers them.
+    deliveries: VecDeque<WatchDelivery>,
     catching_up: Option<CatchUpFuture>,
     max_request_bytes: usize,
     done: bool,
@@ -128,6 +133,13 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                     Poll::Pending => break,
                 }
             }
+            // Built here, one at a time, so the copying of shared events
+            // is the stream's work and never the node's.
+            if let Some(delivery) = this.deliveries.pop_front() {
+                this.queued.fetch_sub(delivery.cost(), Ordering::AcqRel);
+                this.push(delivery.response(), delivery.fragment);
+                continue;
+            }
             if let Some(future) = this.catching_up.as_mut() {
                 let (job, outcome) = match future.as_mut().poll(cx) {
                     Poll::Ready(done) => done,
@@ -157,6 +169,9 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                     this.queued
                         .fetch_sub(queue_cost(&response), Ordering::AcqRel);
                     this.push(response, fragment);
+                }
+                Poll::Ready(Some(StreamItem::Events(deliveries))) => {
+                    this.deliveries.extend(deliveries);
                 }
                 Poll::Ready(Some(StreamItem::CatchUp(job))) => {
                     let handle = this.handle.clone();

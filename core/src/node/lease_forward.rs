@@ -1,0 +1,256 @@
+//! Lease keep-alives and time-to-live queries that reach a follower.
+//!
+//! Only the leader knows when leases expire, so a follower forwards these
+//! two requests to it, as etcd's followers do over their peer HTTP. Ours go
+//! over the raft message stream that already links the members: a
+//! `MsgPropose` with no entries whose context is an encoded
+//! [`LeaseForward`]. The node takes such messages before its raft sees
+//! them (the raft takes proposals only from its own member anyway), so the
+//! peer transport needs no new frame. The leader admits a forwarded request
+//! like a client's (same read-index round, same deadline, same parking of
+//! keep-alives for a lease being revoked) and answers it with a message
+//! back; the keep-alive therefore renews on the leader and nowhere else.
+//!
+//! When the leader changes before it answers, the follower dispatches the
+//! request again (to the new leader, or to itself if it now leads), as
+//! etcd's follower retries until its request deadline; a keep-alive renews
+//! at most once more, which is harmless. A leader that says it no longer
+//! leads is waited out the same way. Every forwarded request stays bounded
+//! by the follower's request deadline.
+//!
+//! An answer too large for one peer frame (a time-to-live with very many
+//! keys) is dropped by the transport; its request then times out.
+//!
+//! This module never reads the clock.
+
+use bytes::Bytes;
+use prost::Message as _;
+use tracing::debug;
+
+use oxetcd_proto::eraftpb::{Message, MessageType};
+use oxetcd_proto::oxetcdpb::{
+    lease_forward, lease_forward_answer, lease_forward_request, LeaseForward, LeaseForwardAnswer,
+    LeaseForwardRequest,
+};
+
+use super::{Leadership, Node, Origin, ReadKind, Ticket};
+use crate::error::Error;
+use crate::raft::Role;
+use crate::storage::{KvStore, LogStore};
+use crate::{Request, Response};
+
+/// Forwarded lease requests a leader holds at once, from all followers
+/// together; beyond it they are refused with `etcdserver: too many
+/// requests`. Each follower bounds its own client requests too, so this
+/// only guards the leader against a flood.
+pub(super) const FORWARDED_LEASE_REQUESTS_MAX: usize = 8_192;
+
+/// A lease request this member forwarded, waiting for the leader's answer.
+#[derive(Debug)]
+pub(super) struct Forwarded {
+    pub(super) ticket: Ticket,
+    /// Kept to dispatch again when the leader changes.
+    pub(super) request: Request,
+    /// The leader it went to, and its term then.
+    pub(super) leader: Leadership,
+}
+
+/// Error codes of a [`LeaseForwardAnswer`]. Only errors a follower acts on
+/// differently get their own code.
+const ERROR_NOT_LEADER: u32 = 1;
+const ERROR_TOO_MANY_REQUESTS: u32 = 2;
+const ERROR_TIMEOUT: u32 = 3;
+const ERROR_STOPPED: u32 = 4;
+
+fn error_code(error: &Error) -> u32 {
+    match error {
+        Error::NotLeader | Error::LeaderChanged | Error::NoLeader => ERROR_NOT_LEADER,
+        Error::TooManyRequests => ERROR_TOO_MANY_REQUESTS,
+        Error::Timeout => ERROR_TIMEOUT,
+        _ => ERROR_STOPPED,
+    }
+}
+
+/// True for a message that carries a lease forward rather than a proposal.
+pub(super) fn is_lease_forward(message: &Message) -> bool {
+    message.msg_type == MessageType::MsgPropose
+        && message.entries.is_empty()
+        && !message.context.is_empty()
+}
+
+impl<L: LogStore, K: KvStore> Node<L, K> {
+    /// A keep-alive or time-to-live on a follower goes to the leader (the
+    /// caller checked that one is known and it is not this member).
+    pub(super) fn forward_lease(&mut self, ticket: Ticket, leader: u64, request: Request) {
+        let forward_request = match &request {
+            Request::LeaseKeepAlive(r) => lease_forward_request::Request::KeepAlive(*r),
+            Request::LeaseTimeToLive(r) => lease_forward_request::Request::TimeToLive(*r),
+            other => {
+                debug!(?other, "not a forwarded lease request");
+                return self.answer(ticket, Err(Error::Unimplemented("this request")));
+            }
+        };
+        self.next_forward += 1;
+        let id = self.next_forward;
+        let kind = lease_forward::Kind::Request(LeaseForwardRequest {
+            id,
+            request: Some(forward_request),
+        });
+        self.send_lease_forward(leader, kind);
+        let leader = self.leadership();
+        self.forwarded.insert(
+            id,
+            Forwarded {
+                ticket,
+                request,
+                leader,
+            },
+        );
+    }
+
+    /// A lease forward from a peer: a request to serve as leader, or the
+    /// leader's answer to one of ours.
+    pub(super) fn handle_lease_forward(&mut self, message: &Message) {
+        if message.to != self.config.member_id || self.members.get(message.from).is_none() {
+            debug!(
+                from = message.from,
+                "lease forward from a non-member; dropped"
+            );
+            return;
+        }
+        let forward = match LeaseForward::decode(message.context.as_ref()) {
+            Ok(forward) => forward,
+            Err(e) => {
+                debug!(from = message.from, error = %e, "lease forward does not decode; dropped");
+                return;
+            }
+        };
+        match forward.kind {
+            Some(lease_forward::Kind::Request(request)) => {
+                self.serve_forwarded(message.from, request)
+            }
+            Some(lease_forward::Kind::Answer(answer)) => {
+                self.forward_answered(message.from, answer)
+            }
+            None => debug!(from = message.from, "empty lease forward; dropped"),
+        }
+    }
+
+    /// As leader, admits a follower's lease request like a client's.
+    fn serve_forwarded(&mut self, from: u64, forwarded: LeaseForwardRequest) {
+        let request = match forwarded.request {
+            Some(lease_forward_request::Request::KeepAlive(r)) => Request::LeaseKeepAlive(r),
+            Some(lease_forward_request::Request::TimeToLive(r)) => Request::LeaseTimeToLive(r),
+            None => return debug!(from, "lease forward without a request; dropped"),
+        };
+        let origin = Origin::Peer {
+            member: from,
+            forward_id: forwarded.id,
+        };
+        if self.raft.role() != Role::Leader {
+            return self.reply_forwarded(from, forwarded.id, Err(Error::NotLeader));
+        }
+        if self.forwarded_in >= FORWARDED_LEASE_REQUESTS_MAX {
+            return self.reply_forwarded(from, forwarded.id, Err(Error::TooManyRequests));
+        }
+        self.forwarded_in += 1;
+        let ticket = self.admit_origin(origin);
+        self.queue_read(ticket, ReadKind::Lease(request));
+    }
+
+    /// Sends the answer to a forwarded request back to its follower.
+    pub(super) fn reply_forwarded(
+        &mut self,
+        member: u64,
+        forward_id: u64,
+        result: Result<Response, Error>,
+    ) {
+        let result = match result {
+            Ok(Response::LeaseKeepAlive(r)) => lease_forward_answer::Result::KeepAlive(r),
+            Ok(Response::LeaseTimeToLive(r)) => lease_forward_answer::Result::TimeToLive(r),
+            Ok(other) => {
+                debug!(
+                    ?other,
+                    "not a lease answer; the follower's request times out"
+                );
+                return;
+            }
+            Err(e) => lease_forward_answer::Result::Error(error_code(&e)),
+        };
+        let kind = lease_forward::Kind::Answer(LeaseForwardAnswer {
+            id: forward_id,
+            result: Some(result),
+        });
+        self.send_lease_forward(member, kind);
+    }
+
+    /// The leader answered one of our forwarded requests.
+    fn forward_answered(&mut self, from: u64, answer: LeaseForwardAnswer) {
+        let matches = self
+            .forwarded
+            .get(&answer.id)
+            .is_some_and(|f| f.leader.leader == from);
+        if !matches {
+            // Answered already, expired, or dispatched again elsewhere.
+            return;
+        }
+        let header = Some(self.header());
+        let result = match answer.result {
+            // etcd fills the header of a forwarded answer on the member
+            // the client asked.
+            Some(lease_forward_answer::Result::KeepAlive(mut r)) => {
+                r.header = header;
+                Ok(Response::LeaseKeepAlive(r))
+            }
+            Some(lease_forward_answer::Result::TimeToLive(mut r)) => {
+                r.header = header;
+                Ok(Response::LeaseTimeToLive(r))
+            }
+            // It no longer leads: wait until this member learns who does,
+            // then dispatch again (see `redispatch_forwarded`).
+            Some(lease_forward_answer::Result::Error(ERROR_NOT_LEADER)) => return,
+            Some(lease_forward_answer::Result::Error(ERROR_TOO_MANY_REQUESTS)) => {
+                Err(Error::TooManyRequests)
+            }
+            Some(lease_forward_answer::Result::Error(ERROR_TIMEOUT)) => Err(Error::Timeout),
+            Some(lease_forward_answer::Result::Error(_)) | None => Err(Error::Stopped),
+        };
+        let forwarded = self.forwarded.remove(&answer.id).expect("checked");
+        self.answer(forwarded.ticket, result);
+    }
+
+    /// The leader changed: requests forwarded to another leader (or term)
+    /// go out again; a member that now leads serves them itself.
+    pub(super) fn redispatch_forwarded(&mut self) {
+        let current = self.leadership();
+        if current.leader == 0 {
+            // Nobody to ask yet; the next change dispatches them.
+            return;
+        }
+        let stale: Vec<u64> = self
+            .forwarded
+            .iter()
+            .filter(|(_, f)| f.leader != current)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            let forwarded = self.forwarded.remove(&id).expect("listed");
+            if self.waiting.contains_key(&forwarded.ticket) {
+                self.dispatch(forwarded.ticket, forwarded.request);
+            }
+        }
+    }
+
+    fn send_lease_forward(&mut self, to: u64, kind: lease_forward::Kind) {
+        let forward = LeaseForward { kind: Some(kind) };
+        let message = Message {
+            msg_type: MessageType::MsgPropose,
+            to,
+            from: self.config.member_id,
+            term: self.raft.term(),
+            context: Bytes::from(forward.encode_to_vec()),
+            ..Default::default()
+        };
+        self.outputs.push_back(super::Output::Send(message));
+    }
+}
