@@ -340,6 +340,42 @@ fn etcdctl_drives_membership_with_a_snapshot_catch_up() {
     let list = ctl_ok(&leader_address, &["member", "list"]);
     assert_eq!(list.lines().count(), 3, "{list}");
 
+    // member update: a member's own URLs are accepted, another member's
+    // URLs and an unknown member are refused with etcd's errors.
+    let first_url = cluster.members[0].peer_url();
+    let first_id = member_id(&leader_address, &first_url);
+    let peer_urls = format!("--peer-urls={first_url}");
+    let updated = ctl_ok(
+        &leader_address,
+        &["member", "update", &first_id, &peer_urls],
+    );
+    assert!(updated.contains("updated"), "{updated}");
+    let second_id = member_id(&leader_address, &cluster.members[1].peer_url());
+    let taken = ctl(
+        &leader_address,
+        &["member", "update", &second_id, &peer_urls],
+    );
+    assert!(
+        taken.code != 0
+            && taken
+                .stderr
+                .contains("etcdserver: Peer URLs already exists"),
+        "{taken:?}"
+    );
+    let unknown = ctl(
+        &leader_address,
+        &[
+            "member",
+            "update",
+            "1234abcd",
+            "--peer-urls=http://127.0.0.1:9",
+        ],
+    );
+    assert!(
+        unknown.code != 0 && unknown.stderr.contains("etcdserver: member not found"),
+        "{unknown:?}"
+    );
+
     // Well past the snapshot count: the log is compacted.
     for i in 0..(SNAPSHOT_COUNT * 3) {
         ctl_ok(&leader_address, &["put", &format!("bulk{i:04}"), "x"]);
