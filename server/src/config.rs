@@ -75,7 +75,7 @@ impl Config {
 
     /// The ID of the cluster `--initial-cluster` describes, derived from
     /// its members' IDs as etcd derives it. (A member joining an existing
-    /// cluster learns the real ID from the cluster's stored state.)
+    /// cluster learns the real ID from its peers: `running_cluster_id`.)
     pub fn cluster_id(&self) -> u64 {
         let members: Vec<u64> = self
             .initial_cluster
@@ -85,23 +85,16 @@ impl Config {
         ids::cluster_id(&members)
     }
 
-    /// The cluster ID this member runs with. A member joining with
-    /// `--initial-cluster-state existing` cannot ask the cluster for its ID
-    /// yet (there is no peer endpoint for it), so it takes the ID the other
-    /// listed members bootstrapped with: right when the cluster still has
-    /// its initial members and this one is being added to them.
+    /// The cluster ID this member starts with. A member joining with
+    /// `--initial-cluster-state existing` cannot derive it (the cluster's
+    /// members may have changed since it was created), so it starts with 0
+    /// and takes the ID stored in its data directory or, on a first start,
+    /// learns it from its peers (see `peer/wire.rs`).
     pub fn running_cluster_id(&self) -> u64 {
-        if self.initial_cluster_state == ClusterState::New {
-            return self.cluster_id();
+        match self.initial_cluster_state {
+            ClusterState::New => self.cluster_id(),
+            ClusterState::Existing => 0,
         }
-        let me = self.member_id();
-        let members: Vec<u64> = self
-            .initial_cluster
-            .iter()
-            .map(|m| m.member_id(&self.initial_cluster_token))
-            .filter(|id| *id != me)
-            .collect();
-        ids::cluster_id(&members)
     }
 
     /// The other members of `--initial-cluster`: ID and peer URLs, for the
@@ -1339,10 +1332,10 @@ mod tests {
         );
         let transport = a.peer_transport_config();
         assert_eq!(transport.member_id, ids[0]);
-        // Joining (`existing`), a member runs with the ID the others
-        // bootstrapped with (see `running_cluster_id`).
-        assert_eq!(transport.cluster_id, a.running_cluster_id());
-        assert_eq!(a.running_cluster_id(), ids::cluster_id(&[ids[1], ids[2]]));
+        // Joining (`existing`), a member learns the ID from its peers (see
+        // `running_cluster_id`).
+        assert_eq!(transport.cluster_id, 0);
+        assert_eq!(a.node_config().cluster_id, 0);
         assert!(transport.frame_bytes_max >= a.max_request_bytes);
         // One member listed with two URLs (name repeated).
         let two = run(

@@ -572,6 +572,8 @@ fn drive<L: LogStore, K: KvStore>(
                     node.handle(now, Input::WatchClosed { stream });
                 }
                 Command::Watch(input) => node.handle(now, input),
+                // Before any message of the connection that taught it.
+                Command::Peer(PeerEvent::ClusterId { id }) => node.set_cluster_id(id),
                 Command::Peer(event) => {
                     if let Some(input) = cluster.peer_event(event) {
                         node.handle(now, input);
@@ -736,6 +738,8 @@ impl<K: KvStore> ClusterLinks<K> {
                 Some(Input::SnapshotReceived { message })
             }
             PeerEvent::Unreachable { to } => Some(Input::Unreachable { to }),
+            // The run loop hands it to the node itself.
+            PeerEvent::ClusterId { .. } => None,
             PeerEvent::SnapshotSent { to, delivered } => {
                 info!(to, delivered, "snapshot stream ended");
                 Some(Input::SnapshotSent { to, delivered })

@@ -91,10 +91,21 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     };
     let mut mailbox = driver::Mailbox::default();
     let removal = mailbox.removal();
+    // A member that joined an existing cluster stored the ID it learned.
+    let id_path = config.data_dir.join("member").join("cluster_id");
+    let mut transport_config = config.peer_transport_config();
+    let mut node_config = config.node_config();
+    if transport_config.cluster_id == 0 {
+        let stored = read_cluster_id(&id_path)
+            .map_err(|e| RunError::DataDir(format!("{}: {e}", id_path.display())))?;
+        transport_config.cluster_id = stored;
+        node_config.cluster_id = stored;
+    }
+    let cluster_id = transport_config.cluster_id;
     let transport = peer::PeerTransport::new(
         runtime.clone(),
-        config.peer_transport_config(),
-        mailbox.deliver(),
+        transport_config,
+        store_cluster_id(id_path, mailbox.deliver()),
     );
     for (url, listener) in peer_listeners {
         transport
@@ -107,10 +118,9 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         transport.add_peer(id, urls);
     }
     let link: Arc<dyn driver::PeerLink> = Arc::new(transport.clone());
-    let handle =
-        driver::start_with_peers(config.node_config(), log, kv, blocking, mailbox, Some(link))
-            .await
-            .map_err(RunError::Node)?;
+    let handle = driver::start_with_peers(node_config, log, kv, blocking, mailbox, Some(link))
+        .await
+        .map_err(RunError::Node)?;
     info!(
         name = %config.name,
         member_id = %format_args!("{:x}", config.member_id()),
@@ -123,7 +133,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         "published {{Name:{} ClientURLs:[{}]}} to cluster {:x}",
         config.name,
         config.advertise_client_urls.join(" "),
-        config.running_cluster_id()
+        cluster_id
     );
     info!("enabled capabilities for version 3.6");
     info!("ready to serve client requests");
@@ -155,6 +165,45 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     transport.shutdown();
     info!("stopped");
     Ok(())
+}
+
+/// The cluster ID a joining member stored at `path` (hex); 0 if none.
+fn read_cluster_id(path: &std::path::Path) -> Result<u64, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => u64::from_str_radix(text.trim(), 16).map_err(|e| e.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Forwards peer events to `deliver`, first writing a learned cluster ID
+/// durably to `path`. Before the node sees it, so before any entry from the
+/// cluster is logged: a member with entries always finds the ID at restart
+/// and applies them with it. (The backend's commits are not durable one by
+/// one, so it is not the place.) A failed write is final, as a failed fsync
+/// is anywhere else.
+fn store_cluster_id(path: std::path::PathBuf, deliver: peer::Deliver) -> peer::Deliver {
+    Arc::new(move |event| {
+        if let peer::PeerEvent::ClusterId { id } = event {
+            if let Err(e) = write_cluster_id(&path, id) {
+                tracing::error!(path = %path.display(), error = %e, "storing the cluster ID failed");
+                std::process::exit(1);
+            }
+        }
+        deliver(event);
+    })
+}
+
+fn write_cluster_id(path: &std::path::Path, id: u64) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let part = path.with_extension("part");
+    let mut file = std::fs::File::create(&part)?;
+    file.write_all(format!("{id:016x}\n").as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&part, path)?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Binds every peer URL (`--listen-peer-urls`).

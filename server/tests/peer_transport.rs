@@ -254,11 +254,12 @@ fn raw(addr: SocketAddr) -> TcpStream {
     stream
 }
 
-/// Opens a raw connection with `hello` and returns it with the answer.
-fn raw_handshake(addr: SocketAddr, hello: &[u8]) -> (TcpStream, [u8; 4]) {
+/// Opens a raw connection with `hello` and returns it with the answer
+/// (status, 0, version, then the listener's cluster ID).
+fn raw_handshake(addr: SocketAddr, hello: &[u8]) -> (TcpStream, [u8; 12]) {
     let mut stream = raw(addr);
     stream.write_all(hello).unwrap();
-    let mut answer = [0u8; 4];
+    let mut answer = [0u8; 12];
     stream.read_exact(&mut answer).expect("handshake answer");
     (stream, answer)
 }
@@ -375,29 +376,30 @@ fn handshakes_are_checked() {
 
     // Ours, but refused with a reason code and our version.
     let cases = [
-        (hello(CLUSTER, 7, 1, 1, 2), 1u8), // version
-        (hello(0xbad, 7, 1, 1, 1), 2),     // cluster ID
-        (hello(CLUSTER, 7, 99, 1, 1), 3),  // receiver ID
-        (hello(CLUSTER, 1, 1, 1, 1), 3),   // sender claims to be the receiver
+        (hello(CLUSTER, 7, 1, 1, 1), 1u8), // version
+        (hello(0xbad, 7, 1, 1, 2), 2),     // cluster ID
+        (hello(0, 7, 1, 1, 2), 2),         // joining, but not a member
+        (hello(CLUSTER, 7, 99, 1, 2), 3),  // receiver ID
+        (hello(CLUSTER, 1, 1, 1, 2), 3),   // sender claims to be the receiver
     ];
     for (bytes, code) in cases {
         let (stream, answer) = raw_handshake(a.addr, &bytes);
-        assert_eq!(answer, [code, 0, 0, 1], "expected reason {code}");
+        assert_eq!(answer[..4], [code, 0, 0, 2], "expected reason {code}");
         assert_closed(stream);
     }
     // An unknown stream kind in our version is not a handshake.
     let mut stream = raw(a.addr);
-    stream.write_all(&hello(CLUSTER, 7, 1, 9, 1)).unwrap();
+    stream.write_all(&hello(CLUSTER, 7, 1, 9, 2)).unwrap();
     assert_closed(stream);
     // A truncated handshake is dropped once the peer closes.
     let mut stream = raw(a.addr);
-    stream.write_all(&hello(CLUSTER, 7, 1, 1, 1)[..20]).unwrap();
+    stream.write_all(&hello(CLUSTER, 7, 1, 1, 2)[..20]).unwrap();
     stream.shutdown(std::net::Shutdown::Write).unwrap();
     assert_closed(stream);
 
     // Removed members are refused, and told so.
     a.transport.remove_peer(2);
-    let (stream, answer) = raw_handshake(a.addr, &hello(CLUSTER, 2, 1, 1, 1));
+    let (stream, answer) = raw_handshake(a.addr, &hello(CLUSTER, 2, 1, 1, 2));
     assert_eq!(answer[0], 4);
     assert_closed(stream);
     let by = next_event(&b.events, |event| match event {
@@ -412,6 +414,58 @@ fn handshakes_are_checked() {
     a.transport.add_peer(2, vec![b.url()]);
     wait_connected(&b, 1);
     assert_still_serving(&a, &b, 4242);
+}
+
+/// A member joining an existing cluster starts without a cluster ID: it
+/// dials with ID 0, which only a member that knows it as a peer accepts,
+/// and takes the ID from the answer; or it takes the ID from a hello of a
+/// peer it knows. Either way it tells the driver once.
+#[test]
+fn a_joining_member_learns_the_cluster_id() {
+    let rt = tokio_runtime();
+    let a = member(&rt, 1);
+    let joining = |id| member_with(&rt, id, None, |c| c.cluster_id = 0);
+    // Dialing out: refused until `a` knows it, then taught.
+    let c = joining(3);
+    c.transport.add_peer(1, vec![a.url()]);
+    let (stream, answer) = raw_handshake(a.addr, &hello(0, 3, 1, 1, 2));
+    assert_eq!(answer[0], 2, "not yet a member");
+    assert_closed(stream);
+    a.transport.add_peer(3, vec![c.url()]);
+    let learned = next_event(&c.events, |event| match event {
+        PeerEvent::ClusterId { id } => Some(id),
+        _ => None,
+    });
+    assert_eq!(learned, CLUSTER);
+    wait_connected(&c, 1);
+    wait_connected(&a, 3);
+    assert_still_serving(&a, &c, 77);
+    assert_still_serving(&c, &a, 78);
+
+    // Dialed: only a known peer with an ID teaches it, once.
+    let d = joining(4);
+    d.transport.add_peer(1, vec!["http://127.0.0.1:9".into()]);
+    for (bytes, code) in [
+        (hello(0, 1, 4, 1, 2), 2u8),     // neither has an ID
+        (hello(CLUSTER, 5, 4, 1, 2), 2), // not a peer
+        (hello(CLUSTER, 1, 4, 1, 2), 0), // taught
+        (hello(0xbad, 1, 4, 1, 2), 2),   // another ID after that
+    ] {
+        let (_stream, answer) = raw_handshake(d.addr, &bytes);
+        assert_eq!(answer[0], code, "{bytes:x?}");
+        if code == 0 {
+            assert_eq!(answer[4..], CLUSTER.to_be_bytes());
+        }
+    }
+    let learned: Vec<u64> = d
+        .events
+        .try_iter()
+        .filter_map(|event| match event {
+            PeerEvent::ClusterId { id } => Some(id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(learned, [CLUSTER]);
 }
 
 #[test]
@@ -453,7 +507,7 @@ fn bad_frames_close_only_their_connection() {
         ),
     ];
     for (i, (what, bytes)) in cases.into_iter().enumerate() {
-        let (mut stream, answer) = raw_handshake(a.addr, &hello(CLUSTER, 7, 1, 1, 1));
+        let (mut stream, answer) = raw_handshake(a.addr, &hello(CLUSTER, 7, 1, 1, 2));
         assert_eq!(answer[0], 0, "{what}: handshake");
         // A good frame first: it is delivered, then the bad one closes.
         stream.write_all(&frame(1, &good)).unwrap();
@@ -464,7 +518,7 @@ fn bad_frames_close_only_their_connection() {
         assert_still_serving(&a, &b, 100 + i as u64);
     }
     // A frame cut short by the sender's close delivers nothing.
-    let (mut stream, _) = raw_handshake(a.addr, &hello(CLUSTER, 7, 1, 1, 1));
+    let (mut stream, _) = raw_handshake(a.addr, &hello(CLUSTER, 7, 1, 1, 2));
     let whole = frame(1, &good);
     stream.write_all(&whole[..whole.len() - 3]).unwrap();
     stream.shutdown(std::net::Shutdown::Write).unwrap();
@@ -667,7 +721,9 @@ fn send_queue_is_bounded() {
         let (mut stream, _) = stuck.accept().unwrap();
         let mut hello = [0u8; 36];
         stream.read_exact(&mut hello).unwrap();
-        stream.write_all(&[0, 0, 0, 1]).unwrap();
+        let mut answer = vec![0, 0, 0, 2];
+        answer.extend_from_slice(&hello[12..20]);
+        stream.write_all(&answer).unwrap();
         // Hold the connection open, unread, until the transport gives up.
         let mut buf = [0u8; 1];
         stream

@@ -1000,3 +1000,58 @@ fn oxetcd_leases_survive_a_leader_kill() {
 fn oxetcd_smol_leases_survive_a_leader_kill() {
     leases_survive_a_leader_kill([ServerKind::OxetcdSmol; 3]);
 }
+
+/// A member added after an original one was removed joins with
+/// `existing`: it cannot derive the cluster ID from `--initial-cluster`
+/// (the member set changed), so it learns it from its peers, serves a
+/// linearizable read, reports the real ID, and keeps it across a restart.
+#[test]
+fn a_member_added_after_a_removal_learns_the_cluster_id() {
+    let mut cluster = Cluster::start([
+        ServerKind::Oxetcd,
+        ServerKind::OxetcdSmol,
+        ServerKind::Oxetcd,
+    ]);
+    let leader = cluster.wait_leader();
+    let leader_address = cluster.members[leader].address();
+    let cluster_id = status_json(&leader_address).unwrap()["header"]["cluster_id"].clone();
+    let victim = (leader + 1) % 3;
+    let id = member_id(&leader_address, &cluster.members[victim].peer_url());
+    ctl_ok(&leader_address, &["member", "remove", &id]);
+    cluster.members[victim].kill();
+    ctl_ok(&leader_address, &["put", "before", "join"]);
+
+    let root = cluster._root.path().to_path_buf();
+    let mut joiner = Member::new("m3", ServerKind::Oxetcd, &root);
+    let added = ctl_ok(
+        &leader_address,
+        &["member", "add", "m3", "--peer-urls", &joiner.peer_url()],
+    );
+    assert!(added.contains("added"), "{added}");
+    let mut current: Vec<&Member> = cluster.members.iter().filter(|m| m.is_up()).collect();
+    current.push(&joiner);
+    let initial = initial_cluster_refs(&current);
+    joiner.start(&initial, "existing");
+    for round in 0..2 {
+        if let Err(e) = try_wait_value(&joiner.address(), "before", "join", false) {
+            panic!("round {round}: {e}\n--- joiner ---\n{}", joiner.log_tail());
+        }
+        let status = status_json(&joiner.address()).unwrap();
+        assert_eq!(status["header"]["cluster_id"], cluster_id, "{status}");
+        // Learned from the peers at first, read from its data after.
+        let learned = joiner
+            .server
+            .as_ref()
+            .unwrap()
+            .log()
+            .contains("learned the cluster ID from a peer");
+        assert_eq!(learned, round == 0, "{}", joiner.log_tail());
+        ctl_ok(
+            &joiner.address(),
+            &["put", "from", &format!("joiner{round}")],
+        );
+        wait_value(&leader_address, "from", &format!("joiner{round}"), false);
+        joiner.kill();
+        joiner.start(&initial, "existing");
+    }
+}

@@ -119,7 +119,8 @@ pub struct Config {
     pub name: String,
     /// This member's ID.
     pub member_id: u64,
-    /// The cluster's ID.
+    /// The cluster's ID. A member joining an existing cluster starts with 0
+    /// until its peers tell it the ID ([`Node::set_cluster_id`]).
     pub cluster_id: u64,
     /// The client URLs this member publishes (`--advertise-client-urls`).
     pub client_urls: Vec<String>,
@@ -726,9 +727,29 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.config.member_id
     }
 
-    /// The cluster's ID.
+    /// The cluster's ID; 0 while a member joining an existing cluster has
+    /// not learned it yet.
     pub fn cluster_id(&self) -> u64 {
         self.config.cluster_id
+    }
+
+    /// Sets the cluster ID a joining member learned from its peers (see
+    /// [`Config::cluster_id`]); the caller stores it. It must arrive before
+    /// any message from the cluster, so every entry is applied with it
+    /// (lease IDs derive from the cluster ID). A known ID is never replaced.
+    pub fn set_cluster_id(&mut self, cluster_id: u64) {
+        if self.config.cluster_id != 0 || cluster_id == 0 {
+            if self.config.cluster_id != cluster_id {
+                warn!(
+                    known = %format_args!("{:x}", self.config.cluster_id),
+                    offered = %format_args!("{cluster_id:x}"),
+                    "ignoring another cluster ID"
+                );
+            }
+            return;
+        }
+        info!(cluster_id = %format_args!("{cluster_id:x}"), "learned the cluster ID from a peer");
+        self.config.cluster_id = cluster_id;
     }
 
     /// Index of the last applied entry.

@@ -152,6 +152,7 @@ async fn serve<R: Runtime>(shared: Arc<Shared<R>>, mut io: R::Io, _slot: Connect
     let answer = Answer {
         reject,
         version: PROTOCOL_VERSION,
+        cluster_id: shared.cluster_id(),
     };
     let answered = timeout(
         &shared.runtime,
@@ -166,7 +167,7 @@ async fn serve<R: Runtime>(shared: Arc<Shared<R>>, mut io: R::Io, _slot: Connect
             cluster_id = %Id(hello.cluster_id),
             version = hello.version,
             local_member_id = %Id(shared.config.member_id),
-            local_cluster_id = %Id(shared.config.cluster_id),
+            local_cluster_id = %Id(shared.cluster_id()),
             reason = %reason,
             "refused a peer connection"
         );
@@ -189,16 +190,29 @@ async fn serve<R: Runtime>(shared: Arc<Shared<R>>, mut io: R::Io, _slot: Connect
     }
 }
 
-/// Whether `hello` may open a stream here.
+/// Whether `hello` may open a stream here. A joining member's cluster ID
+/// rules are in `wire.rs`; an ID this member learns here is adopted (and
+/// delivered) before the answer is written.
 fn check<R>(shared: &Shared<R>, hello: &Hello) -> Option<Reject> {
+    let ours = shared.cluster_id();
+    let cluster_ok = match (ours, hello.cluster_id) {
+        (0, 0) => false,
+        // The sender joins (ours != 0), or teaches us (ours == 0): either
+        // way only a member we know as a peer.
+        (0, _) | (_, 0) => shared.is_peer(hello.from),
+        (ours, theirs) => ours == theirs,
+    };
     if hello.version != PROTOCOL_VERSION {
         Some(Reject::Version)
-    } else if hello.cluster_id != shared.config.cluster_id {
+    } else if !cluster_ok {
         Some(Reject::ClusterId)
     } else if hello.to != shared.config.member_id || hello.from == shared.config.member_id {
         Some(Reject::WrongMember)
     } else if shared.is_removed(hello.from) {
         Some(Reject::Removed)
+    } else if ours == 0 && !shared.adopt_cluster_id(hello.cluster_id) {
+        // Another peer taught another ID a moment ago.
+        Some(Reject::ClusterId)
     } else {
         None
     }

@@ -114,7 +114,8 @@ const WRITE_BATCH_MESSAGES_MAX: usize = 256;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerTransportConfig {
     /// The cluster this member belongs to; connections from other clusters
-    /// are refused.
+    /// are refused. 0: a member joining an existing cluster, which learns
+    /// the ID from its peers (see [`PeerEvent::ClusterId`] and `wire.rs`).
     pub cluster_id: u64,
     /// This member's ID; connections meant for another member are refused.
     pub member_id: u64,
@@ -186,6 +187,13 @@ pub enum PeerEvent {
         /// The peer acknowledged the whole snapshot.
         delivered: bool,
     },
+    /// This member joined without a cluster ID and learned it from a peer:
+    /// hand it to the node and store it. Delivered before any message of
+    /// the connection that taught it, and at most once.
+    ClusterId {
+        /// The cluster's ID (never 0).
+        id: u64,
+    },
     /// Peer `by` refused us because this member was removed from the
     /// cluster; etcd stops such a member.
     RemovedFromCluster {
@@ -197,7 +205,8 @@ pub enum PeerEvent {
 /// Receives the transport's events. Called from runtime tasks, so it must
 /// not block: forward into the driver's channel and return. It may drop
 /// messages under pressure (raft tolerates loss) but should keep
-/// [`PeerEvent::SnapshotSent`], which raft waits for.
+/// [`PeerEvent::SnapshotSent`], which raft waits for, and
+/// [`PeerEvent::ClusterId`].
 pub type Deliver = Arc<dyn Fn(PeerEvent) + Send + Sync>;
 
 /// Why [`PeerTransport::send`] dropped a message. For every variant the
@@ -260,6 +269,11 @@ impl<R: Runtime> Clone for PeerTransport<R> {
 struct Shared<R> {
     runtime: R,
     config: PeerTransportConfig,
+    /// The cluster ID in use: the configured one, or, if that was 0, the
+    /// one learned from a peer. Changed under its lock together with the
+    /// delivery of [`PeerEvent::ClusterId`], so no connection accepted on
+    /// the learned ID delivers a message before it.
+    cluster_id: Mutex<u64>,
     deliver: Deliver,
     peers: Mutex<HashMap<u64, Arc<Peer>>>,
     /// Members removed from the cluster: their connections are refused.
@@ -296,6 +310,7 @@ impl<R: Runtime> PeerTransport<R> {
         Self {
             shared: Arc::new(Shared {
                 runtime,
+                cluster_id: Mutex::new(config.cluster_id),
                 config,
                 deliver,
                 peers: Mutex::new(HashMap::new()),
@@ -475,6 +490,26 @@ impl<R> Shared<R> {
 
     fn is_removed(&self, id: u64) -> bool {
         lock(&self.removed).contains(&id)
+    }
+
+    fn is_peer(&self, id: u64) -> bool {
+        lock(&self.peers).contains_key(&id)
+    }
+
+    fn cluster_id(&self) -> u64 {
+        *lock(&self.cluster_id)
+    }
+
+    /// Takes `id` as the cluster ID if this member has none yet. Whether
+    /// the cluster ID is now `id`.
+    fn adopt_cluster_id(&self, id: u64) -> bool {
+        let mut current = lock(&self.cluster_id);
+        if *current == 0 && id != 0 {
+            *current = id;
+            tracing::info!(cluster_id = %Id(id), "learned the cluster ID from a peer");
+            self.deliver(PeerEvent::ClusterId { id });
+        }
+        *current == id
     }
 }
 

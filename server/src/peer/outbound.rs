@@ -18,8 +18,8 @@ use tracing::{debug, info, warn};
 
 use super::stream::{poll_read_some, read_exact, write_all};
 use super::wire::{
-    self, Answer, FrameKind, Hello, Reject, StreamKind, ANSWER_BYTES, FRAME_HEADER_BYTES,
-    PROTOCOL_VERSION,
+    self, Answer, FrameKind, Hello, Reject, StreamKind, ANSWER_BYTES, ANSWER_HEAD_BYTES,
+    FRAME_HEADER_BYTES, PROTOCOL_VERSION,
 };
 use super::{
     blocking, lock, Id, Peer, PeerEvent, Shared, CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT,
@@ -320,19 +320,30 @@ async fn handshake<R: Runtime>(
     to: u64,
     kind: StreamKind,
 ) -> Result<(), DialError> {
+    let ours = shared.cluster_id();
     let hello = Hello {
         version: PROTOCOL_VERSION,
         kind,
-        cluster_id: shared.config.cluster_id,
+        cluster_id: ours,
         from: shared.config.member_id,
         to,
     };
-    let mut answer = [0u8; ANSWER_BYTES];
+    let mut head = [0u8; ANSWER_HEAD_BYTES];
+    let mut cluster_id = [0u8; ANSWER_BYTES - ANSWER_HEAD_BYTES];
     let exchange = async {
         write_all(io, &hello.encode()).await?;
-        read_exact(io, &mut answer).await
+        read_exact(io, &mut head).await?;
+        let answer = Answer::decode_head(&head);
+        // Older versions' answers end with the head.
+        if answer.version == PROTOCOL_VERSION {
+            read_exact(io, &mut cluster_id).await?;
+        }
+        Ok::<_, io::Error>(Answer {
+            cluster_id: Answer::decode_cluster_id(&cluster_id),
+            ..answer
+        })
     };
-    match timeout(&shared.runtime, HANDSHAKE_TIMEOUT, exchange).await {
+    let answer = match timeout(&shared.runtime, HANDSHAKE_TIMEOUT, exchange).await {
         None => {
             return Err(DialError::Io(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -345,11 +356,23 @@ async fn handshake<R: Runtime>(
             ))
         }
         Some(Err(e)) => return Err(DialError::Io(e)),
-        Some(Ok(())) => {}
-    }
-    let answer = Answer::decode(&answer);
+        Some(Ok(answer)) => answer,
+    };
     match answer.reject {
-        None if answer.version == PROTOCOL_VERSION => Ok(()),
+        // A joining member takes the ID of the first peer that accepts it
+        // (see `wire.rs`); a known ID must match.
+        None if answer.version == PROTOCOL_VERSION => {
+            let agreed = if ours == 0 {
+                shared.adopt_cluster_id(answer.cluster_id)
+            } else {
+                answer.cluster_id == ours
+            };
+            if agreed {
+                Ok(())
+            } else {
+                Err(DialError::Rejected(Reject::ClusterId))
+            }
+        }
         None => Err(DialError::Protocol(
             "accepted with another protocol version",
         )),

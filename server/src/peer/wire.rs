@@ -9,10 +9,26 @@
 //! ```text
 //! Hello  (36 bytes): magic "oxetcdpr" | version u16 | stream u8 | 0u8
 //!                    | cluster ID u64 | sender ID u64 | receiver ID u64
-//! Answer  (4 bytes): status u8 (0 accepted, else a Reject code) | 0u8
-//!                    | listener's version u16
+//! Answer (12 bytes): status u8 (0 accepted, else a Reject code) | 0u8
+//!                    | listener's version u16 | listener's cluster ID u64
 //! Frame:             length u32 | kind u8 | body (length bytes)
 //! ```
+//!
+//! The dialer reads the first 4 bytes of the answer, then the cluster ID
+//! only if the versions match (version 1 answers were 4 bytes long).
+//!
+//! Cluster IDs: a listener accepts its own cluster ID. A member joining an
+//! existing cluster (`--initial-cluster-state existing`, no stored ID)
+//! cannot derive the ID, so until it learns it, it dials with cluster ID 0,
+//! "joining". A listener accepts 0 only from a sender in its current
+//! membership (one added with `member add`), and answers with the real ID.
+//! The joining member adopts the ID of the first answer that accepts it,
+//! and, while it has none, accepts a hello carrying an ID from a member it
+//! knows as a peer (the leader may dial first) and adopts that ID. Either
+//! way it adopts before reading or sending any frame, and never replaces
+//! an ID it has. Two members without an ID refuse each other. The server
+//! stores a learned ID (`<data-dir>/member/cluster_id`, synced) before the
+//! node sees it, so a restarted member dials with it.
 //!
 //! All integers are big-endian. Nothing here allocates more than the caller
 //! allows: a frame header is checked against the maximum before its body is
@@ -27,13 +43,16 @@ pub(crate) const MAGIC: [u8; 8] = *b"oxetcdpr";
 /// The protocol this build speaks. A listener refuses other versions with
 /// [`Reject::Version`], naming its own, so a mixed-version cluster fails
 /// with a clear log line instead of misreading frames.
-pub(crate) const PROTOCOL_VERSION: u16 = 1;
+pub(crate) const PROTOCOL_VERSION: u16 = 2;
 
 /// Bytes in a [`Hello`].
 pub(crate) const HELLO_BYTES: usize = 36;
 
 /// Bytes in an [`Answer`].
-pub(crate) const ANSWER_BYTES: usize = 4;
+pub(crate) const ANSWER_BYTES: usize = 12;
+
+/// Bytes of an [`Answer`] every version sends: status and version.
+pub(crate) const ANSWER_HEAD_BYTES: usize = 4;
 
 /// Bytes in a frame header (length and kind).
 pub(crate) const FRAME_HEADER_BYTES: usize = 5;
@@ -197,16 +216,22 @@ pub(crate) struct Answer {
     pub(crate) reject: Option<Reject>,
     /// The listener's protocol version.
     pub(crate) version: u16,
+    /// The listener's cluster ID (0 if it has none yet).
+    pub(crate) cluster_id: u64,
 }
 
 impl Answer {
     pub(crate) fn encode(&self) -> [u8; ANSWER_BYTES] {
-        let status = self.reject.map_or(0, Reject::code);
-        let [hi, lo] = self.version.to_be_bytes();
-        [status, 0, hi, lo]
+        let mut out = [0u8; ANSWER_BYTES];
+        out[0] = self.reject.map_or(0, Reject::code);
+        out[2..4].copy_from_slice(&self.version.to_be_bytes());
+        out[4..12].copy_from_slice(&self.cluster_id.to_be_bytes());
+        out
     }
 
-    pub(crate) fn decode(bytes: &[u8; ANSWER_BYTES]) -> Self {
+    /// Decodes the head of an answer; the cluster ID is read separately
+    /// ([`Answer::decode_cluster_id`]) when the version is ours.
+    pub(crate) fn decode_head(bytes: &[u8; ANSWER_HEAD_BYTES]) -> Self {
         let reject = match bytes[0] {
             0 => None,
             code => Some(Reject::from_code(code)),
@@ -214,7 +239,13 @@ impl Answer {
         Self {
             reject,
             version: u16::from_be_bytes([bytes[2], bytes[3]]),
+            cluster_id: 0,
         }
+    }
+
+    /// Reads the cluster ID that follows the head.
+    pub(crate) fn decode_cluster_id(bytes: &[u8; ANSWER_BYTES - ANSWER_HEAD_BYTES]) -> u64 {
+        u64_at(bytes, 0)
     }
 }
 
@@ -318,7 +349,7 @@ mod tests {
     fn hello_layout_is_stable() {
         let bytes = hello().encode();
         assert_eq!(&bytes[..8], b"oxetcdpr");
-        assert_eq!(&bytes[8..12], &[0, 1, 2, 0]);
+        assert_eq!(&bytes[8..12], &[0, 2, 2, 0]);
         assert_eq!(&bytes[12..20], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(&bytes[20..28], &[0, 0, 0, 0, 0, 0, 0x11, 0x11]);
         assert_eq!(&bytes[28..36], &[0xff; 8]);
@@ -357,17 +388,25 @@ mod tests {
             let answer = Answer {
                 reject,
                 version: PROTOCOL_VERSION,
+                cluster_id: 0x0102_0304_0506_0708,
             };
-            assert_eq!(Answer::decode(&answer.encode()), answer);
+            let bytes = answer.encode();
+            let mut decoded = Answer::decode_head(bytes[..4].try_into().unwrap());
+            decoded.cluster_id = Answer::decode_cluster_id(bytes[4..].try_into().unwrap());
+            assert_eq!(decoded, answer);
         }
         assert_eq!(
             Answer {
                 reject: Some(Reject::ClusterId),
-                version: 1
+                version: 2,
+                cluster_id: 0xc1,
             }
             .encode(),
-            [2, 0, 0, 1]
+            [2, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0xc1]
         );
+        // A version 1 listener's 4-byte answer reads the same.
+        let v1 = Answer::decode_head(&[1, 0, 0, 1]);
+        assert_eq!((v1.reject, v1.version), (Some(Reject::Version), 1));
     }
 
     #[test]
