@@ -7,7 +7,6 @@ use std::pin::Pin;
 
 use futures_util::{Stream, StreamExt};
 use oxetcd_core::storage::KvStore;
-use oxetcd_core::{Request, Response};
 use oxetcd_proto::etcdserverpb::lease_server::Lease;
 use oxetcd_proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -16,7 +15,6 @@ use oxetcd_proto::etcdserverpb::{
 };
 use tonic::{Status, Streaming};
 
-use super::{mismatched, status_from_error};
 use crate::driver::Handle;
 
 /// Serves `etcdserverpb.Lease` through the node.
@@ -28,13 +26,6 @@ impl<K: KvStore> LeaseService<K> {
     /// A service sending its requests to `handle`.
     pub fn new(handle: Handle<K>) -> Self {
         Self { handle }
-    }
-
-    async fn request(&self, request: Request) -> Result<Response, Status> {
-        self.handle
-            .request(request)
-            .await
-            .map_err(|e| status_from_error(&e))
     }
 }
 
@@ -50,26 +41,19 @@ impl<K: KvStore> Lease for LeaseService<K> {
         &self,
         request: tonic::Request<LeaseGrantRequest>,
     ) -> Result<tonic::Response<LeaseGrantResponse>, Status> {
-        match self
-            .request(Request::LeaseGrant(request.into_inner()))
-            .await?
-        {
-            Response::LeaseGrant(response) => Ok(tonic::Response::new(response)),
-            other => Err(mismatched("lease grant", &other)),
-        }
+        ask!(self.handle, LeaseGrant(request.into_inner()), "lease grant").map(tonic::Response::new)
     }
 
     async fn lease_revoke(
         &self,
         request: tonic::Request<LeaseRevokeRequest>,
     ) -> Result<tonic::Response<LeaseRevokeResponse>, Status> {
-        match self
-            .request(Request::LeaseRevoke(request.into_inner()))
-            .await?
-        {
-            Response::LeaseRevoke(response) => Ok(tonic::Response::new(response)),
-            other => Err(mismatched("lease revoke", &other)),
-        }
+        ask!(
+            self.handle,
+            LeaseRevoke(request.into_inner()),
+            "lease revoke"
+        )
+        .map(tonic::Response::new)
     }
 
     async fn lease_keep_alive(
@@ -85,11 +69,7 @@ impl<K: KvStore> Lease for LeaseService<K> {
                 let handle = handle.clone();
                 async move {
                     let request = request?;
-                    match handle.request(Request::LeaseKeepAlive(request)).await {
-                        Ok(Response::LeaseKeepAlive(response)) => Ok(response),
-                        Ok(other) => Err(mismatched("lease keep-alive", &other)),
-                        Err(e) => Err(status_from_error(&e)),
-                    }
+                    ask!(handle, LeaseKeepAlive(request), "lease keep-alive")
                 }
             });
         Ok(tonic::Response::new(Box::pin(responses)))
@@ -99,22 +79,18 @@ impl<K: KvStore> Lease for LeaseService<K> {
         &self,
         request: tonic::Request<LeaseTimeToLiveRequest>,
     ) -> Result<tonic::Response<LeaseTimeToLiveResponse>, Status> {
-        match self
-            .request(Request::LeaseTimeToLive(request.into_inner()))
-            .await?
-        {
-            Response::LeaseTimeToLive(response) => Ok(tonic::Response::new(response)),
-            other => Err(mismatched("lease time-to-live", &other)),
-        }
+        ask!(
+            self.handle,
+            LeaseTimeToLive(request.into_inner()),
+            "lease time-to-live"
+        )
+        .map(tonic::Response::new)
     }
 
     async fn lease_leases(
         &self,
         _request: tonic::Request<LeaseLeasesRequest>,
     ) -> Result<tonic::Response<LeaseLeasesResponse>, Status> {
-        match self.request(Request::LeaseLeases).await? {
-            Response::LeaseLeases(response) => Ok(tonic::Response::new(response)),
-            other => Err(mismatched("lease leases", &other)),
-        }
+        ask!(self.handle, LeaseLeases, "lease leases").map(tonic::Response::new)
     }
 }

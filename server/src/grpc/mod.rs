@@ -8,6 +8,22 @@
 //! Core errors become gRPC statuses in exactly one place,
 //! [`status_from_error`], so clients see etcd's codes and messages.
 
+/// Sends one request through the node and answers with the response kind
+/// it must come back as: `ask!(handle, Put(request), "put")` answers with
+/// `Response::Put`'s message, or the core error as a gRPC status.
+macro_rules! ask {
+    ($handle:expr, $variant:ident $(($request:expr))?, $what:literal) => {
+        match $handle
+            .request(oxetcd_core::Request::$variant $(($request))?)
+            .await
+        {
+            Ok(oxetcd_core::Response::$variant(response)) => Ok(response),
+            Ok(other) => Err(super::mismatched($what, &other)),
+            Err(e) => Err(super::status_from_error(&e)),
+        }
+    };
+}
+
 mod cluster;
 mod kv;
 mod lease;
