@@ -1,6 +1,7 @@
 //! Starting server processes for tests: `oxetcd`, `oxetcd-smol` or Debian's
 //! etcd, on 127.0.0.1 with free ports, killed (SIGKILL) when dropped.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -143,49 +144,23 @@ impl Server {
     ) -> Result<Self, String> {
         let port = free_port()?;
         let endpoint = format!("http://127.0.0.1:{port}");
-        let log_path = scratch.path().join("server.log");
-        let log = File::create(&log_path).map_err(|e| format!("log file: {e}"))?;
-        let log_err = log.try_clone().map_err(|e| format!("log file: {e}"))?;
-        let mut command = Command::new(program);
-        command
-            .arg("--name")
-            .arg("default")
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .arg("--listen-client-urls")
-            .arg(&endpoint)
-            .arg("--advertise-client-urls")
-            .arg(&endpoint);
         // A second peer listener on etcd's default port would collide with
         // parallel servers. The advertised peer URL stays etcd's default, so
         // member and cluster IDs are the default ones.
         let peer_port = free_port()?;
-        command
-            .arg("--listen-peer-urls")
-            .arg(format!("http://127.0.0.1:{peer_port}"));
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log_err));
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("ETCD") {
-                command.env_remove(name);
-            }
-        }
-        let child = command
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", program.display()))?;
-        let mut server = Self {
-            kind,
-            child: Some(child),
-            port,
-            endpoint,
-            data_dir,
-            log_path,
-            _scratch: scratch,
-        };
-        server.wait_ready()?;
-        Ok(server)
+        let args: Vec<OsString> = vec![
+            "--name".into(),
+            "default".into(),
+            "--data-dir".into(),
+            data_dir.clone().into(),
+            "--listen-client-urls".into(),
+            endpoint.clone().into(),
+            "--advertise-client-urls".into(),
+            endpoint.into(),
+            "--listen-peer-urls".into(),
+            format!("http://127.0.0.1:{peer_port}").into(),
+        ];
+        Self::launch(kind, program, &args, port, data_dir, scratch)
     }
 
     /// Starts `kind` with exactly `args`, serving clients on `port` of
@@ -204,10 +179,24 @@ impl Server {
             .prefix(&format!("{}-", kind.name()))
             .tempdir()
             .map_err(|e| format!("temp dir: {e}"))?;
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        Self::launch(kind, &program, &args, port, data_dir.to_path_buf(), scratch)
+    }
+
+    /// Runs `program` with `args`, its output in a log file in `scratch`
+    /// and no inherited `ETCD*` variables, then waits until it is ready.
+    fn launch(
+        kind: ServerKind,
+        program: &Path,
+        args: &[OsString],
+        port: u16,
+        data_dir: PathBuf,
+        scratch: tempfile::TempDir,
+    ) -> Result<Self, String> {
         let log_path = scratch.path().join("server.log");
         let log = File::create(&log_path).map_err(|e| format!("log file: {e}"))?;
         let log_err = log.try_clone().map_err(|e| format!("log file: {e}"))?;
-        let mut command = Command::new(&program);
+        let mut command = Command::new(program);
         command
             .args(args)
             .stdin(Stdio::null())
@@ -226,7 +215,7 @@ impl Server {
             child: Some(child),
             port,
             endpoint: format!("http://127.0.0.1:{port}"),
-            data_dir: data_dir.to_path_buf(),
+            data_dir,
             log_path,
             _scratch: scratch,
         };
