@@ -17,15 +17,17 @@ struct Harness {
 }
 
 impl Harness {
+    /// A single member on these stores, settled (leader, nothing pending).
     fn new(log: MemoryLog, kv: MemoryKv) -> Self {
-        let node = Node::new(
-            Config::single("test"),
-            log.clone(),
-            kv.clone(),
-            Instant::ZERO,
-        )
-        .unwrap();
-        let mut h = Self {
+        let mut h = Self::started(Config::single("test"), log, kv);
+        h.settle();
+        h
+    }
+
+    /// A node just built on these stores; nothing drained or persisted yet.
+    fn started(config: Config, log: MemoryLog, kv: MemoryKv) -> Self {
+        let node = Node::new(config, log.clone(), kv.clone(), Instant::ZERO).unwrap();
+        Self {
             node,
             log,
             kv,
@@ -33,9 +35,7 @@ impl Harness {
             answers: Vec::new(),
             watched: Vec::new(),
             now: Instant::ZERO,
-        };
-        h.settle();
-        h
+        }
     }
 
     /// Drains outputs without acknowledging persists.
@@ -334,16 +334,7 @@ fn leases_survive_a_restart_with_their_checkpointed_ttl() {
     let kv = MemoryKv::default();
     let mut config = Config::single("test");
     config.lease.checkpoint_interval = Duration::from_secs(10);
-    let node = Node::new(config.clone(), log.clone(), kv.clone(), Instant::ZERO).unwrap();
-    let mut h = Harness {
-        node,
-        log: log.clone(),
-        kv: kv.clone(),
-        unpersisted: VecDeque::new(),
-        answers: Vec::new(),
-        watched: Vec::new(),
-        now: Instant::ZERO,
-    };
+    let mut h = Harness::started(config.clone(), log.clone(), kv.clone());
     h.settle();
     let grant = Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 42 });
     assert!(h.call(1, grant.clone()).is_ok());
@@ -351,16 +342,7 @@ fn leases_survive_a_restart_with_their_checkpointed_ttl() {
     h.advance(Duration::from_secs(10));
     h.advance(Duration::from_secs(10));
     drop(h);
-    let node = Node::new(config, log.clone(), kv.clone(), Instant::ZERO).unwrap();
-    let mut h = Harness {
-        node,
-        log,
-        kv,
-        unpersisted: VecDeque::new(),
-        answers: Vec::new(),
-        watched: Vec::new(),
-        now: Instant::ZERO,
-    };
+    let mut h = Harness::started(config, log, kv);
     h.settle();
     let Ok(Response::LeaseTimeToLive(ttl)) = h.call(
         3,
@@ -477,21 +459,7 @@ fn restart_replays_unapplied_entries_once() {
     // that arrives before the new term's first entry commits waits for
     // the replay instead of answering from the old state.
     let lagging = MemoryKv::default();
-    let node = Node::new(
-        Config::single("test"),
-        log.clone(),
-        lagging.clone(),
-        Instant::ZERO,
-    );
-    let mut h = Harness {
-        node: node.unwrap(),
-        log: log.clone(),
-        kv: lagging,
-        unpersisted: VecDeque::new(),
-        answers: Vec::new(),
-        watched: Vec::new(),
-        now: Instant::ZERO,
-    };
+    let mut h = Harness::started(Config::single("test"), log.clone(), lagging);
     h.get(1, "k10");
     assert!(h.answer(1).is_none(), "read answered before the replay");
     h.settle();
@@ -526,22 +494,7 @@ fn a_read_between_an_election_and_its_report_is_answered() {
     h.put(1, "k", "v");
     h.settle();
     drop(h);
-    let node = Node::new(
-        Config::single("test"),
-        log.clone(),
-        kv.clone(),
-        Instant::ZERO,
-    )
-    .unwrap();
-    let mut h = Harness {
-        node,
-        log,
-        kv,
-        unpersisted: VecDeque::new(),
-        answers: Vec::new(),
-        watched: Vec::new(),
-        now: Instant::ZERO,
-    };
+    let mut h = Harness::started(Config::single("test"), log, kv);
     h.drain();
     // A read right after every acknowledgement, before the node drains.
     let mut reads = Vec::new();
