@@ -17,7 +17,12 @@ use oxetcd_proto::etcdserverpb::{
     TxnRequest, TxnResponse, WatchRequest, WatchResponse,
 };
 
-use crate::target::Failure;
+use crate::target::{Failure, WATCH_PROGRESS_NOTIFY_INTERVAL};
+
+/// Where a fragmenting watcher's responses are split: etcd's default
+/// `--max-request-bytes` plus its allowance for gRPC overhead, as the
+/// servers split them.
+const FRAGMENT_BYTES: usize = 1_572_864 + 512 * 1024;
 
 /// Rounds of "drain outputs, then let time pass" before a request counts as
 /// never answered. A single member elects itself within a few election
@@ -48,7 +53,11 @@ impl InProcess {
         let log = MemoryLog::default();
         let kv = MemoryKv::default();
         let now = Instant::ZERO;
-        let node = Node::new(Config::single("default"), log.clone(), kv.clone(), now)
+        let config = Config {
+            watch_progress_notify_interval: WATCH_PROGRESS_NOTIFY_INTERVAL,
+            ..Config::single("default")
+        };
+        let node = Node::new(config, log.clone(), kv.clone(), now)
             .map_err(|e| format!("Node::new: {e}"))?;
         Ok(Self {
             node,
@@ -285,7 +294,7 @@ impl InProcess {
                     response,
                     fragment,
                 } => {
-                    let max_bytes = 1_572_864;
+                    let max_bytes = FRAGMENT_BYTES;
                     let parts = if fragment {
                         watch::fragments(response, max_bytes)
                     } else {
@@ -296,7 +305,7 @@ impl InProcess {
                     }
                 }
                 Output::WatchEvents { stream, deliveries } => {
-                    let max_bytes = 1_572_864;
+                    let max_bytes = FRAGMENT_BYTES;
                     if let Some(queue) = self.watch_streams.get_mut(stream as usize) {
                         for delivery in &deliveries {
                             if delivery.fragment {
@@ -317,7 +326,12 @@ impl InProcess {
                     if let (Some(response), Some(queue)) =
                         (response, self.watch_streams.get_mut(job.stream as usize))
                     {
-                        queue.push_back(response);
+                        let fragment = job.spec.fragment && response.compact_revision == 0;
+                        if fragment {
+                            queue.extend(watch::fragments(response, FRAGMENT_BYTES));
+                        } else {
+                            queue.push_back(response);
+                        }
                     }
                     self.node.handle(self.now, outcome.input(&job));
                 }

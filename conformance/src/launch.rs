@@ -110,16 +110,26 @@ pub struct Server {
 impl Server {
     /// Starts `kind` on a fresh temporary data dir.
     pub fn start(kind: ServerKind) -> Result<Self, String> {
-        Self::start_with(kind, None)
+        Self::start_with(kind, None, &[])
+    }
+
+    /// Starts `kind` on a fresh temporary data dir with `flags` added to
+    /// the usual ones.
+    pub fn start_flags(kind: ServerKind, flags: &[&str]) -> Result<Self, String> {
+        Self::start_with(kind, None, flags)
     }
 
     /// Starts `kind` on `data_dir`, which is kept when the server drops (to
     /// restart on it).
     pub fn start_in(kind: ServerKind, data_dir: &Path) -> Result<Self, String> {
-        Self::start_with(kind, Some(data_dir))
+        Self::start_with(kind, Some(data_dir), &[])
     }
 
-    fn start_with(kind: ServerKind, data_dir: Option<&Path>) -> Result<Self, String> {
+    fn start_with(
+        kind: ServerKind,
+        data_dir: Option<&Path>,
+        flags: &[&str],
+    ) -> Result<Self, String> {
         let program = kind.program()?;
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS_MAX {
@@ -128,7 +138,7 @@ impl Server {
                 .tempdir()
                 .map_err(|e| format!("temp dir: {e}"))?;
             let data_dir = data_dir.map_or_else(|| scratch.path().join("data"), Path::to_path_buf);
-            match Self::spawn(kind, &program, scratch, data_dir) {
+            match Self::spawn(kind, &program, scratch, data_dir, flags) {
                 Ok(server) => return Ok(server),
                 Err(e) => last_error = e,
             }
@@ -141,6 +151,7 @@ impl Server {
         program: &Path,
         scratch: tempfile::TempDir,
         data_dir: PathBuf,
+        flags: &[&str],
     ) -> Result<Self, String> {
         let port = free_port()?;
         let endpoint = format!("http://127.0.0.1:{port}");
@@ -148,7 +159,7 @@ impl Server {
         // parallel servers. The advertised peer URL stays etcd's default, so
         // member and cluster IDs are the default ones.
         let peer_port = free_port()?;
-        let args: Vec<OsString> = vec![
+        let mut args: Vec<OsString> = vec![
             "--name".into(),
             "default".into(),
             "--data-dir".into(),
@@ -160,6 +171,7 @@ impl Server {
             "--listen-peer-urls".into(),
             format!("http://127.0.0.1:{peer_port}").into(),
         ];
+        args.extend(flags.iter().map(OsString::from));
         Self::launch(kind, program, &args, port, data_dir, scratch)
     }
 

@@ -42,6 +42,15 @@ impl fmt::Display for Failure {
     }
 }
 
+/// Periodic watch progress notifications every half second instead of
+/// etcd's ten minutes, so a scenario can wait for one; every target of the
+/// suite runs with it (the in-process node through its config).
+pub const WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Flags every server of the suite starts with, beyond its ports and data
+/// dir: [`WATCH_PROGRESS_NOTIFY_INTERVAL`] under etcd's flag name.
+pub const SUITE_FLAGS: [&str; 1] = ["--experimental-watch-progress-notify-interval=500ms"];
+
 /// Something that answers etcd's KV and status calls: the in-process core
 /// or a server over gRPC. A small enum rather than a trait object, so the
 /// scenarios stay plain synchronous functions.
@@ -58,10 +67,11 @@ impl Target {
         Ok(Self::InProcess(Box::new(InProcess::new()?)))
     }
 
-    /// Starts a fresh server of `kind` on a temporary data dir and connects
-    /// to it; the server is killed when the target is dropped.
+    /// Starts a fresh server of `kind` on a temporary data dir, with
+    /// [`SUITE_FLAGS`], and connects to it; the server is killed when the
+    /// target is dropped.
     pub fn launch(kind: ServerKind) -> Result<Self, String> {
-        let server = Server::start(kind)?;
+        let server = Server::start_flags(kind, &SUITE_FLAGS)?;
         let grpc = Grpc::connect(server.endpoint())
             .map_err(|e| format!("{e}\n--- {} log ---\n{}", kind.name(), server.log_tail()))?;
         Ok(Self::Grpc(Box::new(grpc.owning(server))))

@@ -21,6 +21,17 @@
 //! long lease to its full TTL. A keep-alive clears a recorded remaining TTL
 //! with one more checkpoint, as etcd does.
 //!
+//! Expiry is rate-limited as etcd's is: one round of revokes proposes at
+//! most [`EXPIRED_REVOKES_PER_ROUND_MAX`] leases, and the next round comes
+//! [`REVOKE_ROUND_INTERVAL`] later at the earliest, so a thousand leases
+//! expiring at once cost at most a thousand revokes a second. A new leader
+//! with many leases also spreads their expiries before anything is due
+//! (etcd's `Promote`): leases that would expire in the same second beyond
+//! three quarters of that rate are pushed back, each by about one more
+//! second per that many leases, so a pile of leases granted together (or
+//! all renewed to their full TTL by the promotion) does not fill the whole
+//! revoke budget at once. No lease ever expires earlier for it.
+//!
 //! This module never reads the clock and writes storage only through the
 //! [`KvWrite`] it is handed by the apply step.
 
@@ -40,10 +51,22 @@ use crate::Instant;
 /// The largest TTL a lease may be granted, in seconds (etcd's `MaxLeaseTTL`).
 pub const LEASE_TTL_MAX_SECS: i64 = 9_000_000_000;
 
+/// Leases revoked for expiry per second at most (etcd's `leaseRevokeRate`).
+const LEASE_REVOKE_RATE_PER_SEC: usize = 1_000;
+
 /// Leases revoked for expiry in one timer round at most, so a pile of leases
-/// expiring together does not flood the log (half of etcd's revoke rate of
-/// 1000 per second, which etcd spends in half-second rounds).
-const EXPIRED_REVOKES_PER_ROUND_MAX: usize = 500;
+/// expiring together does not flood the log (half of etcd's revoke rate,
+/// which etcd spends in half-second rounds).
+const EXPIRED_REVOKES_PER_ROUND_MAX: usize = LEASE_REVOKE_RATE_PER_SEC / 2;
+
+/// The shortest time between two rounds that revoke leases: with
+/// [`EXPIRED_REVOKES_PER_ROUND_MAX`], the revoke rate.
+const REVOKE_ROUND_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Expiries per second a new leader leaves in place before it spreads the
+/// rest (etcd's three quarters of the revoke rate: piled-up leases never
+/// take the whole budget).
+const PROMOTED_EXPIRIES_PER_SEC_MAX: usize = 3 * LEASE_REVOKE_RATE_PER_SEC / 4;
 
 /// Checkpoints carried by one log entry at most (etcd's batch limit).
 const CHECKPOINTS_PER_ENTRY_MAX: usize = 1_000;
@@ -157,6 +180,8 @@ pub(crate) struct Lessor {
     deadlines: BTreeSet<(Instant, i64)>,
     /// Leader only: (when, lease) for the next checkpoint.
     checkpoints: BTreeSet<(Instant, i64)>,
+    /// Leader only: no revokes are proposed before this (the rate limit).
+    next_revoke_round: Instant,
 }
 
 impl LeaseCheck for Lessor {
@@ -203,21 +228,69 @@ impl Lessor {
             primary: false,
             deadlines: BTreeSet::new(),
             checkpoints: BTreeSet::new(),
+            next_revoke_round: Instant::ZERO,
         })
     }
 
     /// This member became leader at `now`: every lease gets its remaining
-    /// (or full) TTL plus the election timeout.
+    /// (or full) TTL plus the election timeout, and piled-up expiries are
+    /// spread out.
     pub(crate) fn promote(&mut self, now: Instant) {
         self.primary = true;
         self.deadlines.clear();
         self.checkpoints.clear();
+        self.next_revoke_round = now;
         let extend = self.config.promote_extend;
         let ids: Vec<i64> = self.leases.keys().copied().collect();
         for id in ids {
             let secs = self.leases[&id].remaining_or_ttl_secs();
             self.set_expiry(id, now + extend + secs_duration(secs));
             self.schedule_checkpoint(id, now);
+        }
+        self.spread_expiries();
+    }
+
+    /// Pushes back expiries beyond [`PROMOTED_EXPIRIES_PER_SEC_MAX`] in
+    /// any one-second window, as etcd's `Promote` does: walking the leases
+    /// by expiry, a window opens at the first lease past the current one;
+    /// the n-th lease of a window beyond the budget is moved to
+    /// n / budget seconds after the window's start (never earlier than it
+    /// was), and the window grows to cover it.
+    fn spread_expiries(&mut self) {
+        if self.leases.len() < LEASE_REVOKE_RATE_PER_SEC {
+            // Fewer leases than one second of revokes cannot pile up.
+            return;
+        }
+        let mut by_expiry: Vec<(Instant, i64)> = self
+            .leases
+            .iter()
+            .filter_map(|(&id, lease)| lease.expiry.map(|expiry| (expiry, id)))
+            .collect();
+        by_expiry.sort_unstable();
+        let Some(&(first, _)) = by_expiry.first() else {
+            return;
+        };
+        const SECOND: Duration = Duration::from_secs(1);
+        let budget = PROMOTED_EXPIRIES_PER_SEC_MAX as u128;
+        let mut window_start = first;
+        let mut window_end = first + SECOND;
+        let mut in_window: u128 = 0;
+        for (expiry, id) in by_expiry {
+            if expiry > window_end {
+                window_start = expiry;
+                window_end = expiry + SECOND;
+                in_window = 1;
+                continue;
+            }
+            in_window += 1;
+            if in_window <= budget {
+                continue;
+            }
+            let spread_nanos = SECOND.as_nanos() * in_window / budget;
+            let spread = Duration::from_nanos(u64::try_from(spread_nanos).unwrap_or(u64::MAX));
+            let delay = spread.saturating_sub(expiry.saturating_since(window_start));
+            window_end = window_start + delay;
+            self.set_expiry(id, expiry + delay);
         }
     }
 
@@ -368,6 +441,14 @@ impl Lessor {
         })
     }
 
+    /// The keys attached to a lease, in key order; `None` when there is no
+    /// such lease. Any member can answer this from its applied state.
+    pub(crate) fn keys(&self, id: i64) -> Option<Vec<Vec<u8>>> {
+        self.leases
+            .get(&id)
+            .map(|lease| lease.keys.iter().cloned().collect())
+    }
+
     /// Every lease, soonest expiry first (as etcd lists them), then by ID.
     pub(crate) fn statuses(&self) -> Vec<LeaseStatus> {
         let mut all: Vec<(Option<Instant>, i64)> = self
@@ -386,7 +467,10 @@ impl Lessor {
 
     /// The next instant the lessor needs [`Lessor::poll_due`].
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        let expiry = self.deadlines.first().map(|&(at, _)| at);
+        let expiry = self
+            .deadlines
+            .first()
+            .map(|&(at, _)| at.max(self.next_revoke_round));
         let checkpoint = self.checkpoints.first().map(|&(at, _)| at);
         match (expiry, checkpoint) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -396,9 +480,16 @@ impl Lessor {
 
     /// Leases whose revoke is due at `now` (each is given a retry deadline),
     /// and checkpoints due at `now` (remaining TTL rounded up to a second).
+    /// At most [`EXPIRED_REVOKES_PER_ROUND_MAX`] revokes per round, and
+    /// rounds that revoke [`REVOKE_ROUND_INTERVAL`] apart.
     pub(crate) fn poll_due(&mut self, now: Instant) -> (Vec<i64>, Vec<LeaseCheckpoint>) {
         let mut revokes = Vec::new();
-        while revokes.len() < EXPIRED_REVOKES_PER_ROUND_MAX {
+        let revokes_max = if now >= self.next_revoke_round {
+            EXPIRED_REVOKES_PER_ROUND_MAX
+        } else {
+            0
+        };
+        while revokes.len() < revokes_max {
             let Some(&(at, id)) = self.deadlines.first() else {
                 break;
             };
@@ -412,6 +503,9 @@ impl Lessor {
                 self.deadlines.insert((retry, id));
                 revokes.push(id);
             }
+        }
+        if !revokes.is_empty() {
+            self.next_revoke_round = now + REVOKE_ROUND_INTERVAL;
         }
         let mut checkpoints = Vec::new();
         while checkpoints.len() < CHECKPOINTS_PER_ENTRY_MAX {
@@ -625,6 +719,106 @@ mod tests {
                 clear_checkpoint: true
             }
         );
+    }
+
+    /// A primary lessor with `count` leases of `ttl_secs`, granted at 0.
+    fn leader_with_leases(count: i64, ttl_secs: i64) -> (MemoryKv, Lessor) {
+        let kv = MemoryKv::default();
+        let mut lessor = Lessor::recover(LeaseConfig::default(), &kv.read().unwrap()).unwrap();
+        lessor.promote(at(0));
+        let mut txn = kv.write().unwrap();
+        for id in 1..=count {
+            lessor
+                .grant(&mut txn, id, ttl_secs, at(0))
+                .unwrap()
+                .unwrap();
+        }
+        txn.commit().unwrap();
+        (kv, lessor)
+    }
+
+    #[test]
+    fn revokes_are_rate_limited_to_etcds_rate() {
+        let (_kv, mut lessor) = leader_with_leases(1_200, 10);
+        assert_eq!(lessor.poll_timeout(), Some(at(10)));
+        assert_eq!(lessor.poll_due(at(10)).0.len(), 500);
+        // The rest waits for the next round, half a second on.
+        let next_round = at(10) + Duration::from_millis(500);
+        assert_eq!(lessor.poll_timeout(), Some(next_round));
+        assert!(lessor
+            .poll_due(at(10) + Duration::from_millis(499))
+            .0
+            .is_empty());
+        assert_eq!(lessor.poll_due(next_round).0.len(), 500);
+        let last_round = next_round + Duration::from_millis(500);
+        assert_eq!(lessor.poll_due(last_round).0.len(), 200);
+        // Retries of revokes not applied count against the rate too: the
+        // first 500 are retried at 13 s, the next at 13.5 s, both due by
+        // 13.5 s; rounds stay half a second apart.
+        let retried = at(13) + Duration::from_millis(500);
+        assert_eq!(lessor.poll_due(retried).0.len(), 500);
+        assert!(lessor
+            .poll_due(retried + Duration::from_millis(1))
+            .0
+            .is_empty());
+        assert_eq!(lessor.poll_due(at(14)).0.len(), 500);
+    }
+
+    /// Expiries of the lessor's leases, soonest first.
+    fn expiries(lessor: &Lessor) -> Vec<Instant> {
+        let mut all: Vec<Instant> = lessor.leases.values().filter_map(|l| l.expiry).collect();
+        all.sort_unstable();
+        all
+    }
+
+    #[test]
+    fn a_new_leader_spreads_piled_up_expiries() {
+        let kv = MemoryKv::default();
+        let mut lessor = Lessor::recover(LeaseConfig::default(), &kv.read().unwrap()).unwrap();
+        let mut txn = kv.write().unwrap();
+        // 2,000 leases that all expire at once on promotion, and 10 more
+        // much later, whose window is not crowded.
+        for id in 1..=2_000 {
+            lessor.grant(&mut txn, id, 10, at(0)).unwrap().unwrap();
+        }
+        for id in 2_001..=2_010 {
+            lessor.grant(&mut txn, id, 100, at(0)).unwrap().unwrap();
+        }
+        txn.commit().unwrap();
+        lessor.promote(at(100));
+        // Full TTL plus the election timeout: 111 s, unspread.
+        let unspread = at(111);
+        let all = expiries(&lessor);
+        assert_eq!(all.len(), 2_010);
+        assert!(
+            all.iter().all(|&e| e >= unspread),
+            "a lease expires earlier"
+        );
+        // Three quarters of the revoke rate stay; the rest follow at that
+        // rate: at most 750 in any one-second window.
+        assert_eq!(all.iter().filter(|&&e| e == unspread).count(), 750);
+        for (i, &start) in all.iter().enumerate() {
+            let in_window = all[i..]
+                .iter()
+                .take_while(|&&e| e < start + Duration::from_secs(1))
+                .count();
+            assert!(in_window <= 750, "{in_window} expiries from {start:?}");
+        }
+        // The last of the 2,000 goes 2000/750 s after the first.
+        let last_spread = all[1_999].saturating_since(unspread);
+        assert!(
+            (Duration::from_millis(2_600)..=Duration::from_millis(2_700)).contains(&last_spread),
+            "{last_spread:?}"
+        );
+        // The long leases kept their expiry.
+        assert_eq!(all[2_000], at(201));
+        assert_eq!(all[2_009], at(201));
+
+        // Fewer leases than a second of revokes are left alone.
+        let (_kv, mut few) = leader_with_leases(999, 10);
+        few.demote();
+        few.promote(at(50));
+        assert!(expiries(&few).iter().all(|&e| e == at(61)));
     }
 
     #[test]

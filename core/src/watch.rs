@@ -55,8 +55,14 @@
 //! watcher of the stream is catching up (otherwise once the last one
 //! syncs), and the gate holds back a stream-wide notification while any of
 //! the stream's watchers is stalled, releasing it after the catch-up that
-//! covers it. Periodic notifications (`progress_notify`) go only to synced
-//! watchers that had no events since the last round, as etcd's do.
+//! covers it. Every request gets its own answer, even those that waited
+//! together for one catch-up: a client may count answers against requests
+//! (etcd 3.4 answers each at once, and may then claim a revision whose
+//! events it has not sent; etcd 3.6 waits as we do but folds requests that
+//! arrive while one waits into a single answer). Waiting requests are
+//! counted, not queued, and the count is bounded. Periodic notifications
+//! (`progress_notify`) go only to synced watchers that had no events since
+//! the last round, as etcd's do.
 //!
 //! This module never reads the clock, and the registry never reads storage
 //! other than the transaction it is handed for `prev_kv`.
@@ -90,6 +96,12 @@ pub const CATCH_UP_REVISIONS_MAX: i64 = 1_000;
 /// Events one catch-up response holds at most; a revision is never split,
 /// so a single larger revision still goes out whole.
 pub const CATCH_UP_EVENTS_MAX: usize = 10_000;
+
+/// `RequestProgress` requests of one stream waiting for its catch-ups at
+/// most; later ones are folded into the last answer, as etcd 3.6 folds all
+/// of them. A stream's answers then stay bounded however fast its client
+/// asks.
+const PROGRESS_REQUESTS_WAITING_MAX: u32 = 1_024;
 
 /// etcd's default `--experimental-watch-progress-notify-interval`.
 pub const PROGRESS_NOTIFY_INTERVAL_DEFAULT: Duration = Duration::from_secs(10 * 60);
@@ -374,8 +386,10 @@ pub enum Route {
 #[derive(Debug, Default)]
 pub struct StreamGate {
     stalled: BTreeSet<i64>,
-    /// A stream-wide progress notification held back while stalled.
-    deferred_progress: Option<WatchResponse>,
+    /// Stream-wide progress notifications held back while stalled, one per
+    /// `RequestProgress`; at most [`PROGRESS_REQUESTS_WAITING_MAX`], later
+    /// ones replacing the last.
+    deferred_progress: Vec<WatchResponse>,
 }
 
 impl StreamGate {
@@ -397,7 +411,10 @@ impl StreamGate {
         // A progress notification.
         if id == NO_WATCH_ID {
             if !self.stalled.is_empty() {
-                self.deferred_progress = Some(response.clone());
+                if self.deferred_progress.len() >= PROGRESS_REQUESTS_WAITING_MAX as usize {
+                    self.deferred_progress.pop();
+                }
+                self.deferred_progress.push(response.clone());
                 return Route::Drop;
             }
             return Route::Deliver;
@@ -434,14 +451,14 @@ impl StreamGate {
     }
 
     /// The catch-up of `watch_id` is being queued: later responses for it
-    /// flow again. Returns a held-back progress notification to queue right
-    /// after the catch-up, once no watcher is stalled.
-    pub fn catch_up_routed(&mut self, watch_id: i64) -> Option<WatchResponse> {
+    /// flow again. Returns the held-back progress notifications to queue
+    /// right after the catch-up, in order, once no watcher is stalled.
+    pub fn catch_up_routed(&mut self, watch_id: i64) -> Vec<WatchResponse> {
         self.stalled.remove(&watch_id);
         if self.stalled.is_empty() {
-            self.deferred_progress.take()
+            std::mem::take(&mut self.deferred_progress)
         } else {
-            None
+            Vec::new()
         }
     }
 
@@ -476,8 +493,9 @@ struct Stream {
     next_id: i64,
     watchers: BTreeSet<i64>,
     catching_up: usize,
-    /// A `RequestProgress` waits for the stream's watchers to sync.
-    progress_wanted: bool,
+    /// `RequestProgress` requests waiting for the stream's watchers to
+    /// sync, each to be answered.
+    progress_requests: u32,
 }
 
 type WatcherKey = (StreamId, i64);
@@ -548,7 +566,9 @@ impl WatchRegistry {
             }
             Some(RequestUnion::CancelRequest(_)) => {}
             Some(RequestUnion::ProgressRequest(_)) => {
-                self.streams.entry(stream).or_default().progress_wanted = true;
+                let state = self.streams.entry(stream).or_default();
+                state.progress_requests =
+                    (state.progress_requests + 1).min(PROGRESS_REQUESTS_WAITING_MAX);
                 self.release_progress(stream, cx);
             }
             None => {}
@@ -861,14 +881,16 @@ impl WatchRegistry {
         }));
     }
 
-    /// Sends a stream's pending progress notification once none of its
-    /// watchers is catching up.
+    /// Answers each of a stream's waiting progress requests once none of
+    /// its watchers is catching up.
     fn release_progress(&mut self, stream: StreamId, cx: &mut Context<'_>) {
         let Some(state) = self.streams.get_mut(&stream) else {
             return;
         };
-        if state.progress_wanted && state.catching_up == 0 {
-            state.progress_wanted = false;
+        if state.catching_up > 0 {
+            return;
+        }
+        for _ in 0..std::mem::take(&mut state.progress_requests) {
             let response = WatchResponse {
                 header: Some(cx.header),
                 watch_id: NO_WATCH_ID,
@@ -1059,8 +1081,123 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(gate.route(&progress, 0, 4), Route::Drop);
-        assert_eq!(gate.catch_up_routed(3), Some(progress.clone()));
+        // Each held-back answer to a `RequestProgress` is kept.
+        let later = WatchResponse {
+            header: Some(ResponseHeader {
+                revision: 9,
+                ..Default::default()
+            }),
+            ..progress.clone()
+        };
+        assert_eq!(gate.route(&later, 0, 4), Route::Drop);
+        assert_eq!(gate.catch_up_routed(3), vec![progress.clone(), later]);
         assert_eq!(gate.route(&events, 0, 4), Route::Deliver);
         assert_eq!(gate.route(&progress, 0, 4), Route::Deliver);
+        assert!(gate.catch_up_routed(3).is_empty());
+    }
+
+    fn progress_request() -> WatchRequest {
+        WatchRequest {
+            request_union: Some(RequestUnion::ProgressRequest(Default::default())),
+        }
+    }
+
+    /// Stream-wide progress answers (watch ID -1) among `outputs`, by
+    /// stream, with their header revision.
+    fn progress_answers(outputs: &mut VecDeque<Output>) -> Vec<(StreamId, i64)> {
+        let mut answers = Vec::new();
+        for output in outputs.drain(..) {
+            if let Output::Watch {
+                stream, response, ..
+            } = output
+            {
+                if response.watch_id == NO_WATCH_ID && !response.created {
+                    answers.push((stream, response.header.map_or(0, |h| h.revision)));
+                }
+            }
+        }
+        answers
+    }
+
+    #[test]
+    fn every_progress_request_is_answered_after_the_catch_up() {
+        let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
+        let mut outputs = VecDeque::new();
+        let header = |revision| ResponseHeader {
+            revision,
+            ..Default::default()
+        };
+        let mut cx = Context {
+            now: Instant::ZERO,
+            header: header(10),
+            outputs: &mut outputs,
+        };
+        // A watcher replaying history from revision 2 is catching up.
+        let create = WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: b"k".to_vec(),
+                start_revision: 2,
+                ..Default::default()
+            })),
+        };
+        registry.handle_request(1, create, &mut cx);
+        // A synced stream answers at once.
+        registry.handle_request(2, progress_request(), &mut cx);
+        for _ in 0..3 {
+            registry.handle_request(1, progress_request(), &mut cx);
+        }
+        assert_eq!(
+            progress_answers(cx.outputs),
+            vec![(2, 10)],
+            "no answer may claim revision 10 before the catch-up delivered it"
+        );
+        // The node applied revision 11 meanwhile: one more stretch.
+        cx.header = header(11);
+        registry.handle_caught_up(1, 0, 10, false, &mut cx);
+        registry.handle_request(1, progress_request(), &mut cx);
+        assert!(progress_answers(cx.outputs).is_empty());
+        registry.handle_caught_up(1, 0, 11, false, &mut cx);
+        assert_eq!(progress_answers(cx.outputs), vec![(1, 11); 4]);
+        // Nothing is left waiting.
+        registry.handle_caught_up(1, 0, 11, false, &mut cx);
+        registry.handle_request(1, progress_request(), &mut cx);
+        assert_eq!(progress_answers(cx.outputs), vec![(1, 11)]);
+    }
+
+    #[test]
+    fn waiting_progress_requests_are_bounded() {
+        let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
+        let mut outputs = VecDeque::new();
+        let mut cx = Context {
+            now: Instant::ZERO,
+            header: ResponseHeader {
+                revision: 5,
+                ..Default::default()
+            },
+            outputs: &mut outputs,
+        };
+        let create = WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: b"k".to_vec(),
+                start_revision: 1,
+                ..Default::default()
+            })),
+        };
+        registry.handle_request(1, create, &mut cx);
+        let asked = PROGRESS_REQUESTS_WAITING_MAX as usize + 10;
+        for _ in 0..asked {
+            registry.handle_request(1, progress_request(), &mut cx);
+        }
+        // Canceling the catching-up watcher releases the waiting answers.
+        let cancel = WatchRequest {
+            request_union: Some(RequestUnion::CancelRequest(
+                oxetcd_proto::etcdserverpb::WatchCancelRequest { watch_id: 0 },
+            )),
+        };
+        registry.handle_request(1, cancel, &mut cx);
+        assert_eq!(
+            progress_answers(cx.outputs).len(),
+            PROGRESS_REQUESTS_WAITING_MAX as usize
+        );
     }
 }

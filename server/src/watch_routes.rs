@@ -184,7 +184,7 @@ impl WatchRoutes {
         };
         let progress = route.gate.catch_up_routed(job.watch_id);
         let _ = route.items.unbounded_send(StreamItem::CatchUp(job));
-        if let Some(response) = progress {
+        for response in progress {
             route
                 .queued
                 .fetch_add(queue_cost(&response), Ordering::AcqRel);

@@ -91,6 +91,8 @@ pub const ALL: &[Scenario] = scenarios![
     watch::watch_history_and_compaction,
     watch::watch_filters_ranges_ids_and_cancel,
     watch::watch_progress_and_streams,
+    watch::watch_fragments_large_revisions,
+    watch::watch_periodic_progress_notify,
     lease::lease_grant_rules,
     lease::lease_attach_and_revoke,
     lease::lease_expiry_and_keep_alive,

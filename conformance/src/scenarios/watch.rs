@@ -1,5 +1,5 @@
-//! Watch: live events, history, compaction, filters, ranges, IDs, cancel
-//! and progress, as etcd streams them.
+//! Watch: live events, history, compaction, filters, ranges, IDs, cancel,
+//! progress (requested and periodic) and fragments, as etcd streams them.
 
 use std::time::Duration;
 
@@ -9,8 +9,10 @@ use oxetcd_proto::etcdserverpb::{
     WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest,
 };
 
-use super::{compact, del, del_range, expect, op_del, op_put, prefix_end, put, txn};
-use crate::target::Target;
+use super::{
+    compact, del, del_range, ensure, expect, op_del, op_put, prefix_end, put, render::Render, txn,
+};
+use crate::target::{Target, WATCH_PROGRESS_NOTIFY_INTERVAL};
 
 /// How long to wait for a response that must come (etcd syncs unsynced
 /// watchers every 100 ms).
@@ -203,4 +205,134 @@ pub(super) fn watch_progress_and_streams(t: &mut Target) -> Result<(), String> {
     super::ok(t.watch_send(one, progress()))?;
     next(t, one, "rev 3 watch -1")?;
     quiet(t, two)
+}
+
+/// Bytes of each value in the fragment scenario: two such events fit one
+/// response under etcd's split point (the default `--max-request-bytes`
+/// plus 512 KiB of gRPC allowance, 2 MiB), three do not, and each put
+/// stays under the request limit.
+const FRAGMENT_VALUE_BYTES: usize = 900_000;
+
+/// A watcher that asked for `fragment` gets a revision too large for one
+/// response split over several, every part but the last flagged
+/// `fragment`, together holding the revision's events in order; a watcher
+/// that did not ask gets it whole.
+pub(super) fn watch_fragments_large_revisions(t: &mut Target) -> Result<(), String> {
+    let value = vec![b'v'; FRAGMENT_VALUE_BYTES];
+    for (i, key) in ["f1", "f2", "f3"].iter().enumerate() {
+        expect(&t.put(put(key, &value)), &format!("rev {}", i + 2))?;
+    }
+    let fragmented = t.watch_open();
+    let mut request = create("f", &prefix_end(b"f"));
+    request.prev_kv = true;
+    request.fragment = true;
+    super::ok(t.watch_send(fragmented, send_create(request.clone())))?;
+    next(t, fragmented, "rev 4 watch 0 created")?;
+    let whole = t.watch_open();
+    request.fragment = false;
+    super::ok(t.watch_send(whole, send_create(request)))?;
+    next(t, whole, "rev 4 watch 0 created")?;
+    // One revision deleting all three, each event carrying its value.
+    expect(&t.delete_range(del_range("f", "g")), "rev 5 deleted 3")?;
+    let shown = format!("<{FRAGMENT_VALUE_BYTES} bytes>");
+    let deleted = |key: &str, created: i64| {
+        format!("DELETE {key} m5 prev {key}={shown} c{created} m{created} v1")
+    };
+    let expected_first = format!(
+        "rev 5 watch 0 fragment [{}, {}]",
+        deleted("f1", 2),
+        deleted("f2", 3)
+    );
+    next(t, fragmented, &expected_first)?;
+    next(
+        t,
+        fragmented,
+        &format!("rev 5 watch 0 [{}]", deleted("f3", 4)),
+    )?;
+    next(
+        t,
+        whole,
+        &format!(
+            "rev 5 watch 0 [{}, {}, {}]",
+            deleted("f1", 2),
+            deleted("f2", 3),
+            deleted("f3", 4)
+        ),
+    )?;
+    quiet(t, fragmented)?;
+    quiet(t, whole)
+}
+
+/// Responses one periodic-progress wait may take at most before the one
+/// it waits for (notifications at older revisions, every half second).
+const PROGRESS_WAIT_RESPONSES_MAX: usize = 20;
+
+/// Waits for a periodic progress notification of `watch_id` at `revision`;
+/// every response before it must be such a notification at an older
+/// revision. Bounded by count and by [`COMES`] per response.
+fn wait_periodic_progress(
+    t: &mut Target,
+    stream: usize,
+    watch_id: i64,
+    revision: i64,
+) -> Result<(), String> {
+    let expected = format!("rev {revision} watch {watch_id}");
+    for _ in 0..PROGRESS_WAIT_RESPONSES_MAX {
+        let got = t.watch_recv(stream, COMES);
+        let rendered = got.render();
+        if rendered == expected {
+            return Ok(());
+        }
+        let older = got.as_ref().ok().and_then(Option::as_ref).is_some_and(|r| {
+            r.watch_id == watch_id
+                && r.events.is_empty()
+                && !r.created
+                && !r.canceled
+                && r.header.as_ref().is_some_and(|h| h.revision < revision)
+        });
+        ensure(older, || {
+            format!("waiting for {expected:?}, got {rendered}")
+        })?;
+    }
+    Err(format!(
+        "no {expected:?} among {PROGRESS_WAIT_RESPONSES_MAX} responses"
+    ))
+}
+
+/// With `--experimental-watch-progress-notify-interval` at half a second,
+/// a watcher that asked for `progress_notify` hears the current revision
+/// (an empty response with its own watch ID) while no event reaches it,
+/// including revisions written elsewhere; one that did not ask hears
+/// nothing.
+pub(super) fn watch_periodic_progress_notify(t: &mut Target) -> Result<(), String> {
+    let s = t.watch_open();
+    let mut request = create("p", b"");
+    request.progress_notify = true;
+    super::ok(t.watch_send(s, send_create(request)))?;
+    next(t, s, "rev 1 watch 0 created")?;
+    let silent = t.watch_open();
+    super::ok(t.watch_send(silent, send_create(create("p", b""))))?;
+    next(t, silent, "rev 1 watch 0 created")?;
+    expect(&t.put(put("q", "1")), "rev 2")?;
+    wait_periodic_progress(t, s, 0, 2)?;
+    expect(&t.put(put("p", "1")), "rev 3")?;
+    // The event comes first; any notification before it is older.
+    let mut seen_event = false;
+    for _ in 0..PROGRESS_WAIT_RESPONSES_MAX {
+        let got = t.watch_recv(s, COMES);
+        if got.render() == "rev 3 watch 0 [PUT p=1 c3 m3 v1]" {
+            seen_event = true;
+            break;
+        }
+        expect(&got, "rev 2 watch 0")?;
+    }
+    ensure(seen_event, || {
+        "the put never reached the watcher".to_owned()
+    })?;
+    expect(&t.put(put("r", "1")), "rev 4")?;
+    wait_periodic_progress(t, s, 0, 4)?;
+    // The watcher that did not ask got the event only.
+    next(t, silent, "rev 3 watch 0 [PUT p=1 c3 m3 v1]")?;
+    let got = t.watch_recv(silent, WATCH_PROGRESS_NOTIFY_INTERVAL * 3);
+    expect(&got, "nothing")
 }

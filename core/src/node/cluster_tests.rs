@@ -56,6 +56,9 @@ struct Cluster {
     network: VecDeque<Packet>,
     /// Directed links that drop everything: (from, to).
     cut: BTreeSet<(u64, u64)>,
+    /// Messages larger than this (encoded) are dropped, as the peer
+    /// transport drops those that exceed its frame bound.
+    message_bytes_max: usize,
     next_request: RequestId,
 }
 
@@ -119,6 +122,7 @@ impl Cluster {
             now: Instant::ZERO,
             network: VecDeque::new(),
             cut: BTreeSet::new(),
+            message_bytes_max: usize::MAX,
             next_request: 1,
         };
         for &id in &ids {
@@ -301,9 +305,11 @@ impl Cluster {
             members,
             network,
             cut,
+            message_bytes_max,
             now,
             ..
         } = self;
+        let message_bytes_max = *message_bytes_max;
         let now = *now;
         let member = members.get_mut(&id).unwrap();
         let mut any = false;
@@ -311,7 +317,8 @@ impl Cluster {
             any = true;
             match output {
                 Output::Send(m) => {
-                    if !cut.contains(&(id, m.to)) {
+                    let fits = protobuf::Message::compute_size(&m) as usize <= message_bytes_max;
+                    if fits && !cut.contains(&(id, m.to)) {
                         network.push_back(Packet::Message(m));
                     }
                 }
@@ -903,6 +910,73 @@ fn keep_alive(id: i64) -> Request {
 
 fn time_to_live(id: i64) -> Request {
     Request::LeaseTimeToLive(oxetcd_proto::etcdserverpb::LeaseTimeToLiveRequest { id, keys: true })
+}
+
+/// A time-to-live with keys through a follower, for a lease with more keys
+/// than one peer message may carry: the follower lists the keys itself, so
+/// every peer message stays small and the answer holds every key, the
+/// leader's TTL and the asked member's header. A lease revoked meanwhile is
+/// not found.
+#[test]
+fn time_to_live_through_a_follower_lists_more_keys_than_a_message_carries() {
+    const KEYS: usize = 400;
+    /// 100-byte keys: 40 kB of keys against 16 KiB messages.
+    const MESSAGE_BYTES_MAX: usize = 16 * 1024;
+    let mut c = Cluster::new(3);
+    let follower = c.followers()[0];
+    let Ok(Response::LeaseGrant(grant)) = c.call(
+        follower,
+        Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 0 }),
+    ) else {
+        panic!("grant failed");
+    };
+    let key = |i: usize| format!("{i:0>100}").into_bytes();
+    for i in 0..KEYS {
+        let put = PutRequest {
+            key: key(i),
+            value: b"v".to_vec(),
+            lease: grant.id,
+            ..Default::default()
+        };
+        c.call(follower, Request::Put(put)).unwrap();
+    }
+    c.message_bytes_max = MESSAGE_BYTES_MAX;
+    let Ok(Response::LeaseTimeToLive(ttl)) = c.call(follower, time_to_live(grant.id)) else {
+        panic!("time-to-live with many keys through a follower failed");
+    };
+    let expected: Vec<Vec<u8>> = {
+        let mut keys: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(ttl.keys.len(), KEYS);
+    assert!(ttl.keys == expected, "the keys differ");
+    assert_eq!(ttl.granted_ttl, 60);
+    assert!((55..=60).contains(&ttl.ttl), "ttl {}", ttl.ttl);
+    assert_eq!(ttl.header.unwrap().member_id, c.node(follower).member_id());
+
+    // Revoked while the follower waits to apply what the leader had: the
+    // leader saw the lease, the follower reads after the revoke.
+    let leader = c.leader().unwrap();
+    let query = c.send(follower, time_to_live(grant.id));
+    let revoke = c.send(
+        leader,
+        Request::LeaseRevoke(oxetcd_proto::etcdserverpb::LeaseRevokeRequest { id: grant.id }),
+    );
+    let answered = c.run_until(CALL_TIME_MAX, |c| {
+        c.members[&follower].answers.contains_key(&query)
+            && c.members[&leader].answers.contains_key(&revoke)
+    });
+    assert!(answered, "the query or the revoke was never answered");
+    let Some(Ok(Response::LeaseTimeToLive(ttl))) = c.take_answer(follower, query) else {
+        panic!("time-to-live failed");
+    };
+    // Either order is linearizable; each answer must be whole.
+    if ttl.ttl == -1 {
+        assert!(ttl.keys.is_empty());
+    } else {
+        assert_eq!(ttl.keys.len(), KEYS);
+    }
 }
 
 /// Keep-alives and time-to-live queries sent to a follower reach the

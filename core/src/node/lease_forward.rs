@@ -18,8 +18,20 @@
 //! leads is waited out the same way. Every forwarded request stays bounded
 //! by the follower's request deadline.
 //!
-//! An answer too large for one peer frame (a time-to-live with very many
-//! keys) is dropped by the transport; its request then times out.
+//! **Keys of a time-to-live.** A lease may hold very many keys (100,000
+//! keys of 100 bytes make 10 MB), more than one peer frame carries, and
+//! etcd sets no limit here: its follower reads the leader's whole answer
+//! from an HTTP body, and its gRPC answers may be up to 2 GiB. So the
+//! leader is never asked for keys. Which keys a lease holds is applied
+//! state that every member has, while only the remaining TTL is the
+//! leader's. The follower forwards the query without `keys`, and the
+//! leader answers with the TTL and its applied index (at or past the read
+//! index it confirmed for the query). The follower then lists the keys
+//! from its own state once it has applied that far, reusing the
+//! read-index queue. The answer is as linearizable as the leader's would
+//! be: the keys are read at a point after the query arrived. A lease
+//! revoked in between is reported as not found, as it would be at that
+//! point. The peer messages stay small whatever the number of keys.
 //!
 //! This module never reads the clock.
 
@@ -28,12 +40,13 @@ use prost::Message as _;
 use tracing::debug;
 
 use oxetcd_proto::eraftpb::{Message, MessageType};
+use oxetcd_proto::etcdserverpb::{LeaseTimeToLiveRequest, LeaseTimeToLiveResponse};
 use oxetcd_proto::oxetcdpb::{
     lease_forward, lease_forward_answer, lease_forward_request, LeaseForward, LeaseForwardAnswer,
     LeaseForwardRequest,
 };
 
-use super::{Leadership, Node, Origin, ReadKind, Ticket};
+use super::{Leadership, Node, Origin, PendingRead, ReadKind, Ticket};
 use crate::error::Error;
 use crate::raft::Role;
 use crate::storage::{KvStore, LogStore};
@@ -84,7 +97,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     pub(super) fn forward_lease(&mut self, ticket: Ticket, leader: u64, request: Request) {
         let forward_request = match &request {
             Request::LeaseKeepAlive(r) => lease_forward_request::Request::KeepAlive(*r),
-            Request::LeaseTimeToLive(r) => lease_forward_request::Request::TimeToLive(*r),
+            // The keys come from this member's state (see the module docs).
+            Request::LeaseTimeToLive(r) => {
+                lease_forward_request::Request::TimeToLive(LeaseTimeToLiveRequest {
+                    keys: false,
+                    ..*r
+                })
+            }
             other => {
                 debug!(?other, "not a forwarded lease request");
                 return self.answer(ticket, Err(Error::Unimplemented("this request")));
@@ -180,6 +199,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let kind = lease_forward::Kind::Answer(LeaseForwardAnswer {
             id: forward_id,
             result: Some(result),
+            applied_index: self.meta.applied_index,
         });
         self.send_lease_forward(member, kind);
     }
@@ -216,7 +236,43 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Some(lease_forward_answer::Result::Error(_)) | None => Err(Error::Stopped),
         };
         let forwarded = self.forwarded.remove(&answer.id).expect("checked");
-        self.answer(forwarded.ticket, result);
+        let wants_keys = matches!(forwarded.request, Request::LeaseTimeToLive(r) if r.keys);
+        match result {
+            // A lease the leader knows: its keys are read here once this
+            // member has applied what the leader had.
+            Ok(Response::LeaseTimeToLive(response)) if wants_keys && response.ttl != -1 => {
+                let read = PendingRead {
+                    ticket: forwarded.ticket,
+                    kind: ReadKind::LeaseKeys(response),
+                };
+                self.confirmed_reads.push((answer.applied_index, read));
+                self.release_reads();
+            }
+            result => self.answer(forwarded.ticket, result),
+        }
+    }
+
+    /// Completes the leader's answer to a forwarded time-to-live with the
+    /// lease's keys, read from this member's applied state.
+    pub(super) fn answer_lease_keys(
+        &mut self,
+        ticket: Ticket,
+        mut response: LeaseTimeToLiveResponse,
+    ) {
+        response.header = Some(self.header());
+        match self.lessor.keys(response.id) {
+            Some(keys) => response.keys = keys,
+            // Revoked since the leader answered.
+            None => {
+                response = LeaseTimeToLiveResponse {
+                    header: response.header,
+                    id: response.id,
+                    ttl: -1,
+                    ..Default::default()
+                }
+            }
+        }
+        self.answer(ticket, Ok(Response::LeaseTimeToLive(response)));
     }
 
     /// The leader changed: requests forwarded to another leader (or term)

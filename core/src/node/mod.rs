@@ -378,6 +378,9 @@ enum ReadKind {
     Range(RangeRequest),
     /// A lease query or keep-alive (answered by the leader only).
     Lease(Request),
+    /// The leader's answer to a forwarded time-to-live, to be completed
+    /// with the lease's keys from this member's applied state.
+    LeaseKeys(LeaseTimeToLiveResponse),
     MemberList,
 }
 
@@ -606,13 +609,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Input::SnapshotSent { to, delivered } => self.raft.report_snapshot(to, delivered),
             Input::Unreachable { to } => self.raft.report_unreachable(to),
             Input::Watch { stream, request } => {
-                let header = self.header();
-                let mut cx = watch::Context {
-                    now: self.now,
-                    header,
-                    outputs: &mut self.outputs,
-                };
-                self.watches.handle_request(stream, request, &mut cx);
+                self.with_watches(|watches, cx| watches.handle_request(stream, request, cx));
             }
             Input::WatchClosed { stream } => self.watches.handle_closed(stream),
             Input::WatchStalled {
@@ -620,14 +617,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 watch_id,
                 from_revision,
             } => {
-                let header = self.header();
-                let mut cx = watch::Context {
-                    now: self.now,
-                    header,
-                    outputs: &mut self.outputs,
-                };
-                self.watches
-                    .handle_stalled(stream, watch_id, from_revision, &mut cx);
+                self.with_watches(|watches, cx| {
+                    watches.handle_stalled(stream, watch_id, from_revision, cx)
+                });
             }
             Input::WatchCaughtUp {
                 stream,
@@ -635,14 +627,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 upto,
                 compacted,
             } => {
-                let header = self.header();
-                let mut cx = watch::Context {
-                    now: self.now,
-                    header,
-                    outputs: &mut self.outputs,
-                };
-                self.watches
-                    .handle_caught_up(stream, watch_id, upto, compacted, &mut cx);
+                self.with_watches(|watches, cx| {
+                    watches.handle_caught_up(stream, watch_id, upto, compacted, cx)
+                });
             }
         }
     }
@@ -691,13 +678,19 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.raft.handle_timeout(self.now);
         self.handle_lease_timers();
         self.expire_requests();
-        let header = self.header();
+        self.with_watches(|watches, cx| watches.handle_timeout(cx));
+    }
+
+    /// Runs `f` on the watch registry with what a watch operation needs
+    /// from the node: the time, a header at the current revision, and the
+    /// output queue.
+    fn with_watches(&mut self, f: impl FnOnce(&mut WatchRegistry, &mut watch::Context<'_>)) {
         let mut cx = watch::Context {
             now: self.now,
-            header,
+            header: self.header(),
             outputs: &mut self.outputs,
         };
-        self.watches.handle_timeout(&mut cx);
+        f(&mut self.watches, &mut cx);
     }
 
     /// Before a graceful stop: a leader hands leadership to the most
@@ -1298,6 +1291,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     self.answer(ticket, Err(Error::LeaderChanged));
                 }
             }
+            ReadKind::LeaseKeys(response) => self.answer_lease_keys(ticket, response),
         }
     }
 
@@ -1613,13 +1607,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             }
         }
         self.proposed_at = self.proposed_at.split_off(&(applied + 1));
-        let header = self.header();
-        let mut cx = watch::Context {
-            now: self.now,
-            header,
-            outputs: &mut self.outputs,
-        };
-        self.watches.handle_restored(&mut cx);
+        self.with_watches(|watches, cx| watches.handle_restored(cx));
         self.update_sole_voter();
         self.release_reads();
         Ok(())

@@ -33,15 +33,16 @@ use crate::watch_routes::StreamItem;
 pub struct WatchService<K: KvStore> {
     handle: Handle<K>,
     /// Responses larger than this are fragmented for watchers that asked.
-    max_request_bytes: usize,
+    fragment_bytes: usize,
 }
 
 impl<K: KvStore> WatchService<K> {
-    /// A service over `handle`, fragmenting at `max_request_bytes`.
+    /// A service over `handle`. Like etcd, it fragments responses larger
+    /// than `max_request_bytes` plus its allowance for gRPC overhead.
     pub fn new(handle: Handle<K>, max_request_bytes: usize) -> Self {
         Self {
             handle,
-            max_request_bytes,
+            fragment_bytes: max_request_bytes.saturating_add(super::GRPC_OVERHEAD_BYTES),
         }
     }
 }
@@ -67,7 +68,7 @@ impl<K: KvStore> Watch for WatchService<K> {
             ready: VecDeque::new(),
             deliveries: VecDeque::new(),
             catching_up: None,
-            max_request_bytes: self.max_request_bytes,
+            fragment_bytes: self.fragment_bytes,
             done: false,
         }))
     }
@@ -89,7 +90,7 @@ pub struct WatchResponses<K: KvStore> {
     /// `queued` until then, so the stream's bound covers them.
     deliveries: VecDeque<WatchDelivery>,
     catching_up: Option<CatchUpFuture>,
-    max_request_bytes: usize,
+    fragment_bytes: usize,
     done: bool,
 }
 
@@ -97,7 +98,7 @@ impl<K: KvStore> WatchResponses<K> {
     fn push(&mut self, response: WatchResponse, fragment: bool) {
         if fragment {
             self.ready
-                .extend(watch::fragments(response, self.max_request_bytes));
+                .extend(watch::fragments(response, self.fragment_bytes));
         } else {
             self.ready.push_back(response);
         }
