@@ -285,6 +285,7 @@ fn output_matches_etcdctl_on_oxetcd() {
         cmd("endpoint hashkv"),
         cmd("move-leader 1"),
         cmd("defrag"),
+        cmd(&format!("snapshot save {SNAPSHOT_PLACEHOLDER}")),
     ]);
     compare_clients(ServerKind::Oxetcd, &steps);
 }

@@ -68,6 +68,7 @@ use oxetcd_proto::etcdserverpb::{
     Member, RangeRequest, RangeResponse, ResponseHeader, WatchRequest,
 };
 use oxetcd_storage::snapshot::{self as backend_snapshot, SnapshotExport, CHUNK_BYTES_DEFAULT};
+use oxetcd_storage::snapshot_file::FileExport;
 use slab::Slab;
 use tracing::{debug, error, info, warn};
 
@@ -77,6 +78,9 @@ use crate::watch_routes::{StreamItem, WatchRoutes};
 
 /// A snapshot stream's chunks, pulled on a blocking thread.
 pub type SnapshotChunks = Box<dyn Iterator<Item = std::io::Result<bytes::Bytes>> + Send>;
+
+/// A snapshot file's chunks (see [`Handle::snapshot_file`]).
+pub type FileChunks = Box<dyn Iterator<Item = std::io::Result<Vec<u8>>> + Send>;
 
 /// What the driver needs from a peer transport. [`PeerTransport`] is the
 /// real one; a member with no peers runs with none at all.
@@ -312,6 +316,32 @@ impl<K: KvStore> Handle<K> {
         self.run_blocking(move || {
             let meta = kv.read().and_then(|view| view.meta());
             meta.map_err(fatal_storage)
+        })
+        .await
+    }
+
+    /// The backend as a snapshot file (stream and checksum, see
+    /// [`FileExport`]) of a read view taken now, for the Maintenance
+    /// `Snapshot` call; [`Handle::next_file_chunk`] pulls its chunks.
+    pub async fn snapshot_file(&self) -> Result<FileChunks, Error> {
+        let kv = self.kv.clone();
+        self.run_blocking(move || {
+            let view = kv.read().map_err(fatal_storage)?;
+            Ok(Box::new(FileExport::new(view, CHUNK_BYTES_DEFAULT)) as FileChunks)
+        })
+        .await
+    }
+
+    /// The next chunk of a snapshot file, read on a blocking thread (it
+    /// walks the backend), with the rest of the file; `None` at its end.
+    pub async fn next_file_chunk(
+        &self,
+        mut chunks: FileChunks,
+    ) -> Result<Option<(Vec<u8>, FileChunks)>, Error> {
+        self.run_blocking(move || match chunks.next() {
+            None => Ok(None),
+            Some(Ok(chunk)) => Ok(Some((chunk, chunks))),
+            Some(Err(e)) => fatal("exporting a snapshot", &e),
         })
         .await
     }

@@ -81,7 +81,7 @@ const MEMBERSHIP_KEY: &str = "membership";
 /// Meta record: the commit sequence of the last commit that changed the key
 /// index, so that a snapshot knows which index changes it contains.
 const COMMIT_SEQ_KEY: &str = "kv_commit_seq";
-const CONTENTS: &str = "mvcc";
+pub(crate) const CONTENTS: &str = "mvcc";
 
 /// The meta record of a fresh store: revision 1 and never compacted, as etcd.
 const FRESH_META: KvMeta = KvMeta {

@@ -42,11 +42,13 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod codec;
+pub mod defrag;
 mod error;
 mod format;
 pub mod kv;
 pub mod log;
 pub mod snapshot;
+pub mod snapshot_file;
 
 use std::fs;
 use std::io;

@@ -32,7 +32,7 @@ const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 const HARD_STATE_KEY: &str = "hard_state";
 const FIRST_INDEX_KEY: &str = "first_index";
 const SNAPSHOT_TERM_KEY: &str = "snapshot_term";
-const CONTENTS: &str = "raft-log";
+pub(crate) const CONTENTS: &str = "raft-log";
 
 /// The raft log in its own redb database. Cloning shares the database.
 #[derive(Clone, Debug)]

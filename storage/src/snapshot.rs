@@ -201,44 +201,102 @@ impl From<StorageError> for ImportError {
 /// Replaces everything `write` holds with the snapshot read from `stream`
 /// and returns the snapshot's meta record. The caller commits `write`; on
 /// an error it drops it, and the store is unchanged.
-pub fn import<W: KvWrite>(write: &mut W, mut stream: impl Read) -> Result<KvMeta, ImportError> {
-    let mut magic = [0u8; 8];
-    stream.read_exact(&mut magic).map_err(ImportError::Io)?;
-    if &magic != MAGIC {
-        return Err(ImportError::Corrupt("not an oxetcd snapshot".into()));
-    }
+pub fn import<W: KvWrite>(write: &mut W, stream: impl Read) -> Result<KvMeta, ImportError> {
+    let mut records = Records::new(stream)?;
     clear(write)?;
-    let mut meta = None;
-    let mut records = 0u64;
-    let mut body = Vec::new();
-    loop {
+    while let Some(record) = records.next_record()? {
+        match record {
+            Record::Meta(meta) => write.set_meta(&meta)?,
+            Record::Membership(membership) => write.set_membership(&membership)?,
+            Record::Lease(lease) => write.put_lease(&lease)?,
+            Record::Version(version) => write.put_version(&version)?,
+        }
+    }
+    records.meta()
+}
+
+/// One decoded record of a snapshot stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    /// The backend's meta record (always first).
+    Meta(KvMeta),
+    /// The stored membership.
+    Membership(Membership),
+    /// One lease.
+    Lease(LeaseRecord),
+    /// One version of a key (tombstones included).
+    Version(KeyVersion),
+}
+
+/// Reads a snapshot stream record by record, checking its framing: the
+/// magic, the meta record first, known tags, bounded bodies, and the end
+/// record's count. It reads exactly the stream's bytes and no further, so
+/// whatever follows the end record (a file's checksum) is left unread.
+pub struct Records<S: Read> {
+    stream: S,
+    /// Records read so far, the end record excluded.
+    count: u64,
+    meta: Option<KvMeta>,
+    body: Vec<u8>,
+    done: bool,
+}
+
+impl<S: Read> Records<S> {
+    /// Starts reading `stream`, which must begin with [`MAGIC`].
+    pub fn new(mut stream: S) -> Result<Self, ImportError> {
+        let mut magic = [0u8; 8];
+        read_exact(&mut stream, &mut magic)?;
+        if &magic != MAGIC {
+            return Err(ImportError::Corrupt("not an oxetcd snapshot".into()));
+        }
+        Ok(Self {
+            stream,
+            count: 0,
+            meta: None,
+            body: Vec::new(),
+            done: false,
+        })
+    }
+
+    /// The next record, or `None` after a valid end record.
+    pub fn next_record(&mut self) -> Result<Option<Record>, ImportError> {
+        if self.done {
+            return Ok(None);
+        }
         let mut head = [0u8; 5];
-        stream.read_exact(&mut head).map_err(ImportError::Io)?;
+        read_exact(&mut self.stream, &mut head)?;
         let tag = head[0];
         let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
         if len > RECORD_BYTES_MAX {
             return Err(ImportError::Corrupt(format!("record of {len} bytes")));
         }
-        body.resize(len, 0);
-        stream.read_exact(&mut body).map_err(ImportError::Io)?;
-        let mut fields = Fields(&body);
-        match tag {
+        self.body.resize(len, 0);
+        read_exact(&mut self.stream, &mut self.body)?;
+        if self.meta.is_none() && tag != TAG_META {
+            return Err(ImportError::Corrupt(format!(
+                "record tag {tag} before the meta record"
+            )));
+        }
+        let mut fields = Fields(&self.body);
+        let record = match tag {
             TAG_META => {
-                let decoded = KvMeta {
+                let meta = KvMeta {
                     applied_index: fields.u64()?,
                     applied_term: fields.u64()?,
                     revision: fields.i64()?,
                     compact_revision: fields.i64()?,
                 };
-                write.set_meta(&decoded)?;
-                meta = Some(decoded);
+                self.meta = Some(meta);
+                Record::Meta(meta)
             }
-            TAG_MEMBERSHIP => write.set_membership(&Membership::decode(&body)?)?,
-            TAG_LEASE => write.put_lease(&LeaseRecord {
+            TAG_MEMBERSHIP => Record::Membership(
+                Membership::decode(&self.body).map_err(|e| ImportError::Corrupt(e.to_string()))?,
+            ),
+            TAG_LEASE => Record::Lease(LeaseRecord {
                 id: fields.i64()?,
                 ttl_secs: fields.i64()?,
                 remaining_ttl_secs: fields.i64()?,
-            })?,
+            }),
             TAG_VERSION => {
                 let mod_revision = Revision {
                     main: fields.i64()?,
@@ -251,7 +309,7 @@ pub fn import<W: KvWrite>(write: &mut W, mut stream: impl Read) -> Result<KvMeta
                 let key_len = fields.u32()? as usize;
                 let key = fields.take(key_len)?.to_vec();
                 let value = fields.0.to_vec();
-                write.put_version(&KeyVersion {
+                Record::Version(KeyVersion {
                     key,
                     mod_revision,
                     create_revision,
@@ -259,21 +317,52 @@ pub fn import<W: KvWrite>(write: &mut W, mut stream: impl Read) -> Result<KvMeta
                     lease,
                     value,
                     tombstone,
-                })?;
+                })
             }
             TAG_END => {
                 let count = fields.u64()?;
-                if count != records {
+                if count != self.count {
                     return Err(ImportError::Corrupt(format!(
-                        "{records} records, the end record says {count}"
+                        "{} records, the end record says {count}",
+                        self.count
                     )));
                 }
-                return meta.ok_or_else(|| ImportError::Corrupt("no meta record".into()));
+                self.done = true;
+                return Ok(None);
             }
             other => return Err(ImportError::Corrupt(format!("unknown record tag {other}"))),
-        }
-        records += 1;
+        };
+        self.count += 1;
+        Ok(Some(record))
     }
+
+    /// The meta record, once read.
+    pub fn meta(&self) -> Result<KvMeta, ImportError> {
+        self.meta
+            .ok_or_else(|| ImportError::Corrupt("no meta record".into()))
+    }
+
+    /// Records read so far, the end record excluded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The stream, positioned after the last record read.
+    pub fn into_inner(self) -> S {
+        self.stream
+    }
+}
+
+/// `read_exact`, with a stream that ends early reported as a corrupt
+/// (truncated) snapshot rather than an I/O failure.
+fn read_exact(stream: &mut impl Read, buf: &mut [u8]) -> Result<(), ImportError> {
+    stream.read_exact(buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            ImportError::Corrupt("the stream ends before its end record".into())
+        } else {
+            ImportError::Io(e)
+        }
+    })
 }
 
 /// Removes every version and lease `write` holds.

@@ -1,17 +1,25 @@
-//! `snapshot save`, `defrag`, `alarm`, `move-leader` and `downgrade`.
+//! `snapshot save|status|restore`, `defrag`, `alarm`, `move-leader` and
+//! `downgrade`.
+//!
+//! `snapshot status`, `snapshot restore` and `defrag --data-dir` work on
+//! local files and reach no server; what they do to the storage format lives
+//! in `oxetcd_storage` (`snapshot_file`, `defrag`) and `oxetcd_server`
+//! (`restore`), and these commands only parse flags and print.
 
 use std::io::Write;
+use std::path::Path;
 
 use clap::{Args, Subcommand};
 use oxetcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use oxetcd_proto::etcdserverpb::downgrade_request::DowngradeAction;
 use oxetcd_proto::etcdserverpb::{AlarmRequest, AlarmResponse, DowngradeRequest, SnapshotRequest};
+use oxetcd_server::restore::RestoreOptions;
 use tokio::time::Instant;
 
 use super::endpoint::endpoints;
 use super::{exit, parse_hex_u64, Context, Failure};
 use crate::client::maintenance;
-use crate::output::{DowngradeStep, View};
+use crate::output::{DbStatus, DowngradeStep, View};
 use crate::Error;
 
 /// `snapshot <subcommand>`.
@@ -22,6 +30,42 @@ pub enum SnapshotCommand {
         /// <filename>
         args: Vec<String>,
     },
+    /// Restores an etcd member snapshot to an etcd directory
+    Restore(RestoreArgs),
+    /// Gets backend snapshot status of a given file
+    Status {
+        /// <filename>
+        args: Vec<String>,
+    },
+}
+
+/// `snapshot restore <filename> [options]`, with etcdctl's flags and
+/// defaults.
+#[derive(Args, Clone, Debug)]
+pub struct RestoreArgs {
+    /// <filename>
+    pub args: Vec<String>,
+    /// Path to the data directory
+    #[arg(long, default_value = "")]
+    pub data_dir: String,
+    /// Path to the WAL directory (use --data-dir if none given)
+    #[arg(long, default_value = "")]
+    pub wal_dir: String,
+    /// Initial cluster configuration for restore bootstrap
+    #[arg(long, default_value = "default=http://localhost:2380")]
+    pub initial_cluster: String,
+    /// Initial cluster token for the etcd cluster during restore bootstrap
+    #[arg(long, default_value = "etcd-cluster")]
+    pub initial_cluster_token: String,
+    /// List of this member's peer URLs to advertise to the rest of the cluster
+    #[arg(long, default_value = "http://localhost:2380")]
+    pub initial_advertise_peer_urls: String,
+    /// Human-readable name for this member
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// Ignore snapshot integrity hash value (required if copied from data directory)
+    #[arg(long)]
+    pub skip_hash_check: bool,
 }
 
 /// `defrag [options]`.
@@ -73,15 +117,84 @@ pub enum DowngradeCommand {
     },
 }
 
+/// `snapshot save|status|restore`.
+pub async fn snapshot(ctx: &Context, command: &SnapshotCommand) -> Result<(), Failure> {
+    match command {
+        SnapshotCommand::Save { args } => snapshot_save(ctx, args).await,
+        SnapshotCommand::Status { args } => snapshot_status(ctx, args),
+        SnapshotCommand::Restore(a) => snapshot_restore(a),
+    }
+}
+
+/// `snapshot status <filename>`: hash, revision, total keys, total size.
+fn snapshot_status(ctx: &Context, args: &[String]) -> Result<(), Failure> {
+    if args.len() != 1 {
+        return Err(Failure::bad_args(
+            "snapshot status requires exactly one argument",
+        ));
+    }
+    let status =
+        oxetcd_storage::snapshot_file::status(Path::new(&args[0]), true).map_err(Failure::error)?;
+    ctx.print(&View::DbStatus(DbStatus {
+        hash: status.hash,
+        revision: status.revision,
+        total_key: status.total_key,
+        total_size: status.total_size,
+    }))
+}
+
+/// `snapshot restore <filename>`: a new member's data directory.
+fn snapshot_restore(a: &RestoreArgs) -> Result<(), Failure> {
+    if a.args.len() != 1 {
+        return Err(Failure::bad_args(
+            "snapshot restore requires exactly one argument",
+        ));
+    }
+    if !a.wal_dir.is_empty() {
+        return Err(Failure::error(
+            "--wal-dir is not supported: oxetcd keeps its raft log inside --data-dir",
+        ));
+    }
+    let options = RestoreOptions {
+        snapshot: a.args[0].clone().into(),
+        data_dir: (!a.data_dir.is_empty()).then(|| a.data_dir.clone().into()),
+        name: a.name.clone(),
+        initial_cluster: a.initial_cluster.clone(),
+        initial_cluster_token: a.initial_cluster_token.clone(),
+        initial_advertise_peer_urls: a.initial_advertise_peer_urls.clone(),
+        skip_hash_check: a.skip_hash_check,
+    };
+    let restored = oxetcd_server::restore::restore(&options).map_err(Failure::error)?;
+    // etcd logs its restore on stderr; so does this, in a sentence.
+    eprintln!(
+        "restored snapshot {} (revision {}) into {}: member {:x} of new cluster {:x}; \
+         start it with the same --name, --initial-cluster, --initial-cluster-token \
+         and --initial-advertise-peer-urls",
+        a.args[0],
+        restored.snapshot.revision,
+        restored.data_dir.display(),
+        restored.member_id,
+        restored.cluster_id
+    );
+    Ok(())
+}
+
 /// `snapshot save <filename>`: streams the backend into `<filename>.part`
 /// and renames it into place once complete.
-pub async fn snapshot(ctx: &Context, command: &SnapshotCommand) -> Result<(), Failure> {
-    let SnapshotCommand::Save { args } = command;
+async fn snapshot_save(ctx: &Context, args: &[String]) -> Result<(), Failure> {
     if args.len() != 1 {
         return Err(Failure::bad_args("snapshot save expects one argument"));
     }
     let path = &args[0];
     let interrupted = |e: &dyn std::fmt::Display| Failure::new(exit::INTERRUPTED, e);
+    let endpoints = &ctx.client.config().endpoints;
+    if endpoints.len() != 1 {
+        // A snapshot is one member's backend: which one must be explicit.
+        return Err(interrupted(&format!(
+            "snapshot must be requested to one selected node, not multiple {}",
+            crate::output::go::string_list(endpoints)
+        )));
+    }
     let command_timeout = ctx.client.config().command_timeout;
     let save = async {
         let (index, transport) = ctx
@@ -100,9 +213,18 @@ pub async fn snapshot(ctx: &Context, command: &SnapshotCommand) -> Result<(), Fa
         let partial = format!("{path}.part");
         let mut file = std::fs::File::create(&partial)
             .map_err(|e| Error::Protocol(format!("could not open {partial} ({e})")))?;
+        let mut size = 0u64;
         while let Some(chunk) = stream.message().await? {
             file.write_all(&chunk.blob)
                 .map_err(|e| Error::Protocol(format!("could not write {partial} ({e})")))?;
+            size += chunk.blob.len() as u64;
+        }
+        // etcd's rule for a complete snapshot: a whole number of 512-byte
+        // sectors plus a 32-byte SHA-256 (oxetcd's snapshots follow it).
+        if size % 512 != 32 {
+            return Err(Error::Protocol(format!(
+                "sha256 checksum not found [bytes: {size}]"
+            )));
         }
         file.sync_all()
             .map_err(|e| Error::Protocol(format!("could not fsync {partial} ({e})")))?;
@@ -117,6 +239,10 @@ pub async fn snapshot(ctx: &Context, command: &SnapshotCommand) -> Result<(), Fa
     } else {
         save.await
     };
+    if result.is_err() {
+        // A partial file is never left behind, whatever failed.
+        let _ = std::fs::remove_file(format!("{path}.part"));
+    }
     result.map_err(|e| interrupted(&e))?;
     println!("Snapshot saved at {path}");
     Ok(())
@@ -124,10 +250,15 @@ pub async fn snapshot(ctx: &Context, command: &SnapshotCommand) -> Result<(), Fa
 
 /// `defrag`: each endpoint in turn.
 pub async fn defrag(ctx: &Context, a: &DefragArgs) -> Result<(), Failure> {
-    if a.data_dir.is_some() {
-        return Err(Failure::error(
-            "defrag --data-dir (offline defragmentation) is not supported by oxetcdctl",
-        ));
+    if let Some(dir) = a.data_dir.as_deref().filter(|d| !d.is_empty()) {
+        // etcdctl prints nothing when the offline defragmentation succeeds.
+        return match oxetcd_storage::defrag::defragment(Path::new(dir)) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                eprintln!("Failed to defragment etcd data[{dir}] ({e})");
+                Err(Failure::silent(exit::ERROR))
+            }
+        };
     }
     let mut failures = 0;
     for endpoint in endpoints(ctx, a.cluster).await? {

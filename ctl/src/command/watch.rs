@@ -4,6 +4,14 @@
 //! endpoint, resuming after the last revision seen, so a watcher survives
 //! losing its member as etcd's client does. Any other error ends the watch
 //! with etcdctl's "watch was canceled (…)".
+//!
+//! `watch -i` reads `watch …` and `progress` lines from stdin, each watch on
+//! its own stream; like etcdctl it skips a line the server could refuse and
+//! ends on one that could never make a watch, and on the end of its input
+//! (exit 3). `watch KEY -- COMMAND ARGS` runs the command once per event
+//! with `ETCD_WATCH_REVISION`, `ETCD_WATCH_EVENT_TYPE`, `ETCD_WATCH_KEY` and
+//! `ETCD_WATCH_VALUE` (Go-quoted) in its environment; a failure ends the
+//! watch with Go's description of it, as etcdctl's does.
 
 use std::io::BufRead;
 
@@ -25,6 +33,10 @@ use crate::output::View;
 
 /// Requests queued for one watch stream (the create and progress requests).
 const WATCH_QUEUE_MAX: usize = 4;
+
+/// etcdctl's error for a `--` with no command after it.
+const SEPARATOR_WITHOUT_COMMAND: &str =
+    "bad number of arguments (found separator --, but no commands)";
 
 /// `watch [options] [key or prefix] [range_end] [--] [exec-command arg1 arg2 ...]`.
 #[derive(Args, Clone, Debug, Default)]
@@ -67,6 +79,10 @@ pub async fn watch(ctx: &Context, a: &WatchArgs) -> Result<(), Failure> {
     }
     if a.interactive {
         return interactive(ctx, &env_key, &env_range).await;
+    }
+    // `watch foo --`: a separator with no command after it.
+    if std::env::args().next_back().as_deref() == Some("--") {
+        return Err(Failure::bad_args(SEPARATOR_WITHOUT_COMMAND));
     }
     let mut args = a.args.clone();
     if !env_key.is_empty() {
@@ -128,7 +144,9 @@ async fn interactive(ctx: &Context, env_key: &str, env_range: &str) -> Result<()
         loop {
             let mut line = String::new();
             let read = match stdin.read_line(&mut line) {
-                Ok(0) => Err(std::io::Error::new(
+                // A last line without its newline is not a request: Go's
+                // reader reports EOF with it, and etcdctl stops there.
+                Ok(_) if !line.ends_with('\n') => Err(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     "EOF",
                 )),
@@ -162,9 +180,25 @@ async fn interactive(ctx: &Context, env_key: &str, env_range: &str) -> Result<()
                     eprintln!("Invalid command {line} (command type or key is not provided)");
                     continue;
                 }
+                // As etcdctl, a line whose flags or arguments could never
+                // make a watch ends the session; one the server could
+                // refuse is reported and skipped.
+                if words.last().map(String::as_str) == Some("--") {
+                    return Err(Failure::bad_args(SEPARATOR_WITHOUT_COMMAND));
+                }
                 let parsed = WatchLine::try_parse_from(&words)
-                    .map_err(|e| Failure::bad_args(e.to_string().trim_end()))?
+                    .map_err(|e| Failure::bad_args(flag_error(&e)))?
                     .args;
+                if parsed.exec.is_empty() {
+                    if env_key.is_empty() && parsed.args.is_empty() {
+                        return Err(Failure::bad_args("bad number of arguments"));
+                    }
+                    if !env_key.is_empty() && !parsed.args.is_empty() {
+                        return Err(Failure::bad_args(
+                            "bad number of arguments (found conflicting environment key)",
+                        ));
+                    }
+                }
                 let mut args = parsed.args.clone();
                 if !env_key.is_empty() {
                     let mut with_env = vec![env_key.to_owned()];
@@ -331,8 +365,8 @@ fn handle(ctx: &Context, response: &WatchResponse, exec: &[String]) -> bool {
                 .status();
             let failed = match status {
                 Ok(s) if s.success() => None,
-                Ok(s) => Some(s.to_string()),
-                Err(e) => Some(e.to_string()),
+                Ok(s) => Some(go_exit_status(s)),
+                Err(e) => Some(go_spawn_error(program, &e)),
             };
             if let Some(why) = failed {
                 let words: Vec<String> = exec.iter().map(|w| quote(w.as_bytes())).collect();
@@ -342,4 +376,123 @@ fn handle(ctx: &Context, response: &WatchResponse, exec: &[String]) -> bool {
         }
     }
     response.canceled
+}
+
+/// Go's text for a command that ran and failed (`*exec.ExitError`):
+/// `exit status 1`, `signal: killed`.
+fn go_exit_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    let Some(signal) = status.signal() else {
+        return status.to_string();
+    };
+    // Go's names for the signals a command is likely to die of.
+    let name = match signal {
+        1 => "hangup".to_owned(),
+        2 => "interrupt".to_owned(),
+        3 => "quit".to_owned(),
+        4 => "illegal instruction".to_owned(),
+        5 => "trace/breakpoint trap".to_owned(),
+        6 => "aborted".to_owned(),
+        7 => "bus error".to_owned(),
+        8 => "floating point exception".to_owned(),
+        9 => "killed".to_owned(),
+        10 => "user defined signal 1".to_owned(),
+        11 => "segmentation fault".to_owned(),
+        12 => "user defined signal 2".to_owned(),
+        13 => "broken pipe".to_owned(),
+        14 => "alarm clock".to_owned(),
+        15 => "terminated".to_owned(),
+        other => format!("signal {other}"),
+    };
+    let core = if status.core_dumped() {
+        " (core dumped)"
+    } else {
+        ""
+    };
+    format!("signal: {name}{core}")
+}
+
+/// Go's text for a command that could not start: a bare name is looked up
+/// in `$PATH` first (`exec: "x": executable file not found in $PATH`), a
+/// path fails in the exec itself (`fork/exec /x: no such file or
+/// directory`).
+fn go_spawn_error(program: &str, error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    if !program.contains('/')
+        && matches!(
+            error.kind(),
+            ErrorKind::NotFound | ErrorKind::PermissionDenied
+        )
+    {
+        return format!(
+            "exec: {}: executable file not found in $PATH",
+            quote(program.as_bytes())
+        );
+    }
+    let why = match error.raw_os_error() {
+        Some(2) => "no such file or directory".to_owned(),
+        Some(8) => "exec format error".to_owned(),
+        Some(13) => "permission denied".to_owned(),
+        Some(20) => "not a directory".to_owned(),
+        _ => {
+            let text = error.to_string();
+            let text = text.split(" (os error").next().unwrap_or_default();
+            text.to_lowercase()
+        }
+    };
+    format!("fork/exec {program}: {why}")
+}
+
+/// pflag's message for a flag a `watch -i` line does not know, or clap's
+/// own first line for anything else.
+fn flag_error(error: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() == ErrorKind::UnknownArgument {
+        if let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) {
+            let flag = arg.split('=').next().unwrap_or(arg);
+            return match flag.strip_prefix("--") {
+                Some(_) => format!("unknown flag: {flag}"),
+                None => {
+                    let short = flag.trim_start_matches('-').chars().next().unwrap_or('-');
+                    format!("unknown shorthand flag: '{short}' in {flag}")
+                }
+            };
+        }
+    }
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first.trim_start_matches("error: ").to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    #[test]
+    fn command_failures_read_as_go_prints_them() {
+        assert_eq!(
+            go_exit_status(ExitStatus::from_raw(1 << 8)),
+            "exit status 1"
+        );
+        assert_eq!(go_exit_status(ExitStatus::from_raw(9)), "signal: killed");
+        assert_eq!(
+            go_exit_status(ExitStatus::from_raw(15)),
+            "signal: terminated"
+        );
+        let missing = std::io::Error::from_raw_os_error(2);
+        assert_eq!(
+            go_spawn_error("nope", &missing),
+            "exec: \"nope\": executable file not found in $PATH"
+        );
+        assert_eq!(
+            go_spawn_error("/x/nope", &missing),
+            "fork/exec /x/nope: no such file or directory"
+        );
+    }
 }

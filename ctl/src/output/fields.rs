@@ -107,6 +107,12 @@ pub(super) fn render(view: &View<'_>) -> Option<String> {
                 let _ = writeln!(o, "\"AlarmType\" : {}\n", alarm_name(a.alarm));
             }
         }
+        View::DbStatus(status) => {
+            let _ = writeln!(o, "\"Hash\" : {}", status.hash);
+            let _ = writeln!(o, "\"Revision\" : {}", status.revision);
+            let _ = writeln!(o, "\"Keys\" : {}", status.total_key);
+            let _ = writeln!(o, "\"Size\" : {}", status.total_size);
+        }
         View::Downgrade(_, r) => {
             header(o, r.header.as_ref());
             let _ = writeln!(o, "\"Version\" : {}", r.version);

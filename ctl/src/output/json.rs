@@ -117,6 +117,10 @@ pub(super) fn render(view: &View<'_>) -> String {
             o.finish()
         })),
         View::MoveLeader { response, .. } => only_header(response.header.as_ref()),
+        View::DbStatus(status) => format!(
+            "{{\"hash\":{},\"revision\":{},\"totalKey\":{},\"totalSize\":{}}}",
+            status.hash, status.revision, status.total_key, status.total_size
+        ),
         View::Alarm(r) => {
             let mut o = Obj::new();
             o.header(r.header.as_ref());

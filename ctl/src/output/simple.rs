@@ -9,8 +9,8 @@ use oxetcd_proto::etcdserverpb::{DeleteRangeResponse, PutResponse, RangeResponse
 use oxetcd_proto::mvccpb::KeyValue;
 
 use super::{
-    alarm_name, event_name, hash_rows, member_rows, status_rows, DowngradeStep, Printer, Rendered,
-    View,
+    alarm_name, db_status_rows, event_name, hash_rows, member_rows, status_rows, DowngradeStep,
+    Printer, Rendered, View,
 };
 
 pub(super) fn render(printer: &Printer, view: &View<'_>) -> Rendered {
@@ -162,6 +162,7 @@ pub(super) fn render(printer: &Printer, view: &View<'_>) -> Rendered {
         }
         View::EndpointStatus(list) => rows(o, status_rows(list)),
         View::EndpointHashKv(list) => rows(o, hash_rows(list)),
+        View::DbStatus(status) => rows(o, db_status_rows(&status)),
         View::MoveLeader { leader, target, .. } => {
             let _ = writeln!(o, "Leadership transferred from {leader:x} to {target:x}");
         }

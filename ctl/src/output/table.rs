@@ -1,7 +1,7 @@
 //! The `table` format: bordered tables with centred upper-case headings
 //! and right-aligned cells, for the cluster commands only.
 
-use super::{hash_rows, member_rows, status_rows, View};
+use super::{db_status_rows, hash_rows, member_rows, status_rows, View};
 
 pub(super) fn render(view: &View<'_>) -> Option<String> {
     let (headings, rows): (&[&str], Vec<Vec<String>>) = match *view {
@@ -45,6 +45,10 @@ pub(super) fn render(view: &View<'_>) -> Option<String> {
             status_rows(list),
         ),
         View::EndpointHashKv(list) => (&["endpoint", "hash"], hash_rows(list)),
+        View::DbStatus(status) => (
+            &["hash", "revision", "total keys", "total size"],
+            db_status_rows(&status),
+        ),
         _ => return None,
     };
     Some(table(headings, &rows))

@@ -1,0 +1,550 @@
+//! `snapshot save`, `snapshot status`, `snapshot restore` and `defrag
+//! --data-dir`, used as a person would: keys written to a running oxetcd,
+//! the snapshot saved and inspected, new members started on the restored
+//! directories and read back with Debian's etcdctl; a stopped member
+//! defragmented and started again.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use oxetcd_conformance::{free_port, Server, ServerKind};
+use oxetcd_tests::etcdctl::{self, Output};
+use serde_json::Value;
+
+fn oxetcdctl() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_oxetcdctl"))
+}
+
+/// Runs oxetcdctl against `address` (offline commands ignore it).
+fn ours(address: &str, args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    etcdctl::run_program(&oxetcdctl(), address, &args, None).expect("oxetcdctl runs")
+}
+
+/// Runs Debian's etcdctl against `address`.
+fn theirs(address: &str, args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    etcdctl::run(address, &args, None).expect("etcdctl runs")
+}
+
+fn ok(output: Output, what: &str) -> Output {
+    assert_eq!(output.code, 0, "{what}: {output:?}");
+    output
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_str(output.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {output:?}"))
+}
+
+fn header(value: &Value, field: &str) -> u64 {
+    value["header"][field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no header.{field} in {value}"))
+}
+
+/// etcdctl's JSON carries keys and values in base64.
+fn b64(text: &str) -> String {
+    use std::fmt::Write;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = text.as_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let word = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |w, (i, b)| w | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                let _ = write!(
+                    out,
+                    "{}",
+                    ALPHABET[(word >> (18 - 6 * i) & 63) as usize] as char
+                );
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Writes the history every test restores: three versions of `a` (one
+/// value easy to find in the file), `b` under a lease, `c` put and deleted.
+/// Returns the lease ID (hex) and the store revision.
+fn write_history(address: &str) -> (String, i64) {
+    let granted = ok(ours(address, &["lease", "grant", "600"]), "lease grant");
+    // "lease 694d77aa9e38260f granted with TTL(600s)"
+    let lease = granted
+        .stdout
+        .split_whitespace()
+        .nth(1)
+        .expect("lease ID")
+        .to_owned();
+    for args in [
+        &["put", "a", "1"][..],
+        &["put", "a", "snapshot-value-two"],
+        &["put", "b", "leased", &format!("--lease={lease}")],
+        &["put", "c", "3"],
+        &["del", "c"],
+        &["put", "a", "3"],
+    ] {
+        ok(ours(address, args), "write");
+    }
+    (lease, 7)
+}
+
+fn lease_id(hex: &str) -> i64 {
+    i64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("lease {hex}: {e}"))
+}
+
+fn restore_args<'a>(
+    file: &'a str,
+    data_dir: &'a str,
+    name: &'a str,
+    cluster: &'a str,
+    token: &'a str,
+    peer: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "snapshot",
+        "restore",
+        file,
+        "--data-dir",
+        data_dir,
+        "--name",
+        name,
+        "--initial-cluster",
+        cluster,
+        "--initial-cluster-token",
+        token,
+        "--initial-advertise-peer-urls",
+        peer,
+    ]
+}
+
+/// Starts oxetcd as `name` of the cluster `cluster` on `data_dir`.
+fn start_member(
+    name: &str,
+    data_dir: &Path,
+    client_port: u16,
+    peer_url: &str,
+    cluster: &str,
+    token: &str,
+) -> Server {
+    let client_url = format!("http://127.0.0.1:{client_port}");
+    let args: Vec<String> = [
+        "--name",
+        name,
+        "--data-dir",
+        &data_dir.display().to_string(),
+        "--listen-client-urls",
+        &client_url,
+        "--advertise-client-urls",
+        &client_url,
+        "--listen-peer-urls",
+        peer_url,
+        "--initial-advertise-peer-urls",
+        peer_url,
+        "--initial-cluster",
+        cluster,
+        "--initial-cluster-token",
+        token,
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    Server::start_args(ServerKind::Oxetcd, client_port, data_dir, &args)
+        .unwrap_or_else(|e| panic!("member {name} starts on the restored directory: {e}"))
+}
+
+/// Checks the restored keys, revisions and lease through etcdctl.
+fn check_restored(address: &str, lease: &str, revision: i64) {
+    let all = json(&ok(
+        theirs(address, &["get", "", "--prefix", "-w", "json"]),
+        "get all",
+    ));
+    assert_eq!(header(&all, "revision") as i64, revision, "{all}");
+    let kvs = all["kvs"].as_array().expect("kvs");
+    assert_eq!(kvs.len(), 2, "a and b, c deleted: {all}");
+    assert_eq!(kvs[0]["key"], b64("a"));
+    assert_eq!(kvs[0]["value"], b64("3"));
+    assert_eq!(kvs[0]["create_revision"], 2);
+    assert_eq!(kvs[0]["mod_revision"], 7);
+    assert_eq!(kvs[0]["version"], 3);
+    assert_eq!(kvs[1]["key"], b64("b"));
+    assert_eq!(kvs[1]["lease"].as_i64(), Some(lease_id(lease)));
+    // The history came along.
+    let old = ok(theirs(address, &["get", "a", "--rev", "3"]), "old revision");
+    assert_eq!(old.stdout, "a\nsnapshot-value-two\n");
+    let ttl = ok(
+        theirs(address, &["lease", "timetolive", lease, "--keys"]),
+        "lease",
+    );
+    assert!(
+        ttl.stdout.contains("attached keys([b])") && !ttl.stdout.contains("already expired"),
+        "{ttl:?}"
+    );
+}
+
+/// Runs `check` until it stops panicking, for at most `within` (a new
+/// cluster elects its leader in its first seconds).
+fn eventually(within: Duration, mut check: impl FnMut() -> Result<(), String>) {
+    let started = Instant::now();
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(e) if started.elapsed() > within => panic!("still failing after {within:?}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+#[test]
+fn save_status_restore_and_serve_as_a_new_cluster() {
+    let source = Server::start(ServerKind::Oxetcd).expect("oxetcd starts");
+    let address = source.address();
+    let (lease, revision) = write_history(&address);
+    let original = json(&ok(theirs(&address, &["get", "a", "-w", "json"]), "get"));
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let file = scratch.path().join("snap.db");
+    let file_name = file.display().to_string();
+
+    let saved = ok(ours(&address, &["snapshot", "save", &file_name]), "save");
+    assert_eq!(saved.stdout, format!("Snapshot saved at {file_name}\n"));
+
+    // meta, membership, one lease, six versions (a×3, b, c and its deletion)
+    let status = json(&ok(
+        ours(&address, &["snapshot", "status", &file_name, "-w", "json"]),
+        "status",
+    ));
+    assert_eq!(status["revision"], revision, "{status}");
+    assert_eq!(status["totalKey"], 9, "{status}");
+    let size = std::fs::metadata(&file).expect("file").len();
+    assert_eq!(status["totalSize"].as_u64(), Some(size - 32), "{status}");
+    let simple = ok(
+        ours(&address, &["snapshot", "status", &file_name]),
+        "status",
+    );
+    let hash = format!("{:x}", status["hash"].as_u64().expect("hash"));
+    assert!(
+        simple
+            .stdout
+            .starts_with(&format!("{hash}, {revision}, 9, ")),
+        "{simple:?}"
+    );
+
+    // A snapshot is one member's: two endpoints are refused, as etcdctl
+    // refuses them.
+    let two = format!("{address},127.0.0.1:1");
+    let two_file = scratch.path().join("two.db").display().to_string();
+    let refused = ours(&two, &["snapshot", "save", &two_file]);
+    assert_eq!(refused, theirs(&two, &["snapshot", "save", &two_file]));
+    assert_eq!(refused.code, 5, "{refused:?}");
+
+    // Debian's etcdctl saves oxetcd's snapshots too (they follow etcd's
+    // size rule), and they read the same.
+    let by_etcdctl = scratch.path().join("by-etcdctl.db").display().to_string();
+    ok(
+        theirs(&address, &["snapshot", "save", &by_etcdctl]),
+        "etcdctl save",
+    );
+    let theirs_status = json(&ok(
+        ours(&address, &["snapshot", "status", &by_etcdctl, "-w", "json"]),
+        "status",
+    ));
+    assert_eq!(theirs_status, status);
+
+    // A new single-member cluster on the restored directory.
+    let data_dir = scratch.path().join("restored");
+    let peer = format!("http://127.0.0.1:{}", free_port().expect("port"));
+    let cluster = format!("solo={peer}");
+    let data_dir_arg = data_dir.display().to_string();
+    let restore = restore_args(
+        &file_name,
+        &data_dir_arg,
+        "solo",
+        &cluster,
+        "restored-cluster",
+        &peer,
+    );
+    let restored = ours(&address, &restore);
+    assert_eq!(restored.code, 0, "{restored:?}");
+    assert!(
+        restored.stderr.contains("restored snapshot"),
+        "{restored:?}"
+    );
+    let again = ours(&address, &restore);
+    assert_eq!(again.code, 1, "{again:?}");
+    assert!(again.stderr.contains("exists"), "{again:?}");
+
+    let client_port = free_port().expect("port");
+    let member = start_member(
+        "solo",
+        &data_dir,
+        client_port,
+        &peer,
+        &cluster,
+        "restored-cluster",
+    );
+    let new_address = member.address();
+    check_restored(&new_address, &lease, revision);
+    let now = json(&ok(
+        theirs(&new_address, &["get", "a", "-w", "json"]),
+        "get",
+    ));
+    assert_ne!(
+        header(&now, "cluster_id"),
+        header(&original, "cluster_id"),
+        "a restored member starts a new cluster"
+    );
+    let put = json(&ok(
+        theirs(&new_address, &["put", "d", "new", "-w", "json"]),
+        "put on the restored member",
+    ));
+    assert_eq!(header(&put, "revision") as i64, revision + 1);
+    let members = ok(theirs(&new_address, &["member", "list"]), "member list");
+    assert_eq!(members.stdout.lines().count(), 1, "{members:?}");
+    assert!(members.stdout.contains(", solo, "), "{members:?}");
+}
+
+#[test]
+fn three_members_restored_from_one_snapshot_form_a_cluster() {
+    let source = Server::start(ServerKind::Oxetcd).expect("oxetcd starts");
+    let address = source.address();
+    let (lease, revision) = write_history(&address);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let file = scratch.path().join("snap.db").display().to_string();
+    ok(ours(&address, &["snapshot", "save", &file]), "save");
+    drop(source);
+
+    let names = ["m1", "m2", "m3"];
+    let peers: Vec<String> = names
+        .iter()
+        .map(|_| format!("http://127.0.0.1:{}", free_port().expect("port")))
+        .collect();
+    let cluster = names
+        .iter()
+        .zip(&peers)
+        .map(|(n, p)| format!("{n}={p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut members = Vec::new();
+    for (name, peer) in names.iter().zip(&peers) {
+        let dir = scratch.path().join(name);
+        let restored = ours(
+            &address,
+            &restore_args(
+                &file,
+                &dir.display().to_string(),
+                name,
+                &cluster,
+                "three",
+                peer,
+            ),
+        );
+        assert_eq!(restored.code, 0, "{restored:?}");
+        let port = free_port().expect("port");
+        members.push(start_member(name, &dir, port, peer, &cluster, "three"));
+    }
+    let addresses: Vec<String> = members.iter().map(Server::address).collect();
+    eventually(Duration::from_secs(20), || {
+        let out = theirs(&addresses[2], &["put", "d", "replicated", "-w", "json"]);
+        (out.code == 0).then_some(()).ok_or(format!("{out:?}"))
+    });
+    for address in &addresses {
+        eventually(Duration::from_secs(10), || {
+            let out = theirs(address, &["get", "d", "--print-value-only"]);
+            (out.stdout == "replicated\n")
+                .then_some(())
+                .ok_or(format!("{out:?}"))
+        });
+        let list = ok(theirs(address, &["member", "list"]), "member list");
+        assert_eq!(list.stdout.lines().count(), 3, "{list:?}");
+    }
+    // Every member holds the snapshot's history, the new write after it.
+    let b = json(&ok(
+        theirs(&addresses[1], &["get", "b", "-w", "json"]),
+        "get",
+    ));
+    assert_eq!(header(&b, "revision") as i64, revision + 1, "{b}");
+    assert_eq!(b["kvs"][0]["lease"].as_i64(), Some(lease_id(&lease)));
+    let old = ok(theirs(&addresses[0], &["get", "a", "--rev", "3"]), "old");
+    assert_eq!(old.stdout, "a\nsnapshot-value-two\n");
+}
+
+#[test]
+fn a_corrupt_or_foreign_snapshot_is_refused() {
+    let source = Server::start(ServerKind::Oxetcd).expect("oxetcd starts");
+    let address = source.address();
+    write_history(&address);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let file = scratch.path().join("snap.db");
+    let file_name = file.display().to_string();
+    ok(ours(&address, &["snapshot", "save", &file_name]), "save");
+
+    // One byte of a value flipped: the checksum no longer matches.
+    let mut bytes = std::fs::read(&file).expect("read");
+    let at = bytes
+        .windows(18)
+        .position(|w| w == b"snapshot-value-two")
+        .expect("the value is in the file");
+    bytes[at] ^= 0x20;
+    std::fs::write(&file, &bytes).expect("write");
+    let status = ours(&address, &["snapshot", "status", &file_name]);
+    assert_eq!(status.code, 1, "{status:?}");
+    assert!(
+        status.stderr.starts_with("Error: expected sha256 ["),
+        "{status:?}"
+    );
+    let peer = "http://localhost:2380";
+    let cluster = "default=http://localhost:2380";
+    let target = scratch.path().join("restored");
+    let target_name = target.display().to_string();
+    let restore = ours(
+        &address,
+        &restore_args(&file_name, &target_name, "default", cluster, "t", peer),
+    );
+    assert_eq!(restore.code, 1, "{restore:?}");
+    assert!(restore.stderr.contains("expected sha256"), "{restore:?}");
+    assert!(!target.exists(), "a failed restore leaves nothing");
+    // --skip-hash-check takes the file as it is, flipped byte and all.
+    let mut skip = restore_args(&file_name, &target_name, "default", cluster, "t", peer);
+    skip.push("--skip-hash-check");
+    ok(ours(&address, &skip), "restore --skip-hash-check");
+    assert!(target.join("member").join("kv.redb").is_file());
+
+    // A cut file fails its framing even with the check skipped.
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).expect("write");
+    let other = scratch.path().join("other").display().to_string();
+    let mut cut = restore_args(&file_name, &other, "default", cluster, "t", peer);
+    cut.push("--skip-hash-check");
+    let cut = ours(&address, &cut);
+    assert_eq!(cut.code, 1, "{cut:?}");
+    assert!(cut.stderr.contains("integrity check failed"), "{cut:?}");
+
+    // etcd's snapshots are bolt databases, which oxetcd does not read.
+    let etcd = Server::start(ServerKind::Etcd).expect("etcd starts");
+    let bolt = scratch.path().join("etcd.db").display().to_string();
+    ok(
+        theirs(&etcd.address(), &["snapshot", "save", &bolt]),
+        "etcd save",
+    );
+    let status = ours(&address, &["snapshot", "status", &bolt]);
+    assert_eq!(status.code, 1, "{status:?}");
+    assert!(status.stderr.contains("etcd (bolt) snapshot"), "{status:?}");
+    let from_bolt = scratch.path().join("from-bolt");
+    let restore = ours(
+        &address,
+        &restore_args(
+            &bolt,
+            &from_bolt.display().to_string(),
+            "default",
+            cluster,
+            "t",
+            peer,
+        ),
+    );
+    assert_eq!(restore.code, 1, "{restore:?}");
+    assert!(
+        restore.stderr.contains("etcd (bolt) snapshot"),
+        "{restore:?}"
+    );
+    assert!(!from_bolt.exists());
+
+    // Argument errors, as etcdctl reports them.
+    let none = ours(&address, &["snapshot", "status"]);
+    assert_eq!(
+        (none.code, none.stderr.as_str()),
+        (
+            128,
+            "Error: snapshot status requires exactly one argument\n"
+        )
+    );
+    let none = ours(&address, &["snapshot", "restore"]);
+    assert_eq!(
+        (none.code, none.stderr.as_str()),
+        (
+            128,
+            "Error: snapshot restore requires exactly one argument\n"
+        )
+    );
+}
+
+fn kv_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("member").join("kv.redb")
+}
+
+#[test]
+fn offline_defrag_shrinks_the_backend_and_keeps_the_data() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let data_dir = scratch.path().join("data");
+    let dir_name = data_dir.display().to_string();
+    let mut server = Server::start_in(ServerKind::Oxetcd, &data_dir).expect("oxetcd starts");
+    let address = server.address();
+    let big = "x".repeat(64 * 1024);
+    for i in 0..60 {
+        ok(ours(&address, &["put", &format!("big{i:02}"), &big]), "put");
+    }
+    ok(ours(&address, &["put", "kept", "value"]), "put");
+    ok(ours(&address, &["del", "big", "--prefix"]), "del");
+    let revision = header(
+        &json(&ok(ours(&address, &["get", "kept", "-w", "json"]), "get")),
+        "revision",
+    );
+    ok(
+        ours(
+            &address,
+            &["compaction", &revision.to_string(), "--physical"],
+        ),
+        "compaction",
+    );
+
+    // A running member's backend is refused, at once.
+    let busy = ours(&address, &["defrag", "--data-dir", &dir_name]);
+    assert_eq!(busy.code, 1, "{busy:?}");
+    assert!(
+        busy.stderr
+            .starts_with(&format!("Failed to defragment etcd data[{dir_name}] (")),
+        "{busy:?}"
+    );
+
+    server
+        .terminate(Duration::from_secs(10))
+        .expect("server stops");
+    let before = std::fs::metadata(kv_file(&data_dir)).expect("kv").len();
+    let defrag = ours(&address, &["defrag", "--data-dir", &dir_name]);
+    // etcdctl prints nothing when it succeeds.
+    assert_eq!(
+        (defrag.code, defrag.stdout.as_str(), defrag.stderr.as_str()),
+        (0, "", ""),
+        "{defrag:?}"
+    );
+    let after = std::fs::metadata(kv_file(&data_dir)).expect("kv").len();
+    assert!(
+        after < before / 2,
+        "the backend shrank from {before} bytes to only {after}"
+    );
+    let missing = scratch.path().join("missing").display().to_string();
+    let error = ours(&address, &["defrag", "--data-dir", &missing]);
+    assert_eq!(error.code, 1, "{error:?}");
+    assert!(
+        error
+            .stderr
+            .starts_with(&format!("Failed to defragment etcd data[{missing}] (")),
+        "{error:?}"
+    );
+
+    let server = Server::start_in(ServerKind::Oxetcd, &data_dir).expect("restarts");
+    let address = server.address();
+    let kept = json(&ok(
+        theirs(&address, &["get", "", "--prefix", "-w", "json"]),
+        "get",
+    ));
+    assert_eq!(header(&kept, "revision"), revision, "{kept}");
+    assert_eq!(kept["kvs"][0]["value"], b64("value"), "{kept}");
+    assert_eq!(kept["kvs"].as_array().map(Vec::len), Some(1), "{kept}");
+    ok(
+        theirs(&address, &["put", "after", "defrag"]),
+        "put after defrag",
+    );
+}
