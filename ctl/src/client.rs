@@ -9,6 +9,16 @@
 //! out. A mutation whose fate is unknown is not retried: its error is
 //! returned, and the next request goes to the next endpoint.
 //!
+//! TLS follows etcdctl: an `https://` endpoint is always dialled with TLS
+//! and an `http://` one never; a bare `host:port` uses TLS when a TLS file
+//! (`--cacert`, `--cert`, `--key`) is given or `--insecure-transport=false`.
+//! The rustls configuration is built once, from the files, when the client
+//! is made (so a missing file is reported before anything is dialled), and
+//! every TLS endpoint shares it. A certificate that does not verify moves
+//! the client on like any failed endpoint; when every endpoint of a round
+//! failed that way, the error is reported at once rather than retried
+//! until the deadline, since waiting cannot fix it.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), oxetcd_ctl::Error> {
 //! use oxetcd_ctl::client::{Client, Config};
@@ -41,12 +51,15 @@ use oxetcd_proto::etcdserverpb::{
     MemberUpdateResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest, PutResponse,
     RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
 };
+use oxetcd_tls::rustls::ClientConfig;
+use oxetcd_tls::ClientSettings;
 use tokio::time::Instant;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::connector::TlsConnector;
 use crate::error::{Error, AUTH_NOT_ENABLED};
 
 /// Pause before walking the endpoint list again once every endpoint has
@@ -91,25 +104,70 @@ impl Config {
     }
 }
 
-/// etcdctl's TLS flags. This build speaks plaintext gRPC only: giving a
-/// certificate file or an `https://` endpoint is refused with
-/// "TLS not supported yet" rather than silently sending cleartext.
-#[derive(Clone, Debug, Default)]
+/// etcdctl's TLS flags. See the module documentation for which endpoints
+/// they apply to.
+#[derive(Clone, Debug)]
 pub struct Tls {
-    /// `--cacert`: CA bundle to verify servers with.
+    /// `--cacert`: CA bundle to verify servers with (default: the
+    /// system's CAs).
     pub ca_cert: Option<PathBuf>,
     /// `--cert`: client certificate.
     pub cert: Option<PathBuf>,
     /// `--key`: client key.
     pub key: Option<PathBuf>,
-    /// `--insecure-skip-tls-verify`: only meaningful with TLS; accepted and
-    /// ignored on plaintext endpoints, as etcdctl does.
+    /// `--insecure-skip-tls-verify`: accept any server certificate on TLS
+    /// endpoints (the server must still hold its key); meaningless on
+    /// plaintext ones.
     pub insecure_skip_verify: bool,
+    /// `--insecure-transport`: bare `host:port` endpoints may be
+    /// plaintext when no TLS file is given (etcdctl's default, true).
+    pub insecure_transport: bool,
+}
+
+impl Default for Tls {
+    /// No TLS files; plaintext allowed, as etcdctl's defaults.
+    fn default() -> Self {
+        Self {
+            ca_cert: None,
+            cert: None,
+            key: None,
+            insecure_skip_verify: false,
+            insecure_transport: true,
+        }
+    }
 }
 
 impl Tls {
-    fn requested(&self) -> bool {
+    fn files_given(&self) -> bool {
         self.ca_cert.is_some() || self.cert.is_some() || self.key.is_some()
+    }
+
+    /// Whether `endpoint` is dialled with TLS.
+    pub fn secures(&self, endpoint: &str) -> bool {
+        if let Some((scheme, _)) = endpoint.split_once("://") {
+            scheme.eq_ignore_ascii_case("https")
+        } else {
+            self.files_given() || !self.insecure_transport
+        }
+    }
+
+    /// The rustls configuration for `endpoints`: `None` when none of them
+    /// is dialled with TLS and no TLS file is given (etcdctl loads given
+    /// files even then, and so reports a bad one).
+    pub fn client_config(&self, endpoints: &[String]) -> Result<Option<Arc<ClientConfig>>, Error> {
+        if !self.files_given() && !endpoints.iter().any(|e| self.secures(e)) {
+            return Ok(None);
+        }
+        let settings = ClientSettings {
+            ca_file: self.ca_cert.clone(),
+            cert_file: self.cert.clone(),
+            key_file: self.key.clone(),
+            skip_verify: self.insecure_skip_verify,
+        };
+        settings
+            .build()
+            .map(Some)
+            .map_err(|e| Error::Tls(e.to_string()))
     }
 }
 
@@ -146,6 +204,8 @@ impl Interceptor for Token {
 #[derive(Clone)]
 pub struct Client {
     config: Arc<Config>,
+    /// The TLS configuration every TLS endpoint shares.
+    tls: Option<Arc<ClientConfig>>,
     state: Arc<Mutex<State>>,
 }
 
@@ -159,23 +219,22 @@ impl Client {
     /// A client for `config`. Connects lazily, on the first request, so
     /// that a dead first endpoint costs no more than one dial timeout.
     pub fn new(config: Config) -> Result<Self, Error> {
+        let tls = config.tls.client_config(&config.endpoints)?;
+        Self::with_tls(config, tls)
+    }
+
+    fn with_tls(config: Config, tls: Option<Arc<ClientConfig>>) -> Result<Self, Error> {
         if config.endpoints.is_empty() {
             return Err(Error::BadEndpoint("no endpoints given".into()));
         }
-        let https = config.endpoints.iter().any(|e| e.starts_with("https://"));
-        if config.tls.requested() || https {
-            return Err(Error::Unsupported(
-                "TLS not supported yet: oxetcdctl speaks plaintext gRPC only \
-                 (--cacert, --cert, --key and https:// endpoints are refused)"
-                    .into(),
-            ));
-        }
         for endpoint in &config.endpoints {
-            Endpoint::from_shared(with_scheme(endpoint))
+            let url = endpoint_url(endpoint, config.tls.secures(endpoint));
+            Endpoint::from_shared(url)
                 .map_err(|e| Error::BadEndpoint(format!("{endpoint}: {e}")))?;
         }
         Ok(Self {
             config: Arc::new(config),
+            tls,
             state: Arc::new(Mutex::new(State {
                 current: 0,
                 connection: None,
@@ -193,7 +252,11 @@ impl Client {
     pub fn for_endpoint(&self, endpoint: &str) -> Result<Self, Error> {
         let mut config = (*self.config).clone();
         config.endpoints = vec![endpoint.to_owned()];
-        Self::new(config)
+        let tls = match &self.tls {
+            Some(tls) => Some(tls.clone()),
+            None => config.tls.client_config(&config.endpoints)?,
+        };
+        Self::with_tls(config, tls)
     }
 
     /// The endpoint requests go to now.
@@ -208,6 +271,8 @@ impl Client {
     pub async fn transport(&self, deadline: Instant) -> Result<(usize, Transport), Error> {
         let mut last = None;
         let mut failures_in_round = 0;
+        // Whether every failure of this round was a TLS verification one.
+        let mut only_tls_failures = true;
         loop {
             let index = {
                 let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -234,10 +299,15 @@ impl Client {
                     if matches!(e, Error::Status { .. }) {
                         return Err(e);
                     }
+                    only_tls_failures &= matches!(e, Error::Tls(_));
                     last = Some(e.to_string());
                     self.failed(index);
                     failures_in_round += 1;
                     if failures_in_round >= self.config.endpoints.len() {
+                        if only_tls_failures {
+                            return Err(e);
+                        }
+                        only_tls_failures = true;
                         failures_in_round = 0;
                         tokio::time::sleep_until(deadline.min(Instant::now() + ROUND_BACKOFF))
                             .await;
@@ -259,17 +329,27 @@ impl Client {
     }
 
     async fn dial(&self, index: usize) -> Result<Transport, Error> {
-        let url = with_scheme(&self.config.endpoints[index]);
+        let endpoint = &self.config.endpoints[index];
+        let tls = if self.config.tls.secures(endpoint) {
+            // Built in `new` whenever an endpoint is a TLS one.
+            let Some(tls) = &self.tls else {
+                return Err(Error::Tls(format!("{endpoint}: no TLS configuration")));
+            };
+            Some(tls)
+        } else {
+            None
+        };
+        let url = endpoint_url(endpoint, tls.is_some());
         let endpoint = Endpoint::from_shared(url.clone())
             .map_err(|e| Error::BadEndpoint(format!("{url}: {e}")))?
             .connect_timeout(self.config.dial_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(self.config.keepalive_time)
             .keep_alive_timeout(self.config.keepalive_timeout);
-        let channel = tokio::time::timeout(self.config.dial_timeout, endpoint.connect())
+        let channel = tokio::time::timeout(self.config.dial_timeout, connect(&endpoint, tls))
             .await
             .map_err(|_| Error::Protocol(format!("{url}: dial timeout")))?
-            .map_err(|e| Error::Protocol(format!("{url}: {}", error_chain(&e))))?;
+            .map_err(|e| dial_error(&url, &e))?;
         let Some(credentials) = &self.config.credentials else {
             return Ok(InterceptedService::new(channel, Token::default()));
         };
@@ -556,13 +636,57 @@ pub fn watch(
         .max_decoding_message_size(RESPONSE_BYTES_MAX)
 }
 
-/// etcd's tools accept `host:port` as well as URLs.
-pub fn with_scheme(endpoint: &str) -> String {
+/// etcd's tools accept `host:port` as well as URLs; a bare address gets
+/// `https://` when it is dialled with TLS.
+pub fn endpoint_url(endpoint: &str, secure: bool) -> String {
     if endpoint.contains("://") {
         endpoint.to_owned()
+    } else if secure {
+        format!("https://{endpoint}")
     } else {
         format!("http://{endpoint}")
     }
+}
+
+/// Opens a channel to `endpoint`: over TLS with `tls`, else plaintext.
+pub async fn connect(
+    endpoint: &Endpoint,
+    tls: Option<&Arc<ClientConfig>>,
+) -> Result<Channel, tonic::transport::Error> {
+    match tls {
+        None => endpoint.connect().await,
+        Some(tls) => {
+            endpoint
+                .connect_with_connector(TlsConnector::new(tls.clone()))
+                .await
+        }
+    }
+}
+
+/// The error for a failed dial of `url`: [`Error::Tls`] when TLS failed it
+/// (a certificate that does not verify, an alert from the server), else
+/// [`Error::Protocol`] with the whole chain of causes.
+pub fn dial_error(url: &str, error: &tonic::transport::Error) -> Error {
+    match tls_failure(error) {
+        Some(cause) => Error::Tls(format!("{url}: tls: {cause}")),
+        None => Error::Protocol(format!("{url}: {}", error_chain(error))),
+    }
+}
+
+/// The TLS failure (a certificate that does not verify, an alert from the
+/// server) behind a failed dial, if that is what failed it.
+fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if let Some(cause) = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(oxetcd_tls::tls_cause)
+        {
+            return Some(cause.to_string());
+        }
+        source = error.source();
+    }
+    None
 }
 
 /// True when `status` says the endpoint, not the request, failed: the
@@ -614,16 +738,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tls_files_are_refused_clearly() {
-        let mut config = Config::new(vec!["127.0.0.1:2379".into()]);
-        config.tls.ca_cert = Some("ca.pem".into());
+    fn which_endpoints_use_tls() {
+        let mut tls = Tls::default();
+        assert!(tls.secures("https://a:1"));
+        assert!(tls.secures("HTTPS://a:1"));
+        assert!(!tls.secures("http://a:1"));
+        assert!(!tls.secures("a:1"));
+        tls.insecure_skip_verify = true;
+        assert!(!tls.secures("a:1"), "skipping verification asks for no TLS");
+        tls.insecure_transport = false;
+        assert!(tls.secures("a:1"));
+        let tls = Tls {
+            ca_cert: Some("ca.pem".into()),
+            ..Tls::default()
+        };
+        assert!(tls.secures("a:1"));
+        assert!(!tls.secures("http://a:1"), "http:// stays plaintext");
+        assert_eq!(endpoint_url("a:1", true), "https://a:1");
+        assert_eq!(endpoint_url("a:1", false), "http://a:1");
+        assert_eq!(endpoint_url("http://a:1", true), "http://a:1");
+    }
+
+    #[test]
+    fn tls_files_are_read_when_the_client_is_made() {
+        let mut config = Config::new(vec!["http://127.0.0.1:2379".into()]);
+        config.tls.ca_cert = Some("/nonexistent/ca.pem".into());
         let error = Client::new(config).err().expect("refused");
-        assert!(error.to_string().starts_with("TLS not supported yet"));
-        let config = Config::new(vec!["https://127.0.0.1:2379".into()]);
-        assert!(Client::new(config).is_err());
+        assert!(matches!(error, Error::Tls(_)), "{error}");
+        assert!(error.to_string().contains("/nonexistent/ca.pem"), "{error}");
+        // Plaintext endpoints need no TLS configuration.
         let mut config = Config::new(vec!["127.0.0.1:2379".into()]);
         config.tls.insecure_skip_verify = true;
-        assert!(Client::new(config).is_ok());
+        let client = Client::new(config).expect("client");
+        assert!(client.tls.is_none());
+        // An https:// endpoint with verification skipped needs no file.
+        let mut config = Config::new(vec!["https://127.0.0.1:2379".into()]);
+        config.tls.insecure_skip_verify = true;
+        let client = Client::new(config).expect("client");
+        assert!(client.tls.is_some());
+        let one = client.for_endpoint("https://127.0.0.1:1").expect("one");
+        assert!(Arc::ptr_eq(
+            one.tls.as_ref().expect("tls"),
+            client.tls.as_ref().expect("tls")
+        ));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum Error {
     /// The server answered with something the client could not use (for
     /// example a stream that ended early).
     Protocol(String),
+    /// TLS could not be set up: a certificate, key or CA file is unusable,
+    /// or the server's certificate (or ours, for the server) was refused.
+    Tls(String),
 }
 
 impl Error {
@@ -72,7 +75,7 @@ impl fmt::Display for Error {
                     write!(f, "rpc error: code = {} desc = {message}", code_name(*code))
                 }
             }
-            Self::Protocol(e) => f.write_str(e),
+            Self::Protocol(e) | Self::Tls(e) => f.write_str(e),
         }
     }
 }

@@ -3,6 +3,8 @@
 //! - [`client`]: a cluster client over a list of endpoints, moving
 //!   round-robin to the next endpoint when one fails (etcd 3.4's balancer).
 //! - [`command`]: etcdctl's commands, flags, messages and exit codes.
+//! - [`connector`]: TLS connections (oxetcd's rustls stream) for
+//!   `https://` endpoints.
 //! - [`output`]: etcdctl's output formats (`simple`, `json`, `fields`,
 //!   `table`, `protobuf`), byte for byte.
 //! - [`bench`]: a load generator in the manner of etcd's `benchmark` tool,
@@ -11,6 +13,7 @@
 pub mod bench;
 pub mod client;
 pub mod command;
+pub mod connector;
 pub mod error;
 pub mod output;
 
@@ -21,27 +24,30 @@ use tonic::transport::{Channel, Endpoint};
 pub use client::{Client, Config};
 pub use error::Error;
 
-/// Opens `conns` plain connections spread round-robin over `endpoints`, for
-/// the benchmark (which measures connections, so it does no failover).
-pub async fn connect(
-    endpoints: &[String],
-    conns: usize,
-    dial_timeout: Duration,
-) -> Result<Vec<Channel>, Error> {
+/// Opens `conns` connections spread round-robin over the endpoints of
+/// `config`, with its TLS settings, for the benchmark (which measures
+/// connections, so it does no failover).
+pub async fn connect(config: &Config, conns: usize) -> Result<Vec<Channel>, Error> {
+    let endpoints = &config.endpoints;
     if endpoints.is_empty() {
         return Err(Error::BadEndpoint("no endpoints given".into()));
     }
+    let tls = config.tls.client_config(endpoints)?;
     let mut channels = Vec::with_capacity(conns);
     for i in 0..conns.max(1) {
-        let url = client::with_scheme(&endpoints[i % endpoints.len()]);
+        let endpoint = &endpoints[i % endpoints.len()];
+        let secure = config.tls.secures(endpoint);
+        let url = client::endpoint_url(endpoint, secure);
         let endpoint = Endpoint::from_shared(url.clone())
             .map_err(|e| Error::BadEndpoint(format!("{url}: {e}")))?
-            .connect_timeout(dial_timeout)
+            .connect_timeout(config.dial_timeout)
             .tcp_nodelay(true);
-        let channel = endpoint
-            .connect()
+        let channel = client::connect(&endpoint, tls.as_ref().filter(|_| secure))
             .await
-            .map_err(|e| Error::Protocol(format!("cannot connect to {url}: {e}")))?;
+            .map_err(|e| match client::dial_error(&url, &e) {
+                Error::Protocol(cause) => Error::Protocol(format!("cannot connect to {cause}")),
+                other => other,
+            })?;
         channels.push(channel);
     }
     Ok(channels)

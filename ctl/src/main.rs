@@ -75,7 +75,7 @@ struct Global {
     #[arg(long, global = true, default_value = "6s", value_parser = parse_go_duration, env = "ETCDCTL_KEEPALIVE_TIMEOUT")]
     keepalive_timeout: Duration,
     /// disable transport security for client connections
-    #[arg(long, global = true, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
+    #[arg(long, global = true, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", env = "ETCDCTL_INSECURE_TRANSPORT")]
     insecure_transport: bool,
     /// accept insecure SRV records describing cluster endpoints
     #[arg(long, global = true, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
@@ -293,6 +293,7 @@ fn config(g: &Global) -> Result<Config, Failure> {
             cert: g.cert.as_ref().map(Into::into),
             key: g.key.as_ref().map(Into::into),
             insecure_skip_verify: g.insecure_skip_tls_verify,
+            insecure_transport: g.insecure_transport,
         },
         credentials,
     })
@@ -302,7 +303,7 @@ async fn bench(g: &Global, args: &BenchArgs) -> Result<(), Failure> {
     let options = args
         .options()
         .map_err(|e| Failure::new(exit::BAD_FEATURE, e))?;
-    let channels = oxetcd_ctl::connect(&g.endpoints, args.conns, g.dial_timeout)
+    let channels = oxetcd_ctl::connect(&config(g)?, args.conns)
         .await
         .map_err(Failure::error)?;
     let report = oxetcd_ctl::bench::run(channels, options).await;

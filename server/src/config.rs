@@ -5,8 +5,17 @@
 //! it reads neither itself — so every rule is unit-tested: `--flag value` and
 //! `--flag=value` (one or two dashes), a flag beats its `ETCD_*` variable,
 //! an unknown flag or a malformed value is an error, an unknown `ETCD_*`
-//! variable only a warning. [`from_process`] wraps it for `main`: help and
+//! variable only a warning. Switches take `ETCD_*` values too (`true`,
+//! `false`, …), except `--version` and `--help`; durations are Go's
+//! (`5m0s`, `500ms`). Flags etcd 3.6 renamed from `--experimental-*` are
+//! accepted under both names, the plain one winning. [`from_process`] wraps it for `main`: help and
 //! version go to stdout with exit code 0, errors to stderr with exit code 1.
+//!
+//! TLS flags of the client port are checked here as etcd checks them (an
+//! `https://` URL needs `--cert-file` and `--key-file` or `--auto-tls`);
+//! the files themselves are read when the server starts (`serve/tls.rs`).
+//! Peer TLS is not implemented, so its flags and `https://` peer URLs are
+//! refused.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +34,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Addresses to serve clients on (`--listen-client-urls`).
     pub listen_client_urls: Vec<ListenUrl>,
+    /// TLS of the `https://` client URLs.
+    pub client_tls: ClientTls,
     /// Client URLs published to the cluster (`--advertise-client-urls`).
     pub advertise_client_urls: Vec<String>,
     /// Addresses to serve peers on (`--listen-peer-urls`).
@@ -54,6 +65,15 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// Largest number of operations in one txn (`--max-txn-ops`).
     pub max_txn_ops: usize,
+    /// How often the leader records the remaining TTL of long leases
+    /// through the log (`--experimental-lease-checkpoint-interval`).
+    /// oxetcd always checkpoints; etcd's switches that turn checkpoints and
+    /// their persistence on are accepted and change nothing.
+    pub lease_checkpoint_interval: Duration,
+    /// How often watchers that asked for `progress_notify` hear the
+    /// current revision when no event reached them
+    /// (`--experimental-watch-progress-notify-interval`).
+    pub watch_progress_notify_interval: Duration,
     /// `--log-level`.
     pub log_level: LogLevel,
     /// Things worth a warning once logging is up (unknown `ETCD_*`
@@ -158,11 +178,14 @@ impl Config {
             },
             rng_seed: member_id,
             // etcd's lease timing follows its raft timing flags.
-            lease: oxetcd_core::lease::LeaseConfig::from_raft_timing(
-                self.heartbeat_interval_ms,
-                self.election_timeout_ms,
-            ),
-            watch_progress_notify_interval: oxetcd_core::watch::PROGRESS_NOTIFY_INTERVAL_DEFAULT,
+            lease: oxetcd_core::lease::LeaseConfig {
+                checkpoint_interval: self.lease_checkpoint_interval,
+                ..oxetcd_core::lease::LeaseConfig::from_raft_timing(
+                    self.heartbeat_interval_ms,
+                    self.election_timeout_ms,
+                )
+            },
+            watch_progress_notify_interval: self.watch_progress_notify_interval,
             election_timeout,
             heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
             snapshot_count: self.snapshot_count,
@@ -205,16 +228,47 @@ pub enum ClusterState {
 /// A URL to listen on, with the socket address it binds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListenUrl {
-    /// The URL as normalized (`http://host:port`).
+    /// The URL as normalized (`http://host:port` or `https://host:port`).
     pub url: String,
     /// Where to bind (`localhost` binds 127.0.0.1).
     pub addr: SocketAddr,
+}
+
+impl ListenUrl {
+    /// True for `https://`: served with TLS.
+    pub fn is_secure(&self) -> bool {
+        self.url.starts_with("https://")
+    }
 }
 
 impl fmt::Display for ListenUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.url)
     }
+}
+
+/// TLS of the client port: `--cert-file`, `--key-file`,
+/// `--trusted-ca-file`, `--client-cert-auth`, `--auto-tls`,
+/// `--tls-min-version`, `--tls-max-version` and `--cipher-suites`. It
+/// applies to the `https://` client URLs; `http://` ones stay plaintext.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientTls {
+    /// The server's certificate chain.
+    pub cert_file: Option<PathBuf>,
+    /// Its key.
+    pub key_file: Option<PathBuf>,
+    /// CAs client certificates must chain to. As in etcd, giving it makes
+    /// a client certificate mandatory, with or without `--client-cert-auth`.
+    pub trusted_ca_file: Option<PathBuf>,
+    /// `--client-cert-auth`.
+    pub client_cert_auth: bool,
+    /// `--auto-tls` with no certificate given: serve a self-signed
+    /// certificate kept in `<data-dir>/fixtures/client`.
+    pub auto_tls: bool,
+    /// Protocol versions.
+    pub versions: oxetcd_tls::Versions,
+    /// TLS 1.2 cipher suites (empty: all).
+    pub cipher_suites: Vec<oxetcd_tls::rustls::CipherSuite>,
 }
 
 /// `--log-level`.
@@ -343,6 +397,84 @@ const FLAGS: &[Flag] = &[
         "Comma-separated client URLs of this member, published to the cluster.",
     ),
     flag(
+        "cert-file",
+        "PATH",
+        "",
+        "Path to the client server TLS cert file (for https:// client URLs).",
+    ),
+    flag(
+        "key-file",
+        "PATH",
+        "",
+        "Path to the client server TLS key file.",
+    ),
+    flag(
+        "trusted-ca-file",
+        "PATH",
+        "",
+        "Path to the client server TLS trusted CA cert file; clients must present a certificate it signed.",
+    ),
+    Flag {
+        name: "client-cert-auth",
+        value: None,
+        default: "false",
+        help: "Enable client cert authentication (against --trusted-ca-file).",
+    },
+    Flag {
+        name: "auto-tls",
+        value: None,
+        default: "false",
+        help: "Client TLS using a generated self-signed certificate, kept in <data-dir>/fixtures/client.",
+    },
+    flag(
+        "tls-min-version",
+        "VERSION",
+        "TLS1.2",
+        "Minimum TLS version of the client port: TLS1.2 or TLS1.3.",
+    ),
+    flag(
+        "tls-max-version",
+        "VERSION",
+        "TLS1.3",
+        "Maximum TLS version of the client port: TLS1.2 or TLS1.3.",
+    ),
+    flag(
+        "cipher-suites",
+        "LIST",
+        "",
+        "Comma-separated TLS 1.2 cipher suites, Go's names (empty: every suite oxetcd implements).",
+    ),
+    flag(
+        "peer-cert-file",
+        "PATH",
+        "",
+        "Peer TLS is not supported yet: peers speak plaintext, and setting this is an error.",
+    ),
+    flag(
+        "peer-key-file",
+        "PATH",
+        "",
+        "Peer TLS is not supported yet; setting this is an error.",
+    ),
+    flag(
+        "peer-trusted-ca-file",
+        "PATH",
+        "",
+        "Peer TLS is not supported yet; setting this is an error.",
+    ),
+    Flag {
+        name: "peer-client-cert-auth",
+        value: None,
+        default: "false",
+        help: "Peer TLS is not supported yet; enabling this is an error.",
+    },
+    Flag {
+        name: "peer-auto-tls",
+        value: None,
+        default: "false",
+        help: "Peer TLS is not supported yet; enabling this is an error.",
+    },
+    flag(
         "listen-peer-urls",
         "URLS",
         "http://localhost:2380",
@@ -421,6 +553,44 @@ const FLAGS: &[Flag] = &[
         "Log level: debug, info, warn or error.",
     ),
     Flag {
+        name: "experimental-enable-lease-checkpoint",
+        value: None,
+        default: "false",
+        help: "Accepted for etcd compatibility: oxetcd always checkpoints the remaining TTL of \
+               long leases, so a new leader never renews them to their full TTL.",
+    },
+    Flag {
+        name: "experimental-enable-lease-checkpoint-persist",
+        value: None,
+        default: "false",
+        help: "Accepted for etcd compatibility: oxetcd always persists checkpointed remaining \
+               TTLs (as etcd 3.6 does).",
+    },
+    flag(
+        "experimental-lease-checkpoint-interval",
+        "DURATION",
+        LEASE_CHECKPOINT_INTERVAL_DEFAULT,
+        "How often the leader checkpoints the remaining TTL of leases longer than this.",
+    ),
+    flag(
+        "lease-checkpoint-interval",
+        "DURATION",
+        LEASE_CHECKPOINT_INTERVAL_DEFAULT,
+        "Same as --experimental-lease-checkpoint-interval, which it overrides.",
+    ),
+    flag(
+        "experimental-watch-progress-notify-interval",
+        "DURATION",
+        WATCH_PROGRESS_NOTIFY_INTERVAL_DEFAULT,
+        "Duration of periodic watch progress notifications.",
+    ),
+    flag(
+        "watch-progress-notify-interval",
+        "DURATION",
+        WATCH_PROGRESS_NOTIFY_INTERVAL_DEFAULT,
+        "Same as --experimental-watch-progress-notify-interval, which it overrides.",
+    ),
+    Flag {
         name: "version",
         value: None,
         default: "false",
@@ -449,6 +619,19 @@ const ELECTION_TIMEOUT_MS_MAX: u64 = 50_000;
 
 /// Prefix of the environment variables that stand in for flags.
 const ENV_PREFIX: &str = "ETCD_";
+
+/// etcd's lease checkpoint interval (5 minutes), as Go prints it.
+const LEASE_CHECKPOINT_INTERVAL_DEFAULT: &str = "5m0s";
+
+/// etcd's periodic watch progress interval (10 minutes), as Go prints it.
+const WATCH_PROGRESS_NOTIFY_INTERVAL_DEFAULT: &str = "10m0s";
+
+/// etcd raises a shorter progress notify interval to this.
+const WATCH_PROGRESS_NOTIFY_INTERVAL_MIN: Duration = Duration::from_millis(100);
+
+/// Switches that are never taken from the environment: `ETCD_VERSION` is
+/// commonly set by scripts to say which release they want.
+const SWITCHES_NOT_FROM_ENV: [&str; 2] = ["version", "help"];
 
 /// Parses `args` (without the program name) and the environment `env`.
 pub fn parse<A, E, S, T>(args: A, env: E) -> Result<Command, ConfigError>
@@ -519,15 +702,20 @@ where
         let name = key[ENV_PREFIX.len()..]
             .to_ascii_lowercase()
             .replace('_', "-");
-        // Switches are not taken from the environment: `ETCD_VERSION` is
-        // commonly set by scripts to say which release they want.
-        let flag = FLAGS.iter().find(|f| f.name == name && f.value.is_some());
+        let flag = FLAGS
+            .iter()
+            .find(|f| f.name == name && !SWITCHES_NOT_FROM_ENV.contains(&f.name));
         match flag {
             None => warnings.push(format!("unrecognized environment variable {key}={value}")),
-            Some(flag) if values.contains_key(flag.name) => warnings.push(format!(
-                "environment variable {key} is shadowed by the command-line flag --{}",
-                flag.name
-            )),
+            Some(flag) if values.contains_key(flag.name) || switches.contains_key(flag.name) => {
+                warnings.push(format!(
+                    "environment variable {key} is shadowed by the command-line flag --{}",
+                    flag.name
+                ))
+            }
+            Some(flag) if flag.value.is_none() => {
+                switches.insert(flag.name, parse_bool(flag.name, &value)?);
+            }
             Some(flag) => {
                 values.insert(flag.name, value);
             }
@@ -551,6 +739,7 @@ where
         None => PathBuf::from(format!("{name}.etcd")),
     };
     let listen_client_urls = parse_listen_urls("listen-client-urls", &value("listen-client-urls"))?;
+    let client_tls = parse_client_tls(&value, &switches, &listen_client_urls, &mut warnings)?;
     let advertise_client_urls =
         parse_urls("advertise-client-urls", &value("advertise-client-urls"))?;
     let listen_peer_urls = parse_listen_urls("listen-peer-urls", &value("listen-peer-urls"))?;
@@ -563,6 +752,13 @@ where
         &name,
         &initial_advertise_peer_urls,
         &value("initial-cluster"),
+    )?;
+    refuse_peer_tls(
+        &value,
+        &switches,
+        &listen_peer_urls,
+        &initial_advertise_peer_urls,
+        &initial_cluster,
     )?;
     let initial_cluster_state = match value("initial-cluster-state").as_str() {
         "new" => ClusterState::New,
@@ -601,11 +797,43 @@ where
     let max_request_bytes = parse_positive("max-request-bytes", &value("max-request-bytes"))?;
     let max_txn_ops = parse_positive("max-txn-ops", &value("max-txn-ops"))?;
     let log_level = parse_log_level(&value("log-level"))?;
+    // etcd 3.6 also knows these without the `experimental-` prefix; the
+    // plain name wins when both are given.
+    let renamed = |plain: &'static str, experimental: &'static str| {
+        if values.contains_key(plain) {
+            (plain, value(plain))
+        } else {
+            (experimental, value(experimental))
+        }
+    };
+    let (flag, text) = renamed(
+        "lease-checkpoint-interval",
+        "experimental-lease-checkpoint-interval",
+    );
+    let lease_checkpoint_interval = parse_duration(flag, &text)?;
+    if lease_checkpoint_interval.is_zero() {
+        return Err(invalid(flag, &text, "must be greater than zero"));
+    }
+    let (flag, text) = renamed(
+        "watch-progress-notify-interval",
+        "experimental-watch-progress-notify-interval",
+    );
+    let mut watch_progress_notify_interval = parse_duration(flag, &text)?;
+    // Zero keeps etcd's default rather than turning notifications off.
+    if watch_progress_notify_interval.is_zero() {
+        watch_progress_notify_interval = oxetcd_core::watch::PROGRESS_NOTIFY_INTERVAL_DEFAULT;
+    } else if watch_progress_notify_interval < WATCH_PROGRESS_NOTIFY_INTERVAL_MIN {
+        warnings.push(format!(
+            "--{flag} {text} is below the minimum; using {WATCH_PROGRESS_NOTIFY_INTERVAL_MIN:?}"
+        ));
+        watch_progress_notify_interval = WATCH_PROGRESS_NOTIFY_INTERVAL_MIN;
+    }
 
     Ok(Command::Run(Config {
         name,
         data_dir,
         listen_client_urls,
+        client_tls,
         advertise_client_urls,
         listen_peer_urls,
         initial_advertise_peer_urls,
@@ -619,6 +847,8 @@ where
         max_learners,
         max_request_bytes,
         max_txn_ops,
+        lease_checkpoint_interval,
+        watch_progress_notify_interval,
         log_level,
         warnings,
     }))
@@ -718,6 +948,68 @@ fn parse_positive(flag: &'static str, value: &str) -> Result<usize, ConfigError>
         Ok(n) => Ok(n),
         Err(e) => Err(invalid(flag, value, e.to_string())),
     }
+}
+
+/// A Go duration (`time.ParseDuration`): a sequence of decimal numbers,
+/// each with an optional fraction and a unit (`ns`, `us`, `µs`, `ms`, `s`,
+/// `m`, `h`), as in "5m0s" or "1.5s"; a bare "0" is zero. Negative
+/// durations are refused: no flag of ours takes one.
+fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    const DURATION_EXPECTED: &str = "expected a duration like 500ms or 5m0s";
+    let text = value.trim();
+    let text = text.strip_prefix('+').unwrap_or(text);
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() || text.starts_with('-') {
+        return Err(invalid(flag, value, DURATION_EXPECTED));
+    }
+    let mut rest = text;
+    let mut total_nanos: u128 = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(number_len);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(invalid(flag, value, "missing unit in duration")),
+            other => return Err(invalid(flag, value, format!("unknown unit {other:?}"))),
+        };
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+            return Err(invalid(flag, value, DURATION_EXPECTED));
+        }
+        let whole: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole
+                .parse()
+                .map_err(|_| invalid(flag, value, "duration out of range"))?
+        };
+        let mut nanos = whole.saturating_mul(unit_nanos);
+        let mut scale = unit_nanos;
+        for digit in fraction.bytes().take(30) {
+            scale /= 10;
+            nanos = nanos.saturating_add(u128::from(digit - b'0') * scale);
+        }
+        total_nanos = total_nanos.saturating_add(nanos);
+        rest = tail;
+    }
+    // Go's durations stop at about 292 years.
+    if total_nanos > i64::MAX as u128 {
+        return Err(invalid(flag, value, "duration out of range"));
+    }
+    Ok(Duration::from_nanos(total_nanos as u64))
 }
 
 fn parse_log_level(value: &str) -> Result<LogLevel, ConfigError> {
@@ -851,9 +1143,147 @@ fn parse_raft_timing(heartbeat: &str, election: &str) -> Result<(u64, u64), Conf
     Ok((heartbeat_ms, election_ms))
 }
 
-/// A parsed `http://host:port` URL.
+/// The client port's TLS flags, checked as etcd checks them: an
+/// `https://` URL needs a certificate and key (or `--auto-tls`); TLS
+/// settings next to `http://` URLs only are ignored with a warning.
+fn parse_client_tls(
+    value: &dyn Fn(&'static str) -> String,
+    switches: &BTreeMap<&'static str, bool>,
+    listen_client_urls: &[ListenUrl],
+    warnings: &mut Vec<String>,
+) -> Result<ClientTls, ConfigError> {
+    let path =
+        |flag: &'static str| Some(PathBuf::from(value(flag))).filter(|p| !p.as_os_str().is_empty());
+    let switch = |flag: &'static str| switches.get(flag).copied().unwrap_or(false);
+    let tls_error =
+        |flag: &'static str, e: oxetcd_tls::TlsError| invalid(flag, &value(flag), e.to_string());
+    let mut tls = ClientTls {
+        cert_file: path("cert-file"),
+        key_file: path("key-file"),
+        trusted_ca_file: path("trusted-ca-file"),
+        client_cert_auth: switch("client-cert-auth"),
+        auto_tls: switch("auto-tls"),
+        ..ClientTls::default()
+    };
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(_), None) | (None, Some(_)) => {
+            let flag = if tls.cert_file.is_some() {
+                "cert-file"
+            } else {
+                "key-file"
+            };
+            return Err(invalid(
+                flag,
+                &value(flag),
+                "--cert-file and --key-file must be given together",
+            ));
+        }
+        (Some(_), Some(_)) if tls.auto_tls => {
+            warnings.push("ignoring client auto TLS since certs given".to_owned());
+            tls.auto_tls = false;
+        }
+        _ => {}
+    }
+    let version = |flag: &'static str, default: oxetcd_tls::TlsVersion| match value(flag).trim() {
+        "" => Ok(default),
+        text => oxetcd_tls::TlsVersion::parse(text).map_err(|e| tls_error(flag, e)),
+    };
+    let min = version("tls-min-version", oxetcd_tls::TlsVersion::Tls12)?;
+    let max = version("tls-max-version", oxetcd_tls::TlsVersion::Tls13)?;
+    tls.versions =
+        oxetcd_tls::Versions::new(min, max).map_err(|e| tls_error("tls-max-version", e))?;
+    let names: Vec<String> = split_list(&value("cipher-suites"))
+        .map(str::to_owned)
+        .collect();
+    let suites =
+        oxetcd_tls::parse_cipher_suites(&names).map_err(|e| tls_error("cipher-suites", e))?;
+    for name in &suites.unsupported {
+        warnings.push(format!(
+            "cipher suite {name} is not implemented by oxetcd; ignoring it"
+        ));
+    }
+    if !suites.tls12.is_empty() && min == oxetcd_tls::TlsVersion::Tls13 {
+        return Err(invalid(
+            "cipher-suites",
+            &value("cipher-suites"),
+            "cipher suites cannot be configured when only TLS1.3 is enabled",
+        ));
+    }
+    tls.cipher_suites = suites.tls12;
+
+    let has_identity = tls.cert_file.is_some() || tls.auto_tls;
+    let configured = has_identity || tls.trusted_ca_file.is_some() || tls.client_cert_auth;
+    for url in listen_client_urls {
+        if url.is_secure() && !has_identity {
+            return Err(invalid(
+                "listen-client-urls",
+                &url.url,
+                format!(
+                    "TLS key/cert (--cert-file, --key-file) must be provided for client url {} \
+                     with HTTPS scheme",
+                    url.url
+                ),
+            ));
+        }
+        if !url.is_secure() && configured {
+            warnings.push(format!(
+                "scheme is HTTP while TLS flags are present; serving client URL {} without TLS",
+                url.url
+            ));
+        }
+    }
+    let secure = listen_client_urls.iter().any(ListenUrl::is_secure);
+    if secure && tls.client_cert_auth && tls.trusted_ca_file.is_none() {
+        return Err(invalid(
+            "trusted-ca-file",
+            "",
+            "--client-cert-auth needs --trusted-ca-file: client certificates are verified against it",
+        ));
+    }
+    Ok(tls)
+}
+
+/// Peer TLS is not implemented: its flags and `https://` peer URLs are
+/// refused rather than silently served in plaintext.
+fn refuse_peer_tls(
+    value: &dyn Fn(&'static str) -> String,
+    switches: &BTreeMap<&'static str, bool>,
+    listen_peer_urls: &[ListenUrl],
+    advertise_peer_urls: &[String],
+    initial_cluster: &[InitialMember],
+) -> Result<(), ConfigError> {
+    const REASON: &str = "peer TLS is not supported yet; peers speak plaintext over http:// URLs";
+    for flag in ["peer-cert-file", "peer-key-file", "peer-trusted-ca-file"] {
+        if !value(flag).is_empty() {
+            return Err(invalid(flag, &value(flag), REASON));
+        }
+    }
+    for flag in ["peer-client-cert-auth", "peer-auto-tls"] {
+        if switches.get(flag).copied().unwrap_or(false) {
+            return Err(invalid(flag, "true", REASON));
+        }
+    }
+    let https = |url: &&String| url.starts_with("https://");
+    if let Some(url) = listen_peer_urls.iter().find(|u| u.is_secure()) {
+        return Err(invalid("listen-peer-urls", &url.url, REASON));
+    }
+    if let Some(url) = advertise_peer_urls.iter().find(https) {
+        return Err(invalid("initial-advertise-peer-urls", url, REASON));
+    }
+    if let Some(url) = initial_cluster
+        .iter()
+        .flat_map(|m| &m.peer_urls)
+        .find(https)
+    {
+        return Err(invalid("initial-cluster", url, REASON));
+    }
+    Ok(())
+}
+
+/// A parsed `http://host:port` or `https://host:port` URL.
 struct Url {
-    /// `http://host:port`, host as given (IPv6 in brackets).
+    /// `scheme://host:port`, scheme in lower case, host as given (IPv6 in
+    /// brackets).
     normalized: String,
     host: String,
     port: u16,
@@ -908,23 +1338,17 @@ fn parse_url(flag: &'static str, raw: &str) -> Result<Url, ConfigError> {
             "expected a URL like http://127.0.0.1:2379",
         ));
     };
-    match scheme.to_ascii_lowercase().as_str() {
-        "http" => {}
-        "https" | "unixs" => {
-            return Err(invalid(
-                flag,
-                raw,
-                "TLS is not supported yet; use an http:// URL",
-            ));
-        }
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "http" => "http",
+        "https" => "https",
         _ => {
             return Err(invalid(
                 flag,
                 raw,
-                format!("unsupported URL scheme {scheme:?}; use http://"),
+                format!("unsupported URL scheme {scheme:?}; use http:// or https://"),
             ))
         }
-    }
+    };
     let authority = match rest.split_once('/') {
         Some((authority, "")) => authority,
         Some(_) => return Err(invalid(flag, raw, "a URL path is not allowed")),
@@ -950,7 +1374,7 @@ fn parse_url(flag: &'static str, raw: &str) -> Result<Url, ConfigError> {
         .parse::<u16>()
         .map_err(|_| invalid(flag, raw, format!("invalid port {port:?}")))?;
     Ok(Url {
-        normalized: format!("http://{host}:{port}"),
+        normalized: format!("{scheme}://{host}:{port}"),
         host: host.to_owned(),
         port,
     })
@@ -1079,6 +1503,7 @@ mod tests {
             "http://localhost:70000",
             "http://localhost:2379/path",
             "ftp://localhost:2379",
+            "unixs://localhost:2379",
             "http://::1:2379",
             "http://[::1:2379",
             "http://user@localhost:2379",
@@ -1107,9 +1532,186 @@ mod tests {
     }
 
     #[test]
-    fn https_is_a_clear_error() {
+    fn https_client_urls_need_a_certificate() {
         let e = error(&["--listen-client-urls=https://127.0.0.1:2379"], &[]);
-        assert!(e.to_string().contains("TLS is not supported yet"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "invalid value \"https://127.0.0.1:2379\" for flag --listen-client-urls: TLS \
+             key/cert (--cert-file, --key-file) must be provided for client url \
+             https://127.0.0.1:2379 with HTTPS scheme"
+        );
+        let config = run(
+            &[
+                "--listen-client-urls=http://127.0.0.1:2379,HTTPS://127.0.0.1:2380",
+                "--advertise-client-urls=https://example.com:2380",
+                "--cert-file=/c.pem",
+                "--key-file",
+                "/k.pem",
+                "--trusted-ca-file=/ca.pem",
+            ],
+            &[],
+        );
+        let secure: Vec<bool> = config
+            .listen_client_urls
+            .iter()
+            .map(ListenUrl::is_secure)
+            .collect();
+        assert_eq!(secure, [false, true]);
+        assert_eq!(config.listen_client_urls[1].url, "https://127.0.0.1:2380");
+        assert_eq!(config.advertise_client_urls, ["https://example.com:2380"]);
+        assert_eq!(config.client_tls.cert_file, Some(PathBuf::from("/c.pem")));
+        assert_eq!(config.client_tls.key_file, Some(PathBuf::from("/k.pem")));
+        assert_eq!(
+            config.client_tls.trusted_ca_file,
+            Some(PathBuf::from("/ca.pem"))
+        );
+        // The plaintext URL next to TLS flags is worth a warning, as in etcd.
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(config.warnings[0].contains("http://127.0.0.1:2379"));
+        // --auto-tls stands in for the files.
+        let config = run(
+            &["--listen-client-urls=https://127.0.0.1:2379", "--auto-tls"],
+            &[],
+        );
+        assert!(config.client_tls.auto_tls);
+        assert_eq!(
+            config.client_tls,
+            ClientTls {
+                auto_tls: true,
+                ..ClientTls::default()
+            }
+        );
+    }
+
+    #[test]
+    fn tls_flags_are_checked() {
+        let https = "--listen-client-urls=https://127.0.0.1:2379";
+        let reason = |args: &[&str], env: &[(&str, &str)]| error(args, env).to_string();
+        let r = reason(&[https, "--cert-file=/c.pem"], &[]);
+        assert!(
+            r.contains("--cert-file and --key-file must be given together"),
+            "{r}"
+        );
+        let r = reason(&[https, "--key-file=/k.pem"], &[]);
+        assert!(r.contains("must be given together"), "{r}");
+        let r = reason(&[https, "--auto-tls", "--client-cert-auth"], &[]);
+        assert!(
+            r.contains("--client-cert-auth needs --trusted-ca-file"),
+            "{r}"
+        );
+        let r = reason(&[https, "--auto-tls", "--tls-min-version=TLS1.1"], &[]);
+        assert!(r.contains("TLS1.1 is not supported"), "{r}");
+        let r = reason(
+            &[
+                https,
+                "--auto-tls",
+                "--tls-min-version=TLS1.3",
+                "--tls-max-version=TLS1.2",
+            ],
+            &[],
+        );
+        assert!(r.contains("is above --tls-max-version"), "{r}");
+        let r = reason(&[https, "--auto-tls", "--cipher-suites=TLS_NOPE"], &[]);
+        assert!(r.contains("unknown cipher suite"), "{r}");
+        let r = reason(
+            &[
+                https,
+                "--auto-tls",
+                "--tls-min-version=TLS1.3",
+                "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            ],
+            &[],
+        );
+        assert!(r.contains("only TLS1.3 is enabled"), "{r}");
+
+        let config = run(
+            &[
+                https,
+                "--cert-file=/c.pem",
+                "--key-file=/k.pem",
+                "--auto-tls",
+                "--tls-min-version",
+                "TLS1.3",
+            ],
+            &[],
+        );
+        assert!(
+            !config.client_tls.auto_tls,
+            "certificates win over --auto-tls"
+        );
+        assert_eq!(
+            config.client_tls.versions.min(),
+            oxetcd_tls::TlsVersion::Tls13
+        );
+        assert!(config.warnings[0].contains("ignoring client auto TLS"));
+        let config = run(
+            &[
+                https,
+                "--auto-tls",
+                "--cipher-suites",
+                "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_AES_128_CBC_SHA",
+            ],
+            &[],
+        );
+        assert_eq!(config.client_tls.cipher_suites.len(), 1);
+        assert!(
+            config
+                .warnings
+                .iter()
+                .any(|w| w.contains("TLS_RSA_WITH_AES_128_CBC_SHA")),
+            "{:?}",
+            config.warnings
+        );
+    }
+
+    #[test]
+    fn tls_flags_come_from_the_environment_too() {
+        let config = run(
+            &[],
+            &[
+                ("ETCD_LISTEN_CLIENT_URLS", "https://127.0.0.1:2379"),
+                ("ETCD_CERT_FILE", "/c.pem"),
+                ("ETCD_KEY_FILE", "/k.pem"),
+                ("ETCD_TRUSTED_CA_FILE", "/ca.pem"),
+                ("ETCD_CLIENT_CERT_AUTH", "true"),
+                ("ETCD_TLS_MAX_VERSION", "TLS1.2"),
+                (
+                    "ETCD_CIPHER_SUITES",
+                    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+                ),
+            ],
+        );
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let tls = &config.client_tls;
+        assert!(tls.client_cert_auth);
+        assert_eq!(tls.trusted_ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(tls.versions.max(), oxetcd_tls::TlsVersion::Tls12);
+        assert_eq!(tls.cipher_suites.len(), 1);
+        let config = run(
+            &["--listen-client-urls=https://127.0.0.1:2379"],
+            &[("ETCD_AUTO_TLS", "true")],
+        );
+        assert!(config.client_tls.auto_tls);
+    }
+
+    #[test]
+    fn peer_tls_is_refused_clearly() {
+        for args in [
+            &["--peer-cert-file=/c.pem"][..],
+            &["--peer-key-file", "/k.pem"],
+            &["--peer-trusted-ca-file=/ca.pem"],
+            &["--peer-client-cert-auth"],
+            &["--peer-auto-tls=true"],
+            &["--listen-peer-urls=https://127.0.0.1:2380"],
+            &[
+                "--initial-advertise-peer-urls=https://127.0.0.1:2380",
+                "--initial-cluster=default=https://127.0.0.1:2380",
+            ],
+        ] {
+            let e = error(args, &[]).to_string();
+            assert!(e.contains("peer TLS is not supported yet"), "{args:?}: {e}");
+        }
+        run(&["--peer-auto-tls=false"], &[]);
     }
 
     #[test]
@@ -1432,5 +2034,140 @@ mod tests {
         );
         assert_eq!(config.election_timeout_ms, 2000);
         assert_eq!(config.initial_cluster_state, ClusterState::Existing);
+    }
+
+    #[test]
+    fn go_durations_parse_like_go() {
+        for (text, expected) in [
+            ("5m0s", Duration::from_secs(300)),
+            ("1s", Duration::from_secs(1)),
+            ("500ms", Duration::from_millis(500)),
+            ("1.5s", Duration::from_millis(1500)),
+            (".5m", Duration::from_secs(30)),
+            ("1h2m3s4ms5us6ns", Duration::new(3723, 4_005_006)),
+            ("2µs", Duration::from_micros(2)),
+            ("0", Duration::ZERO),
+            ("+1m", Duration::from_secs(60)),
+        ] {
+            assert_eq!(parse_duration("x", text), Ok(expected), "{text}");
+        }
+        for text in [
+            "",
+            "5",
+            "5x",
+            "-1s",
+            "1..5s",
+            ".s",
+            "s",
+            "1s5",
+            "9999999999h",
+        ] {
+            assert!(parse_duration("x", text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn lease_checkpoint_flags_are_accepted_and_set_the_interval() {
+        let config = run(&[], &[]);
+        assert_eq!(config.lease_checkpoint_interval, Duration::from_secs(300));
+        assert_eq!(
+            config.node_config().lease.checkpoint_interval,
+            Duration::from_secs(300)
+        );
+        let config = run(
+            &[
+                "--experimental-enable-lease-checkpoint",
+                "--experimental-enable-lease-checkpoint-persist=true",
+                "--experimental-lease-checkpoint-interval=1s",
+            ],
+            &[],
+        );
+        assert_eq!(config.lease_checkpoint_interval, Duration::from_secs(1));
+        assert_eq!(
+            config.node_config().lease.checkpoint_interval,
+            Duration::from_secs(1)
+        );
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        // The plain name wins over the experimental one.
+        let config = run(
+            &[
+                "--experimental-lease-checkpoint-interval=1s",
+                "--lease-checkpoint-interval",
+                "2m",
+            ],
+            &[],
+        );
+        assert_eq!(config.lease_checkpoint_interval, Duration::from_secs(120));
+        let config = run(
+            &[],
+            &[
+                ("ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", "true"),
+                ("ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT_PERSIST", "1"),
+                ("ETCD_EXPERIMENTAL_LEASE_CHECKPOINT_INTERVAL", "1m30s"),
+            ],
+        );
+        assert_eq!(config.lease_checkpoint_interval, Duration::from_secs(90));
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let config = run(
+            &["--experimental-enable-lease-checkpoint=false"],
+            &[("ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", "true")],
+        );
+        assert!(
+            config.warnings.len() == 1 && config.warnings[0].contains("shadowed"),
+            "{:?}",
+            config.warnings
+        );
+        for (args, env) in [
+            (&["--experimental-lease-checkpoint-interval=5"][..], &[][..]),
+            (&["--experimental-lease-checkpoint-interval=0s"], &[]),
+            (&["--lease-checkpoint-interval=-1s"], &[]),
+            (&["--experimental-enable-lease-checkpoint=maybe"], &[]),
+            (
+                &[],
+                &[("ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", "maybe")],
+            ),
+            (
+                &[],
+                &[("ETCD_EXPERIMENTAL_LEASE_CHECKPOINT_INTERVAL", "soon")],
+            ),
+        ] {
+            assert!(
+                matches!(error(args, env), ConfigError::InvalidValue { .. }),
+                "{args:?} {env:?}"
+            );
+        }
+        assert!(usage("oxetcd").contains("--experimental-lease-checkpoint-interval DURATION"));
+    }
+
+    #[test]
+    fn watch_progress_notify_interval_has_etcds_default_and_minimum() {
+        let config = run(&[], &[]);
+        assert_eq!(
+            config.node_config().watch_progress_notify_interval,
+            Duration::from_secs(600)
+        );
+        let config = run(
+            &["--experimental-watch-progress-notify-interval=500ms"],
+            &[],
+        );
+        assert_eq!(
+            config.node_config().watch_progress_notify_interval,
+            Duration::from_millis(500)
+        );
+        let config = run(&[], &[("ETCD_WATCH_PROGRESS_NOTIFY_INTERVAL", "2s")]);
+        assert_eq!(
+            config.watch_progress_notify_interval,
+            Duration::from_secs(2)
+        );
+        let config = run(&["--watch-progress-notify-interval=10ms"], &[]);
+        assert_eq!(
+            config.watch_progress_notify_interval,
+            Duration::from_millis(100)
+        );
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(matches!(
+            error(&["--experimental-watch-progress-notify-interval=10"], &[]),
+            ConfigError::InvalidValue { .. }
+        ));
     }
 }

@@ -10,9 +10,12 @@
 //! - [`grpc`]: the etcd v3 services and the router in front of them.
 //! - [`http`]: `/health`, `/version`.
 //! - [`peer`]: the peer transport (raft messages and snapshots over TCP).
+//! - [`restore`]: a new member's data directory from a snapshot file
+//!   (`snapshot restore`).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
 //! - `serve` (private): listeners, accept loops, one connection's HTTP/1.1
-//!   and h2c, and the gRPC-or-HTTP split by content type.
+//!   and h2c (over TLS for `https://` URLs), and the gRPC-or-HTTP split by
+//!   content type.
 //!
 //! This crate never starts a runtime, never spawns a thread except the
 //! driver's two, and never touches the node other than through the driver.
@@ -24,6 +27,7 @@ pub mod driver;
 pub mod grpc;
 pub mod http;
 pub mod peer;
+pub mod restore;
 pub mod runtime;
 mod serve;
 pub mod watch_routes;
@@ -55,6 +59,9 @@ pub enum RunError {
     },
     /// Signal handlers could not be installed.
     Signals(std::io::Error),
+    /// The client port's TLS could not be set up (a certificate, key or
+    /// CA file is missing or unusable).
+    Tls(oxetcd_tls::TlsError),
 }
 
 impl fmt::Display for RunError {
@@ -64,6 +71,7 @@ impl fmt::Display for RunError {
             Self::Node(e) => write!(f, "cannot start the node: {e}"),
             Self::Bind { url, error } => write!(f, "cannot listen on {url}: {error}"),
             Self::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
+            Self::Tls(e) => write!(f, "cannot set up client TLS: {e}"),
         }
     }
 }
@@ -82,6 +90,9 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     // Bind first: a busy port fails before the node starts.
     let listeners = serve::bind(&runtime, &config)?;
     create_data_dir(&config.data_dir)?;
+    // Certificates are read (or, with --auto-tls, made) before the node
+    // starts: a bad file stops the server before it joins anything.
+    let client_tls = serve::tls::server_config(&config)?;
     let peer_listeners = bind_peers(&config)?;
     let (log, kv) = oxetcd_storage::open(&config.data_dir)
         .map_err(|e| RunError::DataDir(format!("{}: {e}", config.data_dir.display())))?;
@@ -128,7 +139,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         "node started"
     );
 
-    serve::start(&runtime, &config, handle.clone(), listeners);
+    serve::start(&runtime, &config, handle.clone(), listeners, client_tls);
     info!(
         "published {{Name:{} ClientURLs:[{}]}} to cluster {:x}",
         config.name,

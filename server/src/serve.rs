@@ -9,8 +9,12 @@
 //! endpoints. A connection's errors end that connection only. Inbound
 //! HTTP/2 passes through `authority::AuthorityRewrite` first, which
 //! repairs the `:authority` etcdctl 3.4 sends for `http://` endpoints.
+//! `https://` URLs are served the same way once `tls` has completed the
+//! connection's handshake; `http://` and `https://` URLs may be listened
+//! on side by side.
 
 mod authority;
+pub(crate) mod tls;
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
@@ -21,7 +25,7 @@ use hyper::body::Incoming;
 use hyper_util::server::conn::auto;
 use oxetcd_core::storage::KvStore;
 use tonic::body::Body;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ListenUrl};
 use crate::driver::Handle;
@@ -73,12 +77,14 @@ pub(crate) fn bind<R: Runtime>(
         .collect()
 }
 
-/// Starts serving clients on every bound listener.
+/// Starts serving clients on every bound listener; `https://` ones with
+/// `tls` (see [`tls::server_config`]).
 pub(crate) fn start<R: Runtime, K: KvStore>(
     runtime: &R,
     config: &Config,
     handle: Handle<K>,
     listeners: Vec<Bound<R::Listener>>,
+    tls: Option<Arc<oxetcd_tls::rustls::ServerConfig>>,
 ) {
     let member = Member {
         member_id: config.member_id(),
@@ -94,29 +100,62 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         .timer(HyperTimer(runtime.clone()))
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX);
     let app = Arc::new(App {
+        runtime: runtime.clone(),
         grpc: GrpcRouter::new(handle.clone(), member, config.max_request_bytes),
         http: HttpEndpoints::new(runtime.clone(), handle),
         builder,
     });
     for bound in listeners {
-        info!(
-            url = %bound.url,
-            address = %bound.local_addr,
-            "serving client traffic insecurely (gRPC and HTTP)"
-        );
-        runtime.spawn(accept_loop(runtime.clone(), bound.listener, app.clone()));
+        let tls = match (bound.url.is_secure(), &tls) {
+            (false, _) => {
+                info!(
+                    url = %bound.url,
+                    address = %bound.local_addr,
+                    "serving client traffic insecurely (gRPC and HTTP)"
+                );
+                None
+            }
+            (true, Some(tls)) => {
+                info!(
+                    url = %bound.url,
+                    address = %bound.local_addr,
+                    "serving client traffic securely (gRPC and HTTP)"
+                );
+                Some(tls.clone())
+            }
+            (true, None) => {
+                error!(url = %bound.url, "no TLS configuration for this URL; not serving it");
+                continue;
+            }
+        };
+        runtime.spawn(accept_loop(
+            runtime.clone(),
+            bound.listener,
+            app.clone(),
+            tls,
+        ));
     }
 }
 
 /// What every connection shares.
 struct App<R: Runtime, K: KvStore> {
+    runtime: R,
     grpc: GrpcRouter<K>,
     http: HttpEndpoints<R, K>,
     builder: auto::Builder<HyperExecutor<R>>,
 }
 
 impl<R: Runtime, K: KvStore> App<R, K> {
-    async fn serve(self: Arc<Self>, io: R::Io) {
+    async fn serve_tls(self: Arc<Self>, io: R::Io, tls: Arc<oxetcd_tls::rustls::ServerConfig>) {
+        if let Some(stream) = tls::handshake(&self.runtime, io, tls).await {
+            self.serve(stream).await;
+        }
+    }
+
+    async fn serve<IO>(self: Arc<Self>, io: IO)
+    where
+        IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
         let app = self.clone();
         let service = hyper::service::service_fn(move |request| {
             let app = app.clone();
@@ -141,10 +180,14 @@ async fn accept_loop<R: Runtime, K: KvStore>(
     runtime: R,
     listener: R::Listener,
     app: Arc<App<R, K>>,
+    tls: Option<Arc<oxetcd_tls::rustls::ServerConfig>>,
 ) {
     loop {
         match runtime.accept(&listener).await {
-            Ok(io) => runtime.spawn(app.clone().serve(io)),
+            Ok(io) => match &tls {
+                None => runtime.spawn(app.clone().serve(io)),
+                Some(tls) => runtime.spawn(app.clone().serve_tls(io, tls.clone())),
+            },
             Err(e) => {
                 warn!(error = %e, "accepting a client connection failed");
                 runtime

@@ -1,0 +1,52 @@
+//! TLS for oxetcd's client port and for `oxetcdctl`, on rustls.
+//!
+//! One mechanism serves both sides:
+//!
+//! - [`TlsStream`] wraps any stream that implements hyper's I/O traits
+//!   (`hyper::rt::Read` + `hyper::rt::Write`) with a rustls connection and
+//!   implements the same traits itself. The server wraps its runtime's
+//!   accepted sockets with it (tokio or smol alike: this crate knows no
+//!   runtime), and `oxetcdctl` hands it to tonic through a connector.
+//! - [`ServerSettings`] and [`ClientSettings`] build rustls configurations
+//!   from PEM files named by etcd's flags (`--cert-file`, `--key-file`,
+//!   `--trusted-ca-file`, `--client-cert-auth`; `--cacert`, `--cert`,
+//!   `--key`, `--insecure-skip-tls-verify`), with the protocol versions and
+//!   cipher suites of `--tls-min-version`, `--tls-max-version` and
+//!   `--cipher-suites`. The server re-reads its certificate and key when
+//!   their files change, so a rotated certificate needs no restart.
+//! - [`self_signed`] makes the certificate of `--auto-tls`; [`test_pki`]
+//!   makes a CA and certificates for tests.
+//!
+//! Every failure to load a file is a [`TlsError`] that names the file.
+//! Cryptography is ring's, through rustls's ring provider only: no aws-lc,
+//! so no C build beyond ring's own. This crate does no network I/O of its
+//! own and never panics on what a peer sends.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod error;
+mod reload;
+mod self_signed;
+mod settings;
+mod stream;
+pub mod test_pki;
+mod verify;
+
+pub use error::TlsError;
+pub use self_signed::self_signed;
+pub use settings::{
+    parse_cipher_suites, ClientSettings, ServerSettings, TlsVersion, Versions, ALPN_H2, ALPN_HTTP11,
+};
+pub use stream::TlsStream;
+
+/// The rustls this crate is built on, for callers that name its types
+/// (server names, cipher suites, errors) without depending on it directly.
+pub use rustls;
+
+/// The rustls error inside `error`, when `error` is a TLS failure of a
+/// [`TlsStream`] (a certificate that does not verify, an alert from the
+/// peer, a malformed record) rather than a transport failure.
+pub fn tls_cause(error: &std::io::Error) -> Option<&rustls::Error> {
+    error.get_ref()?.downcast_ref::<rustls::Error>()
+}
