@@ -8,7 +8,7 @@
 //! - [`output`]: etcdctl's output formats (`simple`, `json`, `fields`,
 //!   `table`, `protobuf`), byte for byte.
 //! - [`bench`]: a load generator in the manner of etcd's `benchmark` tool,
-//!   with CSV samples and SVG plots.
+//!   with CSV samples and SVG or PNG plots.
 
 pub mod bench;
 pub mod client;

@@ -313,7 +313,9 @@ async fn bench(g: &Global, args: &BenchArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::new(exit::IO, format!("{}: {e}", path.display())))?;
     }
     if let Some(path) = &args.plot {
-        let figure = oxetcd_ctl::bench::plot::svg(&report, &args.title());
+        use oxetcd_ctl::bench::plot;
+        let figure = plot::render(&report, &args.title(), plot::Format::for_path(path))
+            .map_err(|e| Failure::new(exit::IO, format!("{}: {e}", path.display())))?;
         std::fs::write(path, figure)
             .map_err(|e| Failure::new(exit::IO, format!("{}: {e}", path.display())))?;
     }

@@ -1,9 +1,12 @@
 //! The benchmark's numbers add up: a tiny run against oxetcd counts exactly
 //! the requests asked for, its histogram holds every one of them, and the
-//! CSV and SVG files hold the same samples. The workloads oxetcd does not
-//! serve yet (watch, lease keepalive) are checked against Debian's etcd.
+//! CSV and SVG files hold the same samples. `--plot` draws a PNG for a
+//! `.png` file, and a path it cannot write fails as etcdctl's file errors
+//! do. The workloads oxetcd does not serve yet (watch, lease keepalive) are
+//! checked against Debian's etcd.
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 
 use oxetcd_conformance::{Server, ServerKind};
 
@@ -121,4 +124,64 @@ fn watch_and_keepalive_runs_count_every_sample_on_etcd() {
         &bench(&server, &["lease-keepalive", "--total=200", "--clients=4"]),
         200,
     );
+}
+
+fn bench_plot(server: &Server, plot: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_oxetcdctl"))
+        .arg(format!("--endpoints={}", server.address()))
+        .args(["bench", "put", "--total=200", "--clients=8", "--conns=2"])
+        .arg(format!("--plot={}", plot.display()))
+        .output()
+        .expect("run oxetcdctl bench")
+}
+
+#[test]
+fn png_plots_and_unwritable_paths_on_oxetcd() {
+    let server = Server::start(ServerKind::Oxetcd).expect("oxetcd");
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The extension is matched in any case.
+    let path = dir.path().join("latency.PNG");
+    let output = bench_plot(&server, &path);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let bytes = std::fs::read(&path).expect("PNG written");
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .expect("a PNG header");
+    let mut rgb = vec![0; reader.output_buffer_size().expect("buffer size")];
+    let info = reader.next_frame(&mut rgb).expect("PNG data");
+    // Twice the SVG's 1360 × 470 units, 8-bit RGB.
+    assert_eq!((info.width, info.height), (2720, 940));
+    assert_eq!(
+        (info.color_type, info.bit_depth),
+        (png::ColorType::Rgb, png::BitDepth::Eight)
+    );
+    let count = |colour: [u8; 3]| {
+        rgb[..info.buffer_size()]
+            .chunks_exact(3)
+            .filter(|p| *p == colour)
+            .count()
+    };
+    // The p99 and mean series, the text (the only pure black), and a
+    // white background around them.
+    assert!(count([0xd6, 0x5f, 0x5f]) > 100, "no p99 line");
+    assert!(count([0x22, 0x22, 0x22]) > 100, "no mean line");
+    assert!(count([0, 0, 0]) > 2000, "no text");
+    assert!(
+        count([0xff, 0xff, 0xff]) > 2720 * 940 / 2,
+        "not mostly white"
+    );
+
+    let unwritable = dir.path().join("missing").join("plot.png");
+    let output = bench_plot(&server, &unwritable);
+    assert_eq!(output.status.code(), Some(oxetcd_ctl::command::exit::IO));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!("Error: {}: ", unwritable.display())),
+        "{stderr}"
+    );
+    assert!(!unwritable.exists());
 }

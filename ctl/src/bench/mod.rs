@@ -5,7 +5,7 @@
 //! (or paced to `--rate` requests per second in all) until `total` requests
 //! have been started or `duration` has passed. Every sample is kept (12
 //! bytes each), so percentiles are exact and the raw data can be written as
-//! CSV or drawn as SVG ([`plot`]).
+//! CSV or drawn as SVG or PNG ([`plot`]).
 
 pub mod plot;
 pub mod report;
@@ -554,7 +554,8 @@ pub struct BenchArgs {
     /// Write every sample (start_us,latency_us) to this CSV file.
     #[arg(long, global = true)]
     pub csv: Option<std::path::PathBuf>,
-    /// Draw latency over time and latency against throughput as SVG.
+    /// Draw latency over time and latency against throughput as SVG, or as
+    /// PNG if the file name ends in `.png`.
     #[arg(long, global = true)]
     pub plot: Option<std::path::PathBuf>,
 }
