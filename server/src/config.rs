@@ -11,11 +11,11 @@
 //! accepted under both names, the plain one winning. [`from_process`] wraps it for `main`: help and
 //! version go to stdout with exit code 0, errors to stderr with exit code 1.
 //!
-//! TLS flags of the client port are checked here as etcd checks them (an
-//! `https://` URL needs `--cert-file` and `--key-file` or `--auto-tls`);
-//! the files themselves are read when the server starts (`serve/tls.rs`).
-//! Peer TLS is not implemented, so its flags and `https://` peer URLs are
-//! refused.
+//! TLS flags of the client and peer ports are checked here as etcd checks
+//! them (an `https://` URL needs `--cert-file` and `--key-file` or
+//! `--auto-tls`, their `--peer-*` forms for peer URLs); the files
+//! themselves are read when the server starts (`serve/tls.rs`,
+//! `peer/tls.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,8 +34,11 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Addresses to serve clients on (`--listen-client-urls`).
     pub listen_client_urls: Vec<ListenUrl>,
-    /// TLS of the `https://` client URLs.
+    /// TLS of the `https://` client URLs. Its versions and cipher suites
+    /// apply to the peer links too.
     pub client_tls: ClientTls,
+    /// TLS of the `https://` peer URLs.
+    pub peer_tls: PeerTls,
     /// Client URLs published to the cluster (`--advertise-client-urls`).
     pub advertise_client_urls: Vec<String>,
     /// Addresses to serve peers on (`--listen-peer-urls`).
@@ -271,6 +274,38 @@ pub struct ClientTls {
     pub cipher_suites: Vec<oxetcd_tls::rustls::CipherSuite>,
 }
 
+/// TLS of the peer links: `--peer-cert-file`, `--peer-key-file`,
+/// `--peer-trusted-ca-file`, `--peer-client-cert-auth`, `--peer-auto-tls`,
+/// `--peer-cert-allowed-cn` and `--peer-cert-allowed-hostname` (versions
+/// and cipher suites are [`ClientTls`]'s, as in etcd). It applies to this
+/// member's `https://` listen peer URLs and to dials to `https://` peer
+/// URLs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerTls {
+    /// The member's certificate chain, served and presented to peers.
+    pub cert_file: Option<PathBuf>,
+    /// Its key.
+    pub key_file: Option<PathBuf>,
+    /// CAs peers' certificates must chain to, both ways. As in etcd,
+    /// giving it makes a certificate mandatory for members that dial in.
+    pub trusted_ca_file: Option<PathBuf>,
+    /// `--peer-client-cert-auth`.
+    pub client_cert_auth: bool,
+    /// `--peer-auto-tls` with no certificate given: a self-signed
+    /// certificate kept in `<data-dir>/fixtures/peer`, and peers'
+    /// certificates not verified.
+    pub auto_tls: bool,
+    /// `--peer-cert-allowed-cn` or `--peer-cert-allowed-hostname`.
+    pub allowed: Option<oxetcd_tls::AllowedPeer>,
+}
+
+impl PeerTls {
+    /// A certificate to serve and present: files or `--peer-auto-tls`.
+    pub fn has_identity(&self) -> bool {
+        self.cert_file.is_some() || self.auto_tls
+    }
+}
+
 /// `--log-level`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogLevel {
@@ -430,13 +465,13 @@ const FLAGS: &[Flag] = &[
         "tls-min-version",
         "VERSION",
         "TLS1.2",
-        "Minimum TLS version of the client port: TLS1.2 or TLS1.3.",
+        "Minimum TLS version of the client and peer ports: TLS1.2 or TLS1.3.",
     ),
     flag(
         "tls-max-version",
         "VERSION",
         "TLS1.3",
-        "Maximum TLS version of the client port: TLS1.2 or TLS1.3.",
+        "Maximum TLS version of the client and peer ports: TLS1.2 or TLS1.3.",
     ),
     flag(
         "cipher-suites",
@@ -448,32 +483,44 @@ const FLAGS: &[Flag] = &[
         "peer-cert-file",
         "PATH",
         "",
-        "Peer TLS is not supported yet: peers speak plaintext, and setting this is an error.",
+        "Path to the peer TLS cert file (for https:// peer URLs), served to peers and presented to them.",
     ),
     flag(
         "peer-key-file",
         "PATH",
         "",
-        "Peer TLS is not supported yet; setting this is an error.",
+        "Path to the peer TLS key file.",
     ),
     flag(
         "peer-trusted-ca-file",
         "PATH",
         "",
-        "Peer TLS is not supported yet; setting this is an error.",
+        "Path to the peer TLS trusted CA file; peers' certificates must chain to it.",
     ),
     Flag {
         name: "peer-client-cert-auth",
         value: None,
         default: "false",
-        help: "Peer TLS is not supported yet; enabling this is an error.",
+        help: "Enable peer client cert authentication (against --peer-trusted-ca-file).",
     },
     Flag {
         name: "peer-auto-tls",
         value: None,
         default: "false",
-        help: "Peer TLS is not supported yet; enabling this is an error.",
+        help: "Peer TLS using a generated self-signed certificate, kept in <data-dir>/fixtures/peer; peers' certificates are not verified.",
     },
+    flag(
+        "peer-cert-allowed-cn",
+        "CN",
+        "",
+        "Required common name of the certificates of peers dialing in.",
+    ),
+    flag(
+        "peer-cert-allowed-hostname",
+        "HOST",
+        "",
+        "Required host name (or IP address) the certificates of peers dialing in are valid for.",
+    ),
     flag(
         "listen-peer-urls",
         "URLS",
@@ -753,12 +800,13 @@ where
         &initial_advertise_peer_urls,
         &value("initial-cluster"),
     )?;
-    refuse_peer_tls(
+    let peer_tls = parse_peer_tls(
         &value,
         &switches,
         &listen_peer_urls,
         &initial_advertise_peer_urls,
         &initial_cluster,
+        &mut warnings,
     )?;
     let initial_cluster_state = match value("initial-cluster-state").as_str() {
         "new" => ClusterState::New,
@@ -834,6 +882,7 @@ where
         data_dir,
         listen_client_urls,
         client_tls,
+        peer_tls,
         advertise_client_urls,
         listen_peer_urls,
         initial_advertise_peer_urls,
@@ -1243,41 +1292,142 @@ fn parse_client_tls(
     Ok(tls)
 }
 
-/// Peer TLS is not implemented: its flags and `https://` peer URLs are
-/// refused rather than silently served in plaintext.
-fn refuse_peer_tls(
+/// The peer links' TLS flags, checked as etcd checks them: an `https://`
+/// listen peer URL needs a certificate and key (or `--peer-auto-tls`);
+/// TLS flags next to `http://` listen peer URLs only are ignored with a
+/// warning. This member's other `https://` peer URLs (advertised, or in
+/// `--initial-cluster`) are dialed with the same certificate, so they need
+/// one too.
+fn parse_peer_tls(
     value: &dyn Fn(&'static str) -> String,
     switches: &BTreeMap<&'static str, bool>,
     listen_peer_urls: &[ListenUrl],
     advertise_peer_urls: &[String],
     initial_cluster: &[InitialMember],
-) -> Result<(), ConfigError> {
-    const REASON: &str = "peer TLS is not supported yet; peers speak plaintext over http:// URLs";
-    for flag in ["peer-cert-file", "peer-key-file", "peer-trusted-ca-file"] {
-        if !value(flag).is_empty() {
-            return Err(invalid(flag, &value(flag), REASON));
+    warnings: &mut Vec<String>,
+) -> Result<PeerTls, ConfigError> {
+    let path =
+        |flag: &'static str| Some(PathBuf::from(value(flag))).filter(|p| !p.as_os_str().is_empty());
+    let text = |flag: &'static str| Some(value(flag)).filter(|v| !v.is_empty());
+    let switch = |flag: &'static str| switches.get(flag).copied().unwrap_or(false);
+    let mut tls = PeerTls {
+        cert_file: path("peer-cert-file"),
+        key_file: path("peer-key-file"),
+        trusted_ca_file: path("peer-trusted-ca-file"),
+        client_cert_auth: switch("peer-client-cert-auth"),
+        auto_tls: switch("peer-auto-tls"),
+        allowed: None,
+    };
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(_), None) | (None, Some(_)) => {
+            let flag = if tls.cert_file.is_some() {
+                "peer-cert-file"
+            } else {
+                "peer-key-file"
+            };
+            return Err(invalid(
+                flag,
+                &value(flag),
+                "--peer-cert-file and --peer-key-file must be given together",
+            ));
         }
+        (Some(_), Some(_)) if tls.auto_tls => {
+            warnings.push("ignoring peer auto TLS since certs given".to_owned());
+            tls.auto_tls = false;
+        }
+        _ => {}
     }
-    for flag in ["peer-client-cert-auth", "peer-auto-tls"] {
-        if switches.get(flag).copied().unwrap_or(false) {
-            return Err(invalid(flag, "true", REASON));
+    tls.allowed = match (
+        text("peer-cert-allowed-cn"),
+        text("peer-cert-allowed-hostname"),
+    ) {
+        (Some(cn), Some(hostname)) => {
+            return Err(invalid(
+                "peer-cert-allowed-cn",
+                &cn,
+                format!(
+                    "AllowedCN and AllowedHostname are mutually exclusive (cn={cn:?}, \
+                     hostname={hostname:?})"
+                ),
+            ))
+        }
+        (Some(cn), None) => Some(oxetcd_tls::AllowedPeer::CommonName(cn)),
+        (None, Some(hostname)) => Some(oxetcd_tls::AllowedPeer::Hostname(hostname)),
+        (None, None) => None,
+    };
+
+    let configured = tls.has_identity() || tls.trusted_ca_file.is_some();
+    for url in listen_peer_urls {
+        if url.is_secure() && !tls.has_identity() {
+            return Err(invalid(
+                "listen-peer-urls",
+                &url.url,
+                format!(
+                    "cannot listen on TLS for {}: KeyFile and CertFile are not presented \
+                     (give --peer-cert-file and --peer-key-file, or --peer-auto-tls)",
+                    url.addr
+                ),
+            ));
+        }
+        if !url.is_secure() && configured {
+            warnings.push(format!(
+                "scheme is HTTP while peer key and cert files are present; serving peer URL {} \
+                 without TLS",
+                url.url
+            ));
+        }
+        if !url.is_secure() && tls.client_cert_auth {
+            warnings.push(format!(
+                "scheme is HTTP while --peer-client-cert-auth is enabled; ignoring client cert \
+                 auth for peer URL {}",
+                url.url
+            ));
         }
     }
     let https = |url: &&String| url.starts_with("https://");
-    if let Some(url) = listen_peer_urls.iter().find(|u| u.is_secure()) {
-        return Err(invalid("listen-peer-urls", &url.url, REASON));
-    }
-    if let Some(url) = advertise_peer_urls.iter().find(https) {
-        return Err(invalid("initial-advertise-peer-urls", url, REASON));
-    }
-    if let Some(url) = initial_cluster
+    let dialed_https = advertise_peer_urls
         .iter()
-        .flat_map(|m| &m.peer_urls)
-        .find(https)
-    {
-        return Err(invalid("initial-cluster", url, REASON));
+        .map(|url| ("initial-advertise-peer-urls", url))
+        .chain(
+            initial_cluster
+                .iter()
+                .flat_map(|m| &m.peer_urls)
+                .map(|url| ("initial-cluster", url)),
+        )
+        .find(|(_, url)| https(url));
+    if let Some((flag, url)) = dialed_https {
+        if !tls.has_identity() {
+            return Err(invalid(
+                flag,
+                url,
+                format!(
+                    "peer URL {url} uses TLS but no peer certificate is given (--peer-cert-file \
+                     and --peer-key-file, or --peer-auto-tls)"
+                ),
+            ));
+        }
     }
-    Ok(())
+    let secure = listen_peer_urls.iter().any(ListenUrl::is_secure);
+    if secure && tls.client_cert_auth && tls.trusted_ca_file.is_none() {
+        return Err(invalid(
+            "peer-trusted-ca-file",
+            "",
+            "--peer-client-cert-auth needs --peer-trusted-ca-file: peer certificates are \
+             verified against it",
+        ));
+    }
+    if tls.allowed.is_some() && tls.trusted_ca_file.is_none() {
+        let flag = match tls.allowed {
+            Some(oxetcd_tls::AllowedPeer::Hostname(_)) => "peer-cert-allowed-hostname",
+            _ => "peer-cert-allowed-cn",
+        };
+        return Err(invalid(
+            flag,
+            &value(flag),
+            "needs --peer-trusted-ca-file: only verified peer certificates are checked for it",
+        ));
+    }
+    Ok(tls)
 }
 
 /// A parsed `http://host:port` or `https://host:port` URL.
@@ -1695,23 +1845,133 @@ mod tests {
     }
 
     #[test]
-    fn peer_tls_is_refused_clearly() {
-        for args in [
-            &["--peer-cert-file=/c.pem"][..],
-            &["--peer-key-file", "/k.pem"],
-            &["--peer-trusted-ca-file=/ca.pem"],
-            &["--peer-client-cert-auth"],
-            &["--peer-auto-tls=true"],
-            &["--listen-peer-urls=https://127.0.0.1:2380"],
+    fn peer_tls_flags_are_checked_like_etcds() {
+        let https = [
+            "--listen-peer-urls=https://127.0.0.1:2380",
+            "--initial-advertise-peer-urls=https://127.0.0.1:2380",
+            "--initial-cluster=default=https://127.0.0.1:2380",
+        ];
+        let with = |extra: &[&str]| -> Vec<String> {
+            https.iter().chain(extra).map(|s| (*s).to_owned()).collect()
+        };
+        let reason = |extra: &[&str]| {
+            let args = with(extra);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            error(&args, &[]).to_string()
+        };
+        // An https:// peer URL needs a certificate, as in etcd.
+        let e = reason(&[]);
+        assert!(
+            e.contains(
+                "cannot listen on TLS for 127.0.0.1:2380: KeyFile and CertFile are not presented"
+            ),
+            "{e}"
+        );
+        let e = error(
             &[
                 "--initial-advertise-peer-urls=https://127.0.0.1:2380",
                 "--initial-cluster=default=https://127.0.0.1:2380",
             ],
-        ] {
-            let e = error(args, &[]).to_string();
-            assert!(e.contains("peer TLS is not supported yet"), "{args:?}: {e}");
-        }
-        run(&["--peer-auto-tls=false"], &[]);
+            &[],
+        )
+        .to_string();
+        assert!(e.contains("no peer certificate is given"), "{e}");
+        let e = reason(&["--peer-cert-file=/c.pem"]);
+        assert!(e.contains("must be given together"), "{e}");
+        let e = reason(&["--peer-auto-tls", "--peer-client-cert-auth"]);
+        assert!(e.contains("needs --peer-trusted-ca-file"), "{e}");
+        let e = reason(&[
+            "--peer-auto-tls",
+            "--peer-cert-allowed-cn=a",
+            "--peer-cert-allowed-hostname=b",
+        ]);
+        assert!(
+            e.contains("AllowedCN and AllowedHostname are mutually exclusive"),
+            "{e}"
+        );
+        let e = reason(&["--peer-auto-tls", "--peer-cert-allowed-cn=a"]);
+        assert!(
+            e.contains("--peer-cert-allowed-cn") && e.contains("trusted-ca"),
+            "{e}"
+        );
+
+        let args = with(&[
+            "--peer-cert-file=/p.pem",
+            "--peer-key-file=/pk.pem",
+            "--peer-trusted-ca-file=/ca.pem",
+            "--peer-client-cert-auth",
+            "--peer-cert-allowed-hostname=localhost",
+            "--peer-auto-tls",
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let config = run(&args, &[]);
+        assert_eq!(
+            config.peer_tls,
+            PeerTls {
+                cert_file: Some(PathBuf::from("/p.pem")),
+                key_file: Some(PathBuf::from("/pk.pem")),
+                trusted_ca_file: Some(PathBuf::from("/ca.pem")),
+                client_cert_auth: true,
+                auto_tls: false,
+                allowed: Some(oxetcd_tls::AllowedPeer::Hostname("localhost".into())),
+            }
+        );
+        assert!(config.warnings[0].contains("ignoring peer auto TLS"));
+        assert!(config.listen_peer_urls[0].is_secure());
+
+        // --peer-auto-tls stands in for the files; http:// peer URLs with
+        // TLS flags are served in plaintext with a warning.
+        let args = with(&["--peer-auto-tls"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert!(run(&args, &[]).peer_tls.auto_tls);
+        let config = run(&["--peer-auto-tls", "--peer-client-cert-auth"], &[]);
+        assert!(config
+            .warnings
+            .iter()
+            .any(|w| w.contains("serving peer URL")));
+        assert!(config
+            .warnings
+            .iter()
+            .any(|w| w.contains("ignoring client cert auth")));
+        assert_eq!(
+            run(&["--peer-auto-tls=false"], &[]).peer_tls,
+            PeerTls::default()
+        );
+    }
+
+    #[test]
+    fn peer_tls_flags_come_from_the_environment_too() {
+        let config = run(
+            &[],
+            &[
+                ("ETCD_LISTEN_PEER_URLS", "https://127.0.0.1:2380"),
+                ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "https://127.0.0.1:2380"),
+                ("ETCD_INITIAL_CLUSTER", "default=https://127.0.0.1:2380"),
+                ("ETCD_PEER_CERT_FILE", "/p.pem"),
+                ("ETCD_PEER_KEY_FILE", "/pk.pem"),
+                ("ETCD_PEER_TRUSTED_CA_FILE", "/ca.pem"),
+                ("ETCD_PEER_CLIENT_CERT_AUTH", "true"),
+                ("ETCD_PEER_CERT_ALLOWED_CN", "member"),
+            ],
+        );
+        let tls = &config.peer_tls;
+        assert!(tls.client_cert_auth);
+        assert_eq!(tls.cert_file, Some(PathBuf::from("/p.pem")));
+        assert_eq!(tls.trusted_ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(
+            tls.allowed,
+            Some(oxetcd_tls::AllowedPeer::CommonName("member".into()))
+        );
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let config = run(
+            &[
+                "--listen-peer-urls=https://127.0.0.1:2380",
+                "--initial-advertise-peer-urls=https://127.0.0.1:2380",
+                "--initial-cluster=default=https://127.0.0.1:2380",
+            ],
+            &[("ETCD_PEER_AUTO_TLS", "true")],
+        );
+        assert!(config.peer_tls.auto_tls);
     }
 
     #[test]

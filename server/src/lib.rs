@@ -4,12 +4,14 @@
 //! sleep, signals), parses flags with [`config::from_process`] and calls
 //! [`run`]. Everything else is here, written once:
 //!
+//! - [`coalesce`]: one write for the frames of many responses.
 //! - [`config`]: flags and `ETCD_*` variables.
 //! - [`driver`]: the node on its own thread, the log writer, the [`Handle`]
 //!   services use.
 //! - [`grpc`]: the etcd v3 services and the router in front of them.
 //! - [`http`]: `/health`, `/version`.
-//! - [`peer`]: the peer transport (raft messages and snapshots over TCP).
+//! - [`peer`]: the peer transport (raft messages and snapshots over TCP,
+//!   with TLS for `https://` peer URLs).
 //! - [`restore`]: a new member's data directory from a snapshot file
 //!   (`snapshot restore`).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
@@ -62,6 +64,8 @@ pub enum RunError {
     /// The client port's TLS could not be set up (a certificate, key or
     /// CA file is missing or unusable).
     Tls(oxetcd_tls::TlsError),
+    /// The peer links' TLS could not be set up.
+    PeerTls(oxetcd_tls::TlsError),
 }
 
 impl fmt::Display for RunError {
@@ -72,6 +76,7 @@ impl fmt::Display for RunError {
             Self::Bind { url, error } => write!(f, "cannot listen on {url}: {error}"),
             Self::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
             Self::Tls(e) => write!(f, "cannot set up client TLS: {e}"),
+            Self::PeerTls(e) => write!(f, "cannot set up peer TLS: {e}"),
         }
     }
 }
@@ -93,6 +98,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     // Certificates are read (or, with --auto-tls, made) before the node
     // starts: a bad file stops the server before it joins anything.
     let client_tls = serve::tls::server_config(&config)?;
+    let peer_tls = peer::tls::configure(&config).map_err(RunError::PeerTls)?;
     let peer_listeners = bind_peers(&config)?;
     let (log, kv) = oxetcd_storage::open(&config.data_dir)
         .map_err(|e| RunError::DataDir(format!("{}: {e}", config.data_dir.display())))?;
@@ -113,15 +119,19 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         node_config.cluster_id = stored;
     }
     let cluster_id = transport_config.cluster_id;
+    transport_config.tls = peer_tls;
     let transport = peer::PeerTransport::new(
         runtime.clone(),
         transport_config,
         store_cluster_id(id_path, mailbox.deliver()),
     );
     for (url, listener) in peer_listeners {
-        transport
-            .listen(listener)
-            .map_err(|error| RunError::Bind { url, error })?;
+        let listening = if url.starts_with("https://") {
+            transport.listen_tls(listener)
+        } else {
+            transport.listen(listener)
+        };
+        listening.map_err(|error| RunError::Bind { url, error })?;
     }
     // The node's stored membership is the truth once it runs; the initial
     // cluster lets a joining member reach the others from the start.

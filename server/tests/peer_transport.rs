@@ -2,7 +2,8 @@
 //! `Runtime`: members exchanging messages, handshake refusals, bad frames
 //! (each closes one connection; the transport keeps serving), a peer
 //! restart with reconnect, a multi-MiB snapshot streamed while heartbeats
-//! keep arriving, and the bounded send queue.
+//! keep arriving, the bounded send queue, and the same traffic over TLS
+//! (`https://` peer URLs, certificates from `oxetcd_tls::test_pki`).
 //!
 //! Raw connections here build the wire format by hand, byte by byte, so
 //! these tests also pin the format independently of its encoder.
@@ -10,6 +11,7 @@
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use oxetcd_proto::eraftpb::{Entry, Message, MessageType, SnapshotMetadata};
-use oxetcd_server::peer::{PeerEvent, PeerTransport, PeerTransportConfig, SendError};
+use oxetcd_server::peer::{PeerEvent, PeerTransport, PeerTransportConfig, SendError, TransportTls};
 use oxetcd_server::Runtime;
 use protobuf::Message as _;
 
@@ -117,6 +119,36 @@ fn member_with(
     );
     let listener = bind(addr.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap()));
     let addr = transport.listen(listener).expect("listen");
+    Member {
+        id,
+        transport,
+        events,
+        addr,
+        dir,
+    }
+}
+
+/// A member serving and dialing `https://` peer URLs with `cert` and
+/// `key`, verifying peers against `ca` both ways.
+fn tls_member(rt: &tokio::runtime::Runtime, id: u64, cert: &Path, key: &Path, ca: &Path) -> Member {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = PeerTransportConfig::new(CLUSTER, id, dir.path().join("snap"));
+    let settings = oxetcd_tls::PeerSettings {
+        trusted_ca_file: Some(ca.to_path_buf()),
+        ..oxetcd_tls::PeerSettings::new(cert, key)
+    };
+    config.tls = Some(TransportTls::new(&settings).expect("peer TLS"));
+    let (tx, events) = mpsc::channel();
+    let transport = PeerTransport::new(
+        TestRuntime(rt.handle().clone()),
+        config,
+        Arc::new(move |event| {
+            let _ = tx.send(event);
+        }),
+    );
+    let addr = transport
+        .listen_tls(bind("127.0.0.1:0".parse().unwrap()))
+        .expect("listen");
     Member {
         id,
         transport,
@@ -778,4 +810,96 @@ fn send_queue_is_bounded() {
         Err(SendError::Disconnected)
     );
     assert!(!a.transport.stats(10).unwrap().connected);
+}
+
+#[test]
+fn tls_members_exchange_messages_and_snapshots_and_refuse_strangers() {
+    let rt = tokio_runtime();
+    let pki_dir = tempfile::tempdir().expect("tempdir");
+    let pki = oxetcd_tls::test_pki::TestPki::write_to(pki_dir.path()).expect("test PKI");
+    let member = |id| tls_member(&rt, id, &pki.peer_cert, &pki.peer_key, &pki.ca);
+    let (a, b) = (member(1), member(2));
+    let https = |m: &Member| format!("https://{}", m.addr);
+    a.transport.add_peer(2, vec![https(&b)]);
+    b.transport.add_peer(1, vec![https(&a)]);
+    wait_connected(&a, 2);
+    wait_connected(&b, 1);
+    send_eventually(&a, heartbeat(1, 2, 12));
+    assert_eq!(next_message(&b).commit, 12);
+    send_eventually(&b, append(2, 1, 1024 * 1024));
+    let got = next_message(&a);
+    assert_eq!(got.entries[0].data.len(), 1024 * 1024);
+
+    // A snapshot on its own TLS connection.
+    const SNAPSHOT_BYTES: usize = 3 * 1024 * 1024 + 7;
+    let data = Bytes::from(
+        (0..SNAPSHOT_BYTES)
+            .map(|i| (i % 249) as u8)
+            .collect::<Vec<_>>(),
+    );
+    let message = oxetcd_core::raft::snapshot_message(
+        1,
+        2,
+        3,
+        SnapshotMetadata {
+            index: 9,
+            term: 3,
+            ..Default::default()
+        },
+    );
+    let source = data.clone();
+    let chunks = (0..4).map(move |i| {
+        let step = SNAPSHOT_BYTES / 4 + 1;
+        Ok(source.slice((i * step).min(SNAPSHOT_BYTES)..((i + 1) * step).min(SNAPSHOT_BYTES)))
+    });
+    a.transport.send_snapshot(message, chunks);
+    let file = next_event(&b.events, |event| match event {
+        PeerEvent::Snapshot { data, .. } => Some(data),
+        _ => None,
+    });
+    assert_eq!(std::fs::read(file.path()).unwrap(), data);
+    let delivered = next_event(&a.events, |event| match event {
+        PeerEvent::SnapshotSent { to: 2, delivered } => Some(delivered),
+        _ => None,
+    });
+    assert!(delivered);
+
+    // A member whose certificate another CA signed: refused both ways,
+    // retried with backoff, and the others are unaffected.
+    let c = tls_member(&rt, 3, &pki.other_peer_cert, &pki.other_peer_key, &pki.ca);
+    a.transport.add_peer(3, vec![https(&c)]);
+    c.transport.add_peer(1, vec![https(&a)]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!a.transport.stats(3).unwrap().connected);
+    assert!(!c.transport.stats(1).unwrap().connected);
+    assert_eq!(
+        a.transport.send(heartbeat(1, 3, 1)),
+        Err(SendError::Disconnected)
+    );
+    // Plaintext and garbage on the TLS port each end their connection.
+    let (stream, answer) = {
+        let mut stream = raw(a.addr);
+        stream.write_all(&hello(CLUSTER, 2, 1, 1, 2)).unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        (stream, answer)
+    };
+    drop(stream);
+    assert!(
+        answer.is_empty() || answer[0] == 21,
+        "plaintext got an answer other than a TLS alert: {answer:?}"
+    );
+    assert_still_serving(&a, &b, 77);
+    assert_still_serving(&b, &a, 78);
+    // A plaintext dial to a TLS listener fails cleanly, and so does a TLS
+    // dial to a plaintext one.
+    let plain_member = self::member(&rt, 5);
+    plain_member
+        .transport
+        .add_peer(1, vec![format!("http://{}", a.addr)]);
+    a.transport.add_peer(5, vec![https(&plain_member)]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!plain_member.transport.stats(1).unwrap().connected);
+    assert!(!a.transport.stats(5).unwrap().connected);
+    assert_still_serving(&a, &b, 79);
 }

@@ -679,8 +679,20 @@ fn broken_tls_setups_stop_the_server_with_a_clear_error() {
             "client-key.pem",
         ),
         (
-            vec!["--auto-tls".to_owned(), "--peer-auto-tls".to_owned()],
-            "peer TLS is not supported yet",
+            vec![
+                "--auto-tls".to_owned(),
+                path_arg("peer-cert-file", &missing),
+                path_arg("peer-key-file", &pki.peer_key),
+            ],
+            "cannot set up peer TLS: cannot read",
+        ),
+        (
+            vec![
+                "--auto-tls".to_owned(),
+                path_arg("peer-cert-file", &pki.peer_cert),
+                path_arg("peer-key-file", &pki.client_key),
+            ],
+            "client-key.pem",
         ),
     ] {
         let url = https_url();

@@ -1,4 +1,4 @@
-//! TLS for oxetcd's client port and for `oxetcdctl`, on rustls.
+//! TLS for oxetcd's client and peer ports and for `oxetcdctl`, on rustls.
 //!
 //! One mechanism serves both sides:
 //!
@@ -14,8 +14,11 @@
 //!   cipher suites of `--tls-min-version`, `--tls-max-version` and
 //!   `--cipher-suites`. The server re-reads its certificate and key when
 //!   their files change, so a rotated certificate needs no restart.
-//! - [`self_signed`] makes the certificate of `--auto-tls`; [`test_pki`]
-//!   makes a CA and certificates for tests.
+//! - [`PeerSettings`] builds both sides of member-to-member TLS from the
+//!   `--peer-*` flags: one certificate served to members that dial in and
+//!   presented to members dialed.
+//! - [`self_signed`] makes the certificate of `--auto-tls` and
+//!   `--peer-auto-tls`; [`test_pki`] makes a CA and certificates for tests.
 //!
 //! Every failure to load a file is a [`TlsError`] that names the file.
 //! Cryptography is ring's, through rustls's ring provider only: no aws-lc,
@@ -26,6 +29,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod error;
+mod peer;
 mod reload;
 mod self_signed;
 mod settings;
@@ -34,6 +38,7 @@ pub mod test_pki;
 mod verify;
 
 pub use error::TlsError;
+pub use peer::{AllowedPeer, PeerSettings};
 pub use self_signed::self_signed;
 pub use settings::{
     parse_cipher_suites, ClientSettings, ServerSettings, TlsVersion, Versions, ALPN_H2, ALPN_HTTP11,

@@ -126,7 +126,7 @@ impl Versions {
         self.max
     }
 
-    fn rustls(self) -> Vec<&'static SupportedProtocolVersion> {
+    pub(crate) fn rustls(self) -> Vec<&'static SupportedProtocolVersion> {
         [TlsVersion::Tls12, TlsVersion::Tls13]
             .into_iter()
             .filter(|v| (self.min..=self.max).contains(v))
@@ -219,7 +219,7 @@ fn supported_tls12_names(provider: &CryptoProvider) -> Vec<String> {
 }
 
 /// The ring provider, narrowed to `tls12` when that is not empty.
-fn provider(tls12: &[CipherSuite]) -> Arc<CryptoProvider> {
+pub(crate) fn provider(tls12: &[CipherSuite]) -> Arc<CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();
     if !tls12.is_empty() {
         provider.cipher_suites.retain(|suite| {
@@ -407,7 +407,7 @@ pub(crate) fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsErro
 }
 
 /// The CAs in a PEM file; at least one usable.
-fn root_store(path: &Path) -> Result<RootCertStore, TlsError> {
+pub(crate) fn root_store(path: &Path) -> Result<RootCertStore, TlsError> {
     let certs = certificates(path)?;
     let mut roots = RootCertStore::empty();
     let (_, ignored) = roots.add_parsable_certificates(certs);
@@ -422,7 +422,7 @@ fn root_store(path: &Path) -> Result<RootCertStore, TlsError> {
 
 /// The system's CAs (as Go's crypto/x509 finds them: the distribution's
 /// bundle, `SSL_CERT_FILE`, `SSL_CERT_DIR`).
-fn native_roots() -> Result<RootCertStore, TlsError> {
+pub(crate) fn native_roots() -> Result<RootCertStore, TlsError> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = RootCertStore::empty();
     roots.add_parsable_certificates(found.certs);

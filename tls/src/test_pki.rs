@@ -1,6 +1,12 @@
 //! A throwaway PKI for tests: a CA, a server certificate for
-//! `127.0.0.1`/`localhost` and a client certificate it signed, and a second,
-//! unrelated CA, written as PEM files into a directory the caller owns.
+//! `127.0.0.1`/`localhost`, a client certificate and a peer certificate it
+//! signed, and a second, unrelated CA with a peer certificate of its own,
+//! written as PEM files into a directory the caller owns.
+//!
+//! A peer certificate carries both extended key usages, server and client
+//! authentication: a member presents the same certificate when it accepts
+//! a peer connection and when it dials one, and each side checks the usage
+//! its role needs (etcd's peer certificates are made the same way).
 //!
 //! It lives here, beside [`crate::self_signed`], because the same rcgen
 //! serves both, and because the crate's own tests and the end-to-end tests
@@ -29,6 +35,15 @@ pub struct TestPki {
     pub client_cert: PathBuf,
     /// Its key.
     pub client_key: PathBuf,
+    /// A peer certificate for `127.0.0.1` and `localhost`, usable as server
+    /// and as client certificate.
+    pub peer_cert: PathBuf,
+    /// Its key.
+    pub peer_key: PathBuf,
+    /// A peer certificate like `peer_cert`, signed by the unrelated CA.
+    pub other_peer_cert: PathBuf,
+    /// Its key.
+    pub other_peer_key: PathBuf,
 }
 
 impl TestPki {
@@ -40,11 +55,17 @@ impl TestPki {
         };
         let authority = Authority::new("oxetcd test CA")?;
         let other = Authority::new("unrelated CA")?;
-        let (server_cert, server_key) = authority.sign(
-            &["127.0.0.1", "localhost"],
+        let local = ["127.0.0.1", "localhost"];
+        let (server_cert, server_key) =
+            authority.sign(&local, &[ExtendedKeyUsagePurpose::ServerAuth])?;
+        let (client_cert, client_key) =
+            authority.sign(&[], &[ExtendedKeyUsagePurpose::ClientAuth])?;
+        let peer_usages = [
             ExtendedKeyUsagePurpose::ServerAuth,
-        )?;
-        let (client_cert, client_key) = authority.sign(&[], ExtendedKeyUsagePurpose::ClientAuth)?;
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let (peer_cert, peer_key) = authority.sign(&local, &peer_usages)?;
+        let (other_peer_cert, other_peer_key) = other.sign(&local, &peer_usages)?;
         Ok(Self {
             ca: write("ca.pem", &authority.cert.pem())?,
             other_ca: write("other-ca.pem", &other.cert.pem())?,
@@ -52,6 +73,10 @@ impl TestPki {
             server_key: write("server-key.pem", &server_key)?,
             client_cert: write("client.pem", &client_cert)?,
             client_key: write("client-key.pem", &client_key)?,
+            peer_cert: write("peer.pem", &peer_cert)?,
+            peer_key: write("peer-key.pem", &peer_key)?,
+            other_peer_cert: write("other-peer.pem", &other_peer_cert)?,
+            other_peer_key: write("other-peer-key.pem", &other_peer_key)?,
         })
     }
 }
@@ -76,13 +101,17 @@ impl Authority {
     }
 
     /// A certificate for `names` signed by this CA, as (cert PEM, key PEM).
-    fn sign(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> io::Result<(String, String)> {
+    fn sign(
+        &self,
+        names: &[&str],
+        usages: &[ExtendedKeyUsagePurpose],
+    ) -> io::Result<(String, String)> {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).map_err(other)?;
         params
             .distinguished_name
             .push(DnType::CommonName, "oxetcd test");
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages.to_vec();
         let key = KeyPair::generate().map_err(other)?;
         let cert = params
             .signed_by(&key, &self.cert, &self.key)

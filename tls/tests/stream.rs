@@ -14,7 +14,10 @@ use futures_lite::future;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use oxetcd_tls::rustls::pki_types::ServerName;
 use oxetcd_tls::test_pki::TestPki;
-use oxetcd_tls::{tls_cause, ClientSettings, ServerSettings, TlsStream, TlsVersion, Versions};
+use oxetcd_tls::{
+    tls_cause, AllowedPeer, ClientSettings, PeerSettings, ServerSettings, TlsStream, TlsVersion,
+    Versions,
+};
 
 /// Bytes one direction of the pipe holds; small, so writers often wait.
 const PIPE_BYTES: usize = 1024;
@@ -527,4 +530,93 @@ fn a_rotated_certificate_is_served_without_a_restart() {
     assert_eq!(served(&config), second);
     std::fs::remove_file(&pki.server_cert).expect("remove");
     assert_eq!(served(&config), second);
+}
+
+// ---------------------------------------------------------------------
+// Between members: `PeerSettings`, both sides from one set of flags.
+
+/// Both handshakes between a member accepting with `server` and one
+/// dialing with `client`, to `127.0.0.1`. Under TLS 1.3 a refused client
+/// certificate reaches the client only on its first read, so a client that
+/// finished its side reads ahead once (the server writes a byte).
+fn connect_peers(server: &PeerSettings, client: &PeerSettings) -> (bool, bool) {
+    let server = server.server().expect("server config");
+    let client = client.client().expect("client config");
+    let (a, b) = pipe();
+    let name = ServerName::try_from("127.0.0.1").expect("name");
+    let mut server = TlsStream::server(a, server).expect("server stream");
+    let mut client = TlsStream::client(b, client, name).expect("client stream");
+    let (s, c) = future::block_on(future::zip(server.handshake(), client.handshake()));
+    let accepted = s.is_ok();
+    let connected = c.is_ok()
+        && future::block_on(future::zip(
+            async {
+                if accepted {
+                    let _ = write_all(&mut server, b"!").await;
+                }
+                drop(server);
+            },
+            client.read_ahead(),
+        ))
+        .1
+        .is_ok();
+    (accepted, connected)
+}
+
+fn peer_settings(pki: &Pki) -> PeerSettings {
+    PeerSettings {
+        trusted_ca_file: Some(pki.ca.clone()),
+        ..PeerSettings::new(&pki.peer_cert, &pki.peer_key)
+    }
+}
+
+#[test]
+fn members_authenticate_each_other_with_one_certificate() {
+    let pki = pki();
+    let member = peer_settings(&pki);
+    assert_eq!(connect_peers(&member, &member), (true, true));
+
+    // A certificate made for servers only cannot dial: its usage is
+    // checked, which is why peer certificates carry both.
+    let server_only = PeerSettings {
+        trusted_ca_file: Some(pki.ca.clone()),
+        ..PeerSettings::new(&pki.server_cert, &pki.server_key)
+    };
+    assert_eq!(connect_peers(&member, &server_only), (false, false));
+
+    // A member whose certificate another CA signed is refused both ways.
+    let stranger = PeerSettings {
+        trusted_ca_file: Some(pki.ca.clone()),
+        ..PeerSettings::new(&pki.other_peer_cert, &pki.other_peer_key)
+    };
+    assert_eq!(connect_peers(&member, &stranger), (false, false));
+    assert!(!connect_peers(&stranger, &member).1);
+
+    // --peer-auto-tls: the dialer accepts any certificate, and a listener
+    // without a trusted CA asks for none.
+    let auto = PeerSettings {
+        skip_verify: true,
+        ..PeerSettings::new(&pki.other_peer_cert, &pki.other_peer_key)
+    };
+    assert_eq!(connect_peers(&auto, &auto), (true, true));
+}
+
+#[test]
+fn allowed_common_names_and_host_names_narrow_whom_a_member_accepts() {
+    let pki = pki();
+    let member = peer_settings(&pki);
+    let with = |allowed: AllowedPeer| PeerSettings {
+        allowed: Some(allowed),
+        ..peer_settings(&pki)
+    };
+    for (allowed, accepted) in [
+        (AllowedPeer::CommonName("oxetcd test".into()), true),
+        (AllowedPeer::CommonName("someone else".into()), false),
+        (AllowedPeer::Hostname("127.0.0.1".into()), true),
+        (AllowedPeer::Hostname("localhost".into()), true),
+        (AllowedPeer::Hostname("node-9.example".into()), false),
+    ] {
+        let got = connect_peers(&with(allowed.clone()), &member);
+        assert_eq!(got, (accepted, accepted), "{allowed:?}");
+    }
 }

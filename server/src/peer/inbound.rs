@@ -1,5 +1,6 @@
 //! The listening side: the accept loop, handshake checks, and inbound
-//! messages streams.
+//! messages streams. A TLS listener's connections pass through
+//! [`tls::accept`] first and are served the same way after it.
 
 use std::pin::pin;
 use std::sync::atomic::Ordering;
@@ -8,10 +9,12 @@ use std::sync::Arc;
 use futures_channel::oneshot;
 use futures_util::future::{select, Either};
 use oxetcd_proto::eraftpb::{Message, MessageType};
+use oxetcd_tls::rustls::ServerConfig;
 use protobuf::Message as _;
 use tracing::{debug, info, warn};
 
 use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
+use super::tls::{self, PeerIo};
 use super::wire::{Answer, FrameKind, Hello, Reject, StreamKind, HELLO_BYTES, PROTOCOL_VERSION};
 use super::{
     lock, snapshot, Id, PeerEvent, Shared, HANDSHAKE_TIMEOUT, INBOUND_CONNECTIONS_MAX,
@@ -28,6 +31,7 @@ pub(super) async fn accept_loop<R: Runtime>(
     shared: Arc<Shared<R>>,
     listener: R::Listener,
     mut stop: oneshot::Receiver<()>,
+    tls: Option<Arc<ServerConfig>>,
 ) {
     loop {
         let accepted = {
@@ -46,7 +50,9 @@ pub(super) async fn accept_loop<R: Runtime>(
                     );
                     continue;
                 };
-                shared.runtime.spawn(serve(shared.clone(), io, slot));
+                shared
+                    .runtime
+                    .spawn(serve(shared.clone(), io, slot, tls.clone()));
             }
             Err(e) => {
                 warn!(error = %e, "accepting a peer connection failed");
@@ -111,8 +117,22 @@ impl<R> Drop for SnapshotSlot<R> {
     }
 }
 
-/// One inbound connection: handshake, then its stream.
-async fn serve<R: Runtime>(shared: Arc<Shared<R>>, mut io: R::Io, _slot: ConnectionSlot<R>) {
+/// One inbound connection: TLS (on a TLS listener), handshake, then its
+/// stream. The slot is held from accept, so TLS handshakes in progress
+/// count against the connection limit too.
+async fn serve<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    io: R::Io,
+    _slot: ConnectionSlot<R>,
+    tls: Option<Arc<ServerConfig>>,
+) {
+    let mut io = match tls {
+        None => PeerIo::Plain(io),
+        Some(config) => match tls::accept(&shared.runtime, io, config).await {
+            Some(io) => io,
+            None => return,
+        },
+    };
     let mut hello = [0u8; HELLO_BYTES];
     match timeout(
         &shared.runtime,
@@ -222,7 +242,7 @@ fn check<R>(shared: &Shared<R>, hello: &Hello) -> Option<Reject> {
 /// is replaced by a newer stream from the same sender. Senders not (yet)
 /// known as peers are served: a member added a moment ago may dial before
 /// this member applies its addition, and raft ignores non-members itself.
-async fn read_messages<R: Runtime>(shared: Arc<Shared<R>>, mut io: R::Io, from: u64) {
+async fn read_messages<R: Runtime>(shared: Arc<Shared<R>>, mut io: PeerIo<R::Io>, from: u64) {
     let connection = shared.next_connection();
     let (replace, mut replaced) = oneshot::channel();
     if let Some((_, previous)) = lock(&shared.inbound_streams).insert(from, (connection, replace)) {

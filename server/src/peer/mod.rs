@@ -1,5 +1,5 @@
 //! The peer transport: raft messages and snapshots between members, over
-//! TCP, on any [`Runtime`].
+//! TCP or TLS over TCP, on any [`Runtime`].
 //!
 //! Design:
 //! - Each known peer has one outbound connection carrying a *messages
@@ -17,6 +17,11 @@
 //!   handshake (magic, version, cluster ID, receiver ID, removed senders),
 //!   and hands every decoded message to the driver as a [`PeerEvent`]. It
 //!   serves nothing else: anything that is not our handshake is closed.
+//! - `https://` peer URLs mean TLS: a listener started with
+//!   [`PeerTransport::listen_tls`] completes a TLS handshake on each
+//!   connection before ours, and a dial to an `https://` URL does the same
+//!   as a client (see `tls.rs`). That is the only difference;
+//!   the handshake and frames above it are the same.
 //! - A malformed, oversized or truncated frame, or a message that claims
 //!   another sender, closes that one connection and is logged; nothing a
 //!   peer sends reaches an assertion or an `unwrap`.
@@ -30,6 +35,7 @@ mod outbound;
 mod queue;
 mod snapshot;
 mod stream;
+pub(crate) mod tls;
 mod wire;
 
 use std::collections::{HashMap, HashSet};
@@ -50,6 +56,7 @@ use crate::runtime::Runtime;
 use queue::{PushError, SendQueue};
 
 pub use snapshot::ReceivedSnapshot;
+pub use tls::TransportTls;
 
 /// Largest frame body accepted or sent by default: a raft append carries up
 /// to 1 MiB of entries plus at least one entry, which may be as large as a
@@ -130,6 +137,9 @@ pub struct PeerTransportConfig {
     pub snapshot_bytes_max: u64,
     /// Seeds the reconnect jitter.
     pub rng_seed: u64,
+    /// TLS of the `https://` peer links, both ways; `None`: none can be
+    /// served or dialed.
+    pub tls: Option<TransportTls>,
 }
 
 impl PeerTransportConfig {
@@ -143,6 +153,7 @@ impl PeerTransportConfig {
             snapshot_dir,
             snapshot_bytes_max: SNAPSHOT_BYTES_MAX_DEFAULT,
             rng_seed: member_id,
+            tls: None,
         }
     }
 
@@ -333,20 +344,45 @@ impl<R: Runtime> PeerTransport<R> {
     /// Serves peers on `listener` (bound by the caller, so a busy port
     /// fails before anything starts). Returns the bound address.
     pub fn listen(&self, listener: std::net::TcpListener) -> io::Result<SocketAddr> {
+        self.serve_on(listener, None)
+    }
+
+    /// Serves peers on `listener` over TLS (an `https://` listen peer URL),
+    /// with the server side of [`PeerTransportConfig::tls`]; an error when
+    /// that is not set.
+    pub fn listen_tls(&self, listener: std::net::TcpListener) -> io::Result<SocketAddr> {
+        let Some(tls) = &self.shared.config.tls else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no peer TLS configuration for an https:// peer URL",
+            ));
+        };
+        self.serve_on(listener, Some(tls.server.clone()))
+    }
+
+    fn serve_on(
+        &self,
+        listener: std::net::TcpListener,
+        tls: Option<Arc<oxetcd_tls::rustls::ServerConfig>>,
+    ) -> io::Result<SocketAddr> {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let listener = self.shared.runtime.listener(listener)?;
         let (stop, stopped) = oneshot::channel();
         lock(&self.shared.listeners).push(stop);
-        tracing::info!(address = %addr, "serving peer traffic");
-        self.shared
-            .runtime
-            .spawn(inbound::accept_loop(self.shared.clone(), listener, stopped));
+        tracing::info!(address = %addr, tls = tls.is_some(), "serving peer traffic");
+        self.shared.runtime.spawn(inbound::accept_loop(
+            self.shared.clone(),
+            listener,
+            stopped,
+            tls,
+        ));
         Ok(addr)
     }
 
-    /// Adds peer `id` reachable at `urls` (`http://host:port`), or updates
-    /// its URLs if it is known. Dialing starts at once.
+    /// Adds peer `id` reachable at `urls` (`http://host:port`, or
+    /// `https://host:port` for TLS), or updates its URLs if it is known.
+    /// Dialing starts at once.
     pub fn add_peer(&self, id: u64, urls: Vec<String>) {
         if id == self.shared.config.member_id || id == 0 {
             warn!(peer = %Id(id), "not adding this member (or ID 0) as its own peer");

@@ -1,6 +1,7 @@
 //! The dialing side: one task per peer that keeps a messages stream up and
 //! writes the peer's queue into it, and the dial and handshake shared with
-//! snapshot streams.
+//! snapshot streams. A dial to an `https://` URL passes through
+//! [`tls::connect`] before the handshake.
 
 use std::fmt;
 use std::future::{poll_fn, Future};
@@ -13,10 +14,12 @@ use std::task::Poll;
 use std::time::Duration;
 
 use hyper::rt::Write as _;
+use oxetcd_tls::rustls::pki_types::ServerName;
 use protobuf::Message as _;
 use tracing::{debug, info, warn};
 
 use super::stream::{poll_read_some, read_exact, write_all};
+use super::tls::{self, PeerIo};
 use super::wire::{
     self, Answer, FrameKind, Hello, Reject, StreamKind, ANSWER_BYTES, ANSWER_HEAD_BYTES,
     FRAME_HEADER_BYTES, PROTOCOL_VERSION,
@@ -78,6 +81,14 @@ pub(super) async fn run_peer<R: Runtime>(shared: Arc<Shared<R>>, peer: Arc<Peer>
                             hint = e.hint(),
                             "peer refused our connection"
                         );
+                    } else if let DialError::Tls(why) = &e {
+                        warn!(
+                            peer = %Id(peer.id),
+                            urls = ?urls,
+                            error = %why,
+                            hint = e.hint(),
+                            "cannot reach peer over TLS"
+                        );
                     } else {
                         warn!(peer = %Id(peer.id), urls = ?urls, error = %failure, "cannot reach peer");
                     }
@@ -122,7 +133,7 @@ enum PumpEnd {
 async fn pump<R: Runtime>(
     shared: &Shared<R>,
     peer: &Peer,
-    mut io: R::Io,
+    mut io: PeerIo<R::Io>,
     generation: u64,
 ) -> PumpEnd {
     let frame_max = shared.config.frame_bytes_max;
@@ -253,6 +264,9 @@ pub(super) enum DialError {
     Rejected(Reject),
     /// The listener answered with something that is not an answer.
     Protocol(&'static str),
+    /// TLS could not be set up: not configured here, or the handshake
+    /// failed (a certificate either side refused).
+    Tls(String),
 }
 
 impl DialError {
@@ -267,6 +281,10 @@ impl DialError {
             }
             Self::Rejected(Reject::Version) => "the members run incompatible versions",
             Self::Rejected(Reject::Removed) => "this member was removed from the cluster",
+            Self::Tls(_) => {
+                "check the --peer-* TLS flags of both members: each certificate must chain to \
+                 the other's --peer-trusted-ca-file and be valid for its peer URL's host"
+            }
             _ => "",
         }
     }
@@ -279,44 +297,73 @@ impl fmt::Display for DialError {
             Self::Io(e) => write!(f, "{e}"),
             Self::Rejected(reason) => write!(f, "refused: {reason}"),
             Self::Protocol(what) => write!(f, "bad handshake answer: {what}"),
+            Self::Tls(why) => write!(f, "TLS: {why}"),
         }
     }
 }
 
-/// Connects to the first reachable address of `urls` and completes the
-/// handshake for a `kind` stream to member `to`.
+/// Connects to the first reachable address of `urls`, over TLS for an
+/// `https://` URL, and completes the handshake for a `kind` stream to
+/// member `to`.
 pub(super) async fn dial<R: Runtime>(
     shared: &Shared<R>,
     to: u64,
     urls: &[String],
     kind: StreamKind,
-) -> Result<R::Io, DialError> {
-    let addrs = resolve(&shared.runtime, urls).await?;
+) -> Result<PeerIo<R::Io>, DialError> {
+    let targets = resolve(&shared.runtime, urls).await?;
     let mut last = None;
-    for addr in addrs {
-        match timeout(
+    for target in targets {
+        let tls = match &target.tls {
+            None => None,
+            Some(name) => match &shared.config.tls {
+                Some(tls) => Some((tls.client.clone(), name.clone())),
+                None => {
+                    last = Some(DialError::Tls(
+                        "an https:// peer URL, but this member has no peer TLS \
+                         (--peer-cert-file and --peer-key-file, or --peer-auto-tls)"
+                            .to_owned(),
+                    ));
+                    continue;
+                }
+            },
+        };
+        let io = match timeout(
             &shared.runtime,
             CONNECT_TIMEOUT,
-            shared.runtime.connect(addr),
+            shared.runtime.connect(target.addr),
         )
         .await
         {
-            Some(Ok(mut io)) => {
-                handshake(shared, &mut io, to, kind).await?;
-                return Ok(io);
+            Some(Ok(io)) => io,
+            Some(Err(e)) => {
+                last = Some(DialError::Io(e));
+                continue;
             }
-            Some(Err(e)) => last = Some(e),
-            None => last = Some(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
-        }
+            None => {
+                last = Some(DialError::Io(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connect timed out",
+                )));
+                continue;
+            }
+        };
+        let mut io = match tls {
+            None => PeerIo::Plain(io),
+            Some((config, name)) => tls::connect(&shared.runtime, io, config, name)
+                .await
+                .map_err(DialError::Tls)?,
+        };
+        handshake(shared, &mut io, to, kind).await?;
+        return Ok(io);
     }
-    Err(DialError::Io(last.unwrap_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, "no addresses")
-    })))
+    Err(last
+        .unwrap_or_else(|| DialError::Io(io::Error::new(io::ErrorKind::NotFound, "no addresses"))))
 }
 
 async fn handshake<R: Runtime>(
     shared: &Shared<R>,
-    io: &mut R::Io,
+    io: &mut PeerIo<R::Io>,
     to: u64,
     kind: StreamKind,
 ) -> Result<(), DialError> {
@@ -352,8 +399,14 @@ async fn handshake<R: Runtime>(
         }
         Some(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
             return Err(DialError::Protocol(
-                "closed before answering (not an oxetcd peer port?)",
+                "closed before answering (not an oxetcd peer port, or a TLS one dialed \
+                 over http://?)",
             ))
+        }
+        // Under TLS 1.3 a listener refuses our certificate only after our
+        // side of the handshake is done: its alert arrives here.
+        Some(Err(e)) if oxetcd_tls::tls_cause(&e).is_some() => {
+            return Err(DialError::Tls(e.to_string()))
         }
         Some(Err(e)) => return Err(DialError::Io(e)),
         Some(Ok(answer)) => answer,
@@ -380,18 +433,33 @@ async fn handshake<R: Runtime>(
     }
 }
 
-/// The socket addresses of `urls`, in order. Host names are resolved on a
+/// One address to dial, and for an `https://` URL the name its
+/// certificate must be valid for (the URL's host).
+struct Target {
+    addr: SocketAddr,
+    tls: Option<ServerName<'static>>,
+}
+
+/// The addresses of `urls`, in order. Host names are resolved on a
 /// blocking thread (the system resolver blocks).
-async fn resolve<R: Runtime>(runtime: &R, urls: &[String]) -> Result<Vec<SocketAddr>, DialError> {
+async fn resolve<R: Runtime>(runtime: &R, urls: &[String]) -> Result<Vec<Target>, DialError> {
     let mut literal = Vec::new();
     let mut named = Vec::new();
     for url in urls {
-        let (host, port) =
-            host_port(url).ok_or_else(|| DialError::NoAddress(format!("bad peer URL {url:?}")))?;
+        let bad = || DialError::NoAddress(format!("bad peer URL {url:?}"));
+        let (secure, host, port) = parse_url(url).ok_or_else(bad)?;
         let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let tls = if secure {
+            Some(ServerName::try_from(bare.to_owned()).map_err(|_| bad())?)
+        } else {
+            None
+        };
         match bare.parse::<IpAddr>() {
-            Ok(ip) => literal.push(SocketAddr::new(ip, port)),
-            Err(_) => named.push((host.to_owned(), port)),
+            Ok(ip) => literal.push(Target {
+                addr: SocketAddr::new(ip, port),
+                tls,
+            }),
+            Err(_) => named.push((host.to_owned(), port, tls)),
         }
     }
     if named.is_empty() {
@@ -402,15 +470,18 @@ async fn resolve<R: Runtime>(runtime: &R, urls: &[String]) -> Result<Vec<SocketA
         };
     }
     let resolved = blocking(runtime, move || {
-        let mut addrs = Vec::new();
+        let mut targets = Vec::new();
         let mut last = None;
-        for (host, port) in named {
+        for (host, port, tls) in named {
             match (host.as_str(), port).to_socket_addrs() {
-                Ok(found) => addrs.extend(found),
+                Ok(found) => targets.extend(found.map(|addr| Target {
+                    addr,
+                    tls: tls.clone(),
+                })),
                 Err(e) => last = Some(format!("{host}: {e}")),
             }
         }
-        (addrs, last)
+        (targets, last)
     })
     .await
     .map_err(|e| DialError::NoAddress(e.to_string()))?;
@@ -423,16 +494,20 @@ async fn resolve<R: Runtime>(runtime: &R, urls: &[String]) -> Result<Vec<SocketA
     Ok(literal)
 }
 
-/// `host` and `port` of an `http://host:port` URL (as the config module
-/// normalizes them; a trailing slash is tolerated).
-fn host_port(url: &str) -> Option<(&str, u16)> {
-    let rest = url.strip_prefix("http://")?;
+/// Whether an `http://host:port` or `https://host:port` URL (as the config
+/// module normalizes them; a trailing slash is tolerated) is `https://`,
+/// its host and its port.
+fn parse_url(url: &str) -> Option<(bool, &str, u16)> {
+    let (secure, rest) = match url.strip_prefix("https://") {
+        Some(rest) => (true, rest),
+        None => (false, url.strip_prefix("http://")?),
+    };
     let authority = rest.strip_suffix('/').unwrap_or(rest);
     let (host, port) = authority.rsplit_once(':')?;
     if host.is_empty() {
         return None;
     }
-    Some((host, port.parse().ok()?))
+    Some((secure, host, port.parse().ok()?))
 }
 
 /// Exponential redial delays with jitter from a seeded generator, so two
@@ -509,17 +584,21 @@ mod tests {
     #[test]
     fn peer_urls_parse() {
         assert_eq!(
-            host_port("http://127.0.0.1:2380"),
-            Some(("127.0.0.1", 2380))
+            parse_url("http://127.0.0.1:2380"),
+            Some((false, "127.0.0.1", 2380))
         );
-        assert_eq!(host_port("http://[::1]:2380/"), Some(("[::1]", 2380)));
         assert_eq!(
-            host_port("http://node-1.example:7"),
-            Some(("node-1.example", 7))
+            parse_url("http://[::1]:2380/"),
+            Some((false, "[::1]", 2380))
         );
-        assert_eq!(host_port("https://a:1"), None);
-        assert_eq!(host_port("http://a"), None);
-        assert_eq!(host_port("http://:1"), None);
+        assert_eq!(
+            parse_url("http://node-1.example:7"),
+            Some((false, "node-1.example", 7))
+        );
+        assert_eq!(parse_url("https://a:1"), Some((true, "a", 1)));
+        assert_eq!(parse_url("unix://a:1"), None);
+        assert_eq!(parse_url("http://a"), None);
+        assert_eq!(parse_url("http://:1"), None);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 use super::inbound::SnapshotSlot;
 use super::outbound::dial;
 use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
+use super::tls::PeerIo;
 use super::wire::{self, FrameKind, StreamKind, SNAPSHOT_ACK};
 use super::{
     blocking, lock, Id, Peer, PeerEvent, Shared, SNAPSHOT_ACK_TIMEOUT, SNAPSHOT_CHUNK_BYTES,
@@ -179,7 +180,7 @@ async fn stream_snapshot<R: Runtime>(
 
 async fn write_frame<R: Runtime>(
     shared: &Shared<R>,
-    io: &mut R::Io,
+    io: &mut PeerIo<R::Io>,
     kind: FrameKind,
     body: &[u8],
 ) -> Result<(), String> {
@@ -202,7 +203,7 @@ async fn write_frame<R: Runtime>(
 /// and acknowledges it.
 pub(super) async fn receive<R: Runtime>(
     shared: Arc<Shared<R>>,
-    mut io: R::Io,
+    mut io: PeerIo<R::Io>,
     from: u64,
     _slot: SnapshotSlot<R>,
 ) {

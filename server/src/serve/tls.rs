@@ -113,7 +113,7 @@ pub(crate) async fn handshake<R: Runtime>(
 }
 
 /// The host of a normalized `scheme://host:port` URL, IPv6 brackets kept.
-fn url_host(url: &str) -> Option<String> {
+pub(crate) fn url_host(url: &str) -> Option<String> {
     let (_, authority) = url.split_once("://")?;
     let (host, _) = authority.rsplit_once(':')?;
     Some(host.to_owned())
