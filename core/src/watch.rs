@@ -19,8 +19,11 @@
 //! `prev_kv`) and shared (`Arc<[Event]>`) by every watcher that wants that
 //! selection, and a stream's deliveries of a whole apply batch leave as one
 //! `Output::WatchEvents`, released after the batch commits, in revision
-//! order. Building each watcher's response (copying the shared events) is
-//! left to the stream's task ([`WatchDelivery::response`]).
+//! order. The shared events are encoded to protobuf once, with the
+//! revision's header ([`RevisionEvents`]); a stream writes each watcher's
+//! response by copying those bytes around its watch ID
+//! ([`WatchDelivery::encode`]), so the cost per watcher is a copy, not an
+//! encoding, and the events are never cloned on the way out.
 //!
 //! **Unsynced watchers and catch-up.** A watcher that needs history — one
 //! created with `start_revision` at or below the current revision, or one the
@@ -177,6 +180,49 @@ impl WatchSpec {
     }
 }
 
+/// The events of one revision that some watchers want, shared by all of
+/// them (see the module docs), with the header of their responses and the
+/// wire encoding of both, made once: a stream then writes each watcher's
+/// response by copying bytes, and never encodes the events again.
+#[derive(Debug, PartialEq)]
+pub struct RevisionEvents {
+    header: ResponseHeader,
+    events: Vec<Event>,
+    /// `header` as field 1 of a `WatchResponse`, then `events` as its field
+    /// 11; the watch ID (field 2) goes between them, at `header_bytes`.
+    encoded: Vec<u8>,
+    header_bytes: usize,
+}
+
+impl RevisionEvents {
+    /// Wraps `events` of `header.revision`, in sub-revision order.
+    pub fn new(header: ResponseHeader, events: Vec<Event>) -> Self {
+        let header_bytes = prost::encoding::message::encoded_len(1, &header);
+        let events_bytes = prost::encoding::message::encoded_len_repeated(11, &events);
+        let mut encoded = Vec::with_capacity(header_bytes + events_bytes);
+        prost::encoding::message::encode(1, &header, &mut encoded);
+        for event in &events {
+            prost::encoding::message::encode(11, event, &mut encoded);
+        }
+        Self {
+            header,
+            events,
+            encoded,
+            header_bytes,
+        }
+    }
+
+    /// The header of the responses that carry them.
+    pub fn header(&self) -> &ResponseHeader {
+        &self.header
+    }
+
+    /// The events.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+}
+
 /// One synced watcher's events of one revision (see the module docs). The
 /// events are shared with every watcher of the revision that wants the
 /// same ones.
@@ -184,33 +230,64 @@ impl WatchSpec {
 pub struct WatchDelivery {
     /// The watcher.
     pub watch_id: i64,
-    /// Header for its response (the revision of the events).
-    pub header: ResponseHeader,
-    /// Every event of the revision the watcher wants, in sub-revision order.
-    pub events: Arc<[Event]>,
+    /// Every event of the revision the watcher wants, in sub-revision
+    /// order, with the header for its response.
+    pub events: Arc<RevisionEvents>,
     /// The watcher asked for fragmented responses.
     pub fragment: bool,
 }
 
+/// A `WatchResponse`'s field 2 (`watch_id`, varint) key byte.
+const WATCH_ID_KEY: u8 = 2 << 3;
+
 impl WatchDelivery {
     /// The revision every event belongs to.
     pub fn revision(&self) -> i64 {
-        self.header.revision
+        self.events.header.revision
     }
 
     /// The watcher's response; copies the shared events.
     pub fn response(&self) -> WatchResponse {
         WatchResponse {
-            header: Some(self.header),
+            header: Some(self.events.header),
             watch_id: self.watch_id,
-            events: self.events.to_vec(),
+            events: self.events.events.clone(),
             ..Default::default()
         }
     }
 
     /// What it costs in a stream's queue, as [`queue_cost`] of its response.
     pub fn cost(&self) -> usize {
-        1 + self.events.len()
+        1 + self.events.events.len()
+    }
+
+    /// The length of [`WatchDelivery::encode`]'s output.
+    pub fn encoded_len(&self) -> usize {
+        self.events.encoded.len() + self.watch_id_field().1
+    }
+
+    /// Writes the protobuf encoding of [`WatchDelivery::response`], byte
+    /// for byte what prost writes for it, from the shared encoding.
+    pub fn encode(&self, buf: &mut impl prost::bytes::BufMut) {
+        let (head, events) = self.events.encoded.split_at(self.events.header_bytes);
+        let (id, id_len) = self.watch_id_field();
+        buf.put_slice(head);
+        buf.put_slice(&id[..id_len]);
+        buf.put_slice(events);
+    }
+
+    /// Field 2 as encoded, and its length (none for ID 0, proto3's default).
+    fn watch_id_field(&self) -> ([u8; 11], usize) {
+        let mut field = [0; 11];
+        if self.watch_id == 0 {
+            return (field, 0);
+        }
+        field[0] = WATCH_ID_KEY;
+        let mut rest = &mut field[1..];
+        // An int64 is encoded as its two's complement u64.
+        prost::encoding::encode_varint(self.watch_id as u64, &mut rest);
+        let unused = rest.len();
+        (field, field.len() - unused)
     }
 }
 
@@ -669,6 +746,9 @@ impl WatchRegistry {
         if self.watchers.is_empty() || changes.is_empty() {
             return Ok(());
         }
+        if let [change] = changes {
+            return self.on_single_change(revision, change, view, header);
+        }
         // Which watcher takes which change, and which changes anyone wants
         // with their previous version.
         let mut takes: Vec<(WatcherKey, usize)> = Vec::new();
@@ -711,7 +791,7 @@ impl WatchRegistry {
         takes.sort_unstable();
         let (keys, selections): (Vec<WatcherKey>, Vec<usize>) = takes.into_iter().unzip();
         let header = ResponseHeader { revision, ..header };
-        let mut shared: BTreeMap<(&[usize], bool), Arc<[Event]>> = BTreeMap::new();
+        let mut shared: BTreeMap<(&[usize], bool), Arc<RevisionEvents>> = BTreeMap::new();
         let mut start = 0;
         while start < keys.len() {
             let key = keys[start];
@@ -725,23 +805,114 @@ impl WatchRegistry {
             let events = shared
                 .entry((selection, with_prev))
                 .or_insert_with(|| {
-                    selection
+                    let events = selection
                         .iter()
                         .map(|&i| {
                             let prev = if with_prev { prevs[i].clone() } else { None };
                             event(changes[i].clone(), prev)
                         })
-                        .collect()
+                        .collect();
+                    Arc::new(RevisionEvents::new(header, events))
                 })
                 .clone();
             watcher.next_revision = revision + 1;
             watcher.recently_notified = true;
             self.pending.entry(key.0).or_default().push(WatchDelivery {
                 watch_id: key.1,
-                header,
                 events,
                 fragment: watcher.spec.fragment,
             });
+        }
+        Ok(())
+    }
+
+    /// [`WatchRegistry::on_revision`] for a revision of one change (a put,
+    /// or a delete of one key), the common case. Every watcher that wants
+    /// it takes the same event, with or without `prev_kv`, so one pass over
+    /// the candidates in watcher order suffices: no grouping, no sorting,
+    /// one lookup per watcher and one per stream.
+    fn on_single_change(
+        &mut self,
+        revision: i64,
+        change: &KeyVersion,
+        view: &dyn KvRead,
+        header: ResponseHeader,
+    ) -> Result<(), StorageError> {
+        let Self {
+            watchers,
+            by_key,
+            ranged,
+            pending,
+            ..
+        } = self;
+        let header = ResponseHeader { revision, ..header };
+        let mut plain: Option<Arc<RevisionEvents>> = None;
+        let mut with_prev: Option<Arc<RevisionEvents>> = None;
+        // The deliveries of one stream in a row, added to `pending` at once.
+        let mut current: Option<StreamId> = None;
+        let mut run: Vec<WatchDelivery> = Vec::new();
+        let mut take = |key: WatcherKey, watcher: &mut Watcher| -> Result<(), StorageError> {
+            if watcher.catching_up
+                || watcher.next_revision > revision
+                || !watcher.spec.contains(&change.key)
+                || !watcher.spec.wants(change.tombstone)
+            {
+                return Ok(());
+            }
+            let shared = if watcher.spec.prev_kv {
+                &mut with_prev
+            } else {
+                &mut plain
+            };
+            let events = match shared {
+                Some(events) => events.clone(),
+                None => {
+                    let prev = if watcher.spec.prev_kv && !is_create(change) {
+                        previous(view, &change.key, revision - 1)?
+                    } else {
+                        None
+                    };
+                    let events = Arc::new(RevisionEvents::new(
+                        header,
+                        vec![event(change.clone(), prev)],
+                    ));
+                    *shared = Some(events.clone());
+                    events
+                }
+            };
+            watcher.next_revision = revision + 1;
+            watcher.recently_notified = true;
+            let delivery = WatchDelivery {
+                watch_id: key.1,
+                events,
+                fragment: watcher.spec.fragment,
+            };
+            if current != Some(key.0) {
+                if let Some(stream) = current {
+                    pending.entry(stream).or_default().append(&mut run);
+                }
+                current = Some(key.0);
+            }
+            run.push(delivery);
+            Ok(())
+        };
+        // Both walks visit the candidates in watcher order. When most
+        // watchers watch ranges, walking them all is cheaper than a search
+        // per candidate; `contains` skips single-key watchers of other keys.
+        if ranged.len().saturating_mul(2) >= watchers.len() {
+            for (key, watcher) in watchers.iter_mut() {
+                take(*key, watcher)?;
+            }
+        } else {
+            let point = by_key.get(&change.key).into_iter().flatten();
+            for key in Merged::new(point, ranged.iter()) {
+                if let Some(watcher) = watchers.get_mut(key) {
+                    take(*key, watcher)?;
+                }
+            }
+        }
+        if let Some(stream) = current {
+            pending.entry(stream).or_default().append(&mut run);
         }
         Ok(())
     }
@@ -935,6 +1106,33 @@ impl WatchRegistry {
     }
 }
 
+/// Two ascending iterators of distinct items as one ascending iterator.
+struct Merged<A: Iterator, B: Iterator> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+}
+
+impl<A: Iterator, B: Iterator<Item = A::Item>> Merged<A, B> {
+    fn new(a: A, b: B) -> Self {
+        Self {
+            a: a.peekable(),
+            b: b.peekable(),
+        }
+    }
+}
+
+impl<T: Ord, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Merged<A, B> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        match (self.a.peek(), self.b.peek()) {
+            (Some(a), Some(b)) if b < a => self.b.next(),
+            (Some(_), _) => self.a.next(),
+            (None, _) => self.b.next(),
+        }
+    }
+}
+
 fn emit(cx: &mut Context<'_>, stream: StreamId, response: WatchResponse, fragment: bool) {
     cx.outputs.push_back(Output::Watch {
         stream,
@@ -1012,6 +1210,118 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn deliveries_encode_as_their_responses() {
+        let mut events = response_with(3, 5).events;
+        events[1].prev_kv = Some(KeyValue {
+            key: b"k1".to_vec(),
+            value: b"old".to_vec(),
+            ..Default::default()
+        });
+        events[2].r#type = EventType::Delete as i32;
+        let header = ResponseHeader {
+            cluster_id: u64::MAX,
+            member_id: 12,
+            revision: 7,
+            raft_term: 300,
+        };
+        let shared = Arc::new(RevisionEvents::new(header, events));
+        for watch_id in [0, 1, 127, 128, i64::MAX, NO_WATCH_ID, i64::MIN] {
+            let delivery = WatchDelivery {
+                watch_id,
+                events: shared.clone(),
+                fragment: false,
+            };
+            let expected = delivery.response().encode_to_vec();
+            let mut encoded = Vec::new();
+            delivery.encode(&mut encoded);
+            assert_eq!(encoded, expected, "watch ID {watch_id}");
+            assert_eq!(delivery.encoded_len(), expected.len());
+            assert_eq!(delivery.cost(), queue_cost(&delivery.response()));
+        }
+        let none = WatchDelivery {
+            watch_id: 4,
+            events: Arc::new(RevisionEvents::new(ResponseHeader::default(), Vec::new())),
+            fragment: false,
+        };
+        let mut encoded = Vec::new();
+        none.encode(&mut encoded);
+        assert_eq!(encoded, none.response().encode_to_vec());
+    }
+
+    /// Deliveries of one put as (stream, [watch IDs]) after flushing, with
+    /// `fillers` single-key watchers of other keys (many of them make the
+    /// registry look candidates up rather than walk every watcher).
+    fn deliveries_of_one_put(fillers: usize) -> Vec<(StreamId, Vec<i64>)> {
+        let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
+        let mut outputs = VecDeque::new();
+        let mut cx = Context {
+            now: Instant::ZERO,
+            header: ResponseHeader {
+                revision: 1,
+                ..Default::default()
+            },
+            outputs: &mut outputs,
+        };
+        let mut watch = |stream, key: &[u8], end: &[u8]| {
+            let create = WatchRequest {
+                request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                    key: key.to_vec(),
+                    range_end: end.to_vec(),
+                    ..Default::default()
+                })),
+            };
+            registry.handle_request(stream, create, &mut cx);
+        };
+        watch(1, b"a", b"");
+        watch(1, b"b", b"");
+        watch(2, b"a", b"c");
+        watch(2, b"a", b"");
+        watch(3, b"b", b"\0");
+        watch(3, b"a", b"\0");
+        for i in 0..fillers {
+            watch(4, format!("z{i}").as_bytes(), b"");
+        }
+        let change = KeyVersion {
+            key: b"a".to_vec(),
+            mod_revision: crate::storage::Revision { main: 2, sub: 0 },
+            create_revision: 2,
+            version: 1,
+            lease: 0,
+            value: b"v".to_vec(),
+            tombstone: false,
+        };
+        let kv = crate::memory::MemoryKv::default();
+        let view = crate::storage::KvStore::read(&kv).unwrap();
+        registry
+            .on_revision(2, &[change], &view, ResponseHeader::default())
+            .unwrap();
+        let mut flushed = Vec::new();
+        registry.flush_events(&mut flushed);
+        flushed
+            .into_iter()
+            .map(|output| match output {
+                Output::WatchEvents { stream, deliveries } => {
+                    for d in &deliveries {
+                        assert_eq!(d.revision(), 2);
+                        assert_eq!(d.events.events().len(), 1);
+                    }
+                    (stream, deliveries.iter().map(|d| d.watch_id).collect())
+                }
+                other => panic!("unexpected output {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_put_reaches_the_same_watchers_in_order_however_they_are_found() {
+        let expected = vec![(1, vec![0]), (2, vec![0, 1]), (3, vec![1])];
+        // Mostly ranged watchers: every watcher is walked.
+        assert_eq!(deliveries_of_one_put(0), expected);
+        // Mostly single-key watchers: candidates are looked up.
+        assert_eq!(deliveries_of_one_put(20), expected);
     }
 
     #[test]

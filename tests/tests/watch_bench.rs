@@ -7,8 +7,14 @@
 //! ```
 //!
 //! Prints, per server: watch events delivered per second with 1, 100 and
-//! 10,000 watchers of one prefix under a fixed write load; resident memory
-//! per idle watcher; keep-alive round trips per second.
+//! 10,000 watchers of one prefix under a fixed write load, with the server
+//! process's CPU time (user + system) per event, which depends less on
+//! what else the machine runs; resident memory per idle watcher;
+//! keep-alive round trips per second.
+//!
+//! `BENCH_SERVERS=oxetcd` (or `etcd`) measures one server only, and
+//! `BENCH_WATCHERS=10000` (a comma-separated list) only those watcher
+//! counts, e.g. while profiling.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +44,14 @@ const WATCHERS_PER_STREAM: usize = 100;
 #[test]
 #[ignore]
 fn watch_and_lease_figures() {
+    let only = std::env::var("BENCH_SERVERS").ok();
     for kind in [ServerKind::Oxetcd, ServerKind::Etcd] {
+        if only
+            .as_deref()
+            .is_some_and(|only| !only.split(',').any(|n| n == kind.name()))
+        {
+            continue;
+        }
         let server = Server::start(kind).expect("server starts");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -68,14 +81,24 @@ fn watch_and_lease_figures() {
                 after.saturating_sub(before)
             );
             drop(senders);
+            let counts = std::env::var("BENCH_WATCHERS").ok();
             for watchers in [1, 100, 10_000] {
                 if only_memory {
                     break;
                 }
-                let (events, writes) = events_per_second(&channel, watchers).await;
+                if counts
+                    .as_deref()
+                    .is_some_and(|c| !c.split(',').any(|n| n == watchers.to_string()))
+                {
+                    continue;
+                }
+                let cpu_before = cpu_seconds(pid);
+                let (events, writes, delivered) = events_per_second(&channel, watchers).await;
+                let cpu = cpu_seconds(pid) - cpu_before;
                 eprintln!(
-                    "{:<7} {watchers:>6} watchers: {events:>10.0} events/s delivered ({writes:.0} writes/s)",
-                    kind.name()
+                    "{:<7} {watchers:>6} watchers: {events:>10.0} events/s delivered ({writes:.0} writes/s; server CPU {:.2} us/event)",
+                    kind.name(),
+                    cpu * 1e6 / delivered.max(1) as f64,
                 );
             }
             eprintln!(
@@ -88,7 +111,8 @@ fn watch_and_lease_figures() {
     }
 }
 
-async fn events_per_second(channel: &Channel, watchers: usize) -> (f64, f64) {
+/// Events per second, writes per second, and events delivered.
+async fn events_per_second(channel: &Channel, watchers: usize) -> (f64, f64, u64) {
     let prefix = format!("bench/{watchers}/");
     let received = Arc::new(AtomicU64::new(0));
     let mut senders = Vec::new();
@@ -159,6 +183,7 @@ async fn events_per_second(channel: &Channel, watchers: usize) -> (f64, f64) {
     (
         received.load(Ordering::Relaxed) as f64 / elapsed,
         writes.load(Ordering::Relaxed) as f64 / MEASURE.as_secs_f64(),
+        received.load(Ordering::Relaxed),
     )
 }
 
@@ -262,6 +287,24 @@ fn pid_of(server: &Server) -> u32 {
         }
     }
     panic!("no process for {dir}");
+}
+
+/// The process's user plus system CPU time so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name may hold spaces; the fields after it do not.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    // utime and stime are fields 14 and 15 of the line, in clock ticks
+    // (100 a second on Linux).
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
 fn rss_kib(pid: u32) -> u64 {

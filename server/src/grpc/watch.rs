@@ -8,8 +8,18 @@
 //! catch-ups queued among them (a snapshot read on a blocking thread) before
 //! anything queued after them. Nothing here decides what a watcher sees;
 //! that is the node's (see `oxetcd_core::watch`).
+//!
+//! Live events leave without being encoded here: the node encodes each
+//! revision's shared events once, and [`WatchCodec`] writes a watcher's
+//! response by copying those bytes around its watch ID, so fanning one
+//! revision out to many watchers costs a copy per watcher. That is why this
+//! service has its own [`WatchServer`] rather than the generated one, whose
+//! codec can only encode `WatchResponse` messages. The client's requests
+//! are polled once per batch of routed deliveries, not once per response:
+//! polling them locks the connection's shared state.
 
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,9 +31,12 @@ use futures_util::{Stream, StreamExt};
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::watch::{self, queue_cost, CatchUp, CatchUpOutcome, StreamId, WatchDelivery};
 use oxetcd_core::Error;
-use oxetcd_proto::etcdserverpb::watch_server::Watch;
 use oxetcd_proto::etcdserverpb::{WatchRequest, WatchResponse};
+use prost::Message;
+use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
+use tonic::codegen::{http, BoxFuture, Service, StdError};
 use tonic::{Status, Streaming};
+use tonic_prost::ProstDecoder;
 
 use super::status_from_error;
 use crate::driver::Handle;
@@ -47,14 +60,87 @@ impl<K: KvStore> WatchService<K> {
     }
 }
 
-#[tonic::async_trait]
-impl<K: KvStore> Watch for WatchService<K> {
-    type WatchStream = WatchResponses<K>;
+/// The gRPC path of the only method.
+const WATCH_PATH: &str = "/etcdserverpb.Watch/Watch";
 
-    async fn watch(
+/// `etcdserverpb.Watch` over HTTP/2, as the generated server would serve
+/// it, but with [`WatchCodec`] (see the module docs).
+pub struct WatchServer<K: KvStore> {
+    service: Arc<WatchService<K>>,
+    max_decoding_message_size: usize,
+}
+
+impl<K: KvStore> WatchServer<K> {
+    /// Serves `service`, decoding requests up to `max_decoding_message_size`.
+    pub fn new(service: WatchService<K>, max_decoding_message_size: usize) -> Self {
+        Self {
+            service: Arc::new(service),
+            max_decoding_message_size,
+        }
+    }
+}
+
+impl<K: KvStore> Clone for WatchServer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            service: self.service.clone(),
+            max_decoding_message_size: self.max_decoding_message_size,
+        }
+    }
+}
+
+impl<K: KvStore, B> Service<http::Request<B>> for WatchServer<K>
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != WATCH_PATH {
+            let status = Status::unimplemented(format!("unknown method {}", request.uri().path()));
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
+        let call = WatchCall(self.service.clone());
+        let max_decoding = self.max_decoding_message_size;
+        Box::pin(async move {
+            // Responses are as large as the data asked for, as in etcd.
+            let mut grpc = tonic::server::Grpc::new(WatchCodec)
+                .apply_max_message_size_config(Some(max_decoding), Some(usize::MAX));
+            Ok(grpc.streaming(call, request).await)
+        })
+    }
+}
+
+/// One call of the method.
+struct WatchCall<K: KvStore>(Arc<WatchService<K>>);
+
+impl<K: KvStore> Service<tonic::Request<Streaming<WatchRequest>>> for WatchCall<K> {
+    type Response = tonic::Response<WatchResponses<K>>;
+    type Error = Status;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: tonic::Request<Streaming<WatchRequest>>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { service.watch(request) })
+    }
+}
+
+impl<K: KvStore> WatchService<K> {
+    fn watch(
         &self,
         request: tonic::Request<Streaming<WatchRequest>>,
-    ) -> Result<tonic::Response<Self::WatchStream>, Status> {
+    ) -> Result<tonic::Response<WatchResponses<K>>, Status> {
         let parts = self
             .handle
             .open_watch()
@@ -66,11 +152,78 @@ impl<K: KvStore> Watch for WatchService<K> {
             items: parts.items,
             queued: parts.queued,
             ready: VecDeque::new(),
-            deliveries: VecDeque::new(),
+            deliveries: Vec::new().into_iter(),
             catching_up: None,
             fragment_bytes: self.fragment_bytes,
             done: false,
         }))
+    }
+}
+
+/// One message of a watch stream.
+#[derive(Debug)]
+pub enum WatchMessage {
+    /// A response built in full (created, canceled, progress, catch-up).
+    Response(WatchResponse),
+    /// A watcher's live events, written from their shared encoding.
+    Delivery(WatchDelivery),
+}
+
+/// Encodes [`WatchMessage`]s, decodes `WatchRequest`s.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WatchCodec;
+
+impl Codec for WatchCodec {
+    type Encode = WatchMessage;
+    type Decode = WatchRequest;
+    type Encoder = WatchEncoder;
+    type Decoder = ProstDecoder<WatchRequest>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        WatchEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstDecoder::default()
+    }
+}
+
+/// Bytes a stream gathers before it hands them to HTTP/2, unless it has
+/// nothing more to send (tonic's default is 32 KiB). A busy stream of many
+/// watchers then passes its responses on in fewer, larger pieces, each of
+/// which costs the connection a lock, a wake-up and often a write; the
+/// buffer stays bounded per stream, not per watcher.
+const WATCH_YIELD_BYTES: usize = 128 * 1024;
+
+/// A stream's first encode buffer (tonic's default); it grows as needed.
+const WATCH_BUFFER_BYTES: usize = 8 * 1024;
+
+/// The encoding half of [`WatchCodec`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WatchEncoder;
+
+impl Encoder for WatchEncoder {
+    type Item = WatchMessage;
+    type Error = Status;
+
+    fn encode(&mut self, item: WatchMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        match item {
+            WatchMessage::Response(response) => {
+                // The buffer grows as needed, so encoding cannot run out of room.
+                response
+                    .encode(dst)
+                    .map_err(|e| Status::internal(format!("encoding a watch response: {e}")))
+            }
+            WatchMessage::Delivery(delivery) => {
+                dst.reserve(delivery.encoded_len());
+                delivery.encode(dst);
+                Ok(())
+            }
+        }
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(WATCH_BUFFER_BYTES, WATCH_YIELD_BYTES)
     }
 }
 
@@ -85,10 +238,10 @@ pub struct WatchResponses<K: KvStore> {
     queued: Arc<AtomicUsize>,
     /// Responses ready to go out, before anything still in `items`.
     ready: VecDeque<WatchResponse>,
-    /// Deliveries of a routed batch not yet turned into responses (after
-    /// `ready`, before anything still in `items`). Each stays counted in
-    /// `queued` until then, so the stream's bound covers them.
-    deliveries: VecDeque<WatchDelivery>,
+    /// Deliveries of a routed batch not yet sent (after `ready`, before
+    /// anything still in `items`). Each stays counted in `queued` until
+    /// then, so the stream's bound covers them.
+    deliveries: std::vec::IntoIter<WatchDelivery>,
     catching_up: Option<CatchUpFuture>,
     fragment_bytes: usize,
     done: bool,
@@ -109,7 +262,7 @@ impl<K: KvStore> WatchResponses<K> {
 impl<K: KvStore> Unpin for WatchResponses<K> {}
 
 impl<K: KvStore> Stream for WatchResponses<K> {
-    type Item = Result<WatchResponse, Status>;
+    type Item = Result<WatchMessage, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
@@ -118,7 +271,18 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                 return Poll::Ready(None);
             }
             if let Some(response) = this.ready.pop_front() {
-                return Poll::Ready(Some(Ok(response)));
+                return Poll::Ready(Some(Ok(WatchMessage::Response(response))));
+            }
+            if let Some(delivery) = this.deliveries.next() {
+                this.queued.fetch_sub(delivery.cost(), Ordering::AcqRel);
+                if delivery.fragment
+                    && delivery.events.events().len() > 1
+                    && delivery.encoded_len() >= this.fragment_bytes
+                {
+                    this.push(delivery.response(), true);
+                    continue;
+                }
+                return Poll::Ready(Some(Ok(WatchMessage::Delivery(delivery))));
             }
             // The client's requests, as they come; a closed request stream
             // ends the call, as etcd's does.
@@ -133,13 +297,6 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                     }
                     Poll::Pending => break,
                 }
-            }
-            // Built here, one at a time, so the copying of shared events
-            // is the stream's work and never the node's.
-            if let Some(delivery) = this.deliveries.pop_front() {
-                this.queued.fetch_sub(delivery.cost(), Ordering::AcqRel);
-                this.push(delivery.response(), delivery.fragment);
-                continue;
             }
             if let Some(future) = this.catching_up.as_mut() {
                 let (job, outcome) = match future.as_mut().poll(cx) {
@@ -172,7 +329,8 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                     this.push(response, fragment);
                 }
                 Poll::Ready(Some(StreamItem::Events(deliveries))) => {
-                    this.deliveries.extend(deliveries);
+                    // Taken only once the last batch is sent.
+                    this.deliveries = deliveries.into_iter();
                 }
                 Poll::Ready(Some(StreamItem::CatchUp(job))) => {
                     let handle = this.handle.clone();
