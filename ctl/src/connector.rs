@@ -21,6 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use oxetcd_server::coalesce::WriteCoalesce;
 use oxetcd_tls::rustls::client::ResolvesClientCert;
 use oxetcd_tls::rustls::pki_types::ServerName;
 use oxetcd_tls::rustls::sign::CertifiedKey;
@@ -122,5 +123,65 @@ impl ResolvesClientCert for NoClientCert {
 
     fn has_certs(&self) -> bool {
         false
+    }
+}
+
+/// Opens plaintext TCP connections (no Nagle delay); the benchmark's
+/// connector for `http://` endpoints, wrapped in [`Coalesced`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TcpConnector;
+
+impl tower_service::Service<Uri> for TcpConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<TcpStream>>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("{uri}: no host"))
+                })?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned();
+            let port = uri.port_u16().unwrap_or(80);
+            let tcp = TcpStream::connect((host.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            Ok(TokioIo::new(tcp))
+        })
+    }
+}
+
+/// Wraps the connections another connector opens in
+/// [`WriteCoalesce`](oxetcd_server::coalesce::WriteCoalesce), so that the
+/// requests a burst of client tasks starts go out in one write. The
+/// benchmark uses it: its clients share few connections, and without it
+/// the client spends more on syscalls than on everything else.
+#[derive(Clone, Debug)]
+pub struct Coalesced<C>(pub C);
+
+impl<C> tower_service::Service<Uri> for Coalesced<C>
+where
+    C: tower_service::Service<Uri>,
+    C::Future: Send + 'static,
+    C::Response: 'static,
+{
+    type Response = WriteCoalesce<C::Response>;
+    type Error = C::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, C::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), C::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.0.call(uri);
+        Box::pin(async move { connecting.await.map(WriteCoalesce::new) })
     }
 }

@@ -21,12 +21,15 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
+use connector::{Coalesced, TcpConnector, TlsConnector};
+
 pub use client::{Client, Config};
 pub use error::Error;
 
 /// Opens `conns` connections spread round-robin over the endpoints of
 /// `config`, with its TLS settings, for the benchmark (which measures
-/// connections, so it does no failover).
+/// connections, so it does no failover). Their writes are coalesced
+/// ([`connector::Coalesced`]).
 pub async fn connect(config: &Config, conns: usize) -> Result<Vec<Channel>, Error> {
     let endpoints = &config.endpoints;
     if endpoints.is_empty() {
@@ -42,12 +45,22 @@ pub async fn connect(config: &Config, conns: usize) -> Result<Vec<Channel>, Erro
             .map_err(|e| Error::BadEndpoint(format!("{url}: {e}")))?
             .connect_timeout(config.dial_timeout)
             .tcp_nodelay(true);
-        let channel = client::connect(&endpoint, tls.as_ref().filter(|_| secure))
-            .await
-            .map_err(|e| match client::dial_error(&url, &e) {
-                Error::Protocol(cause) => Error::Protocol(format!("cannot connect to {cause}")),
-                other => other,
-            })?;
+        let connected = match tls.as_ref().filter(|_| secure) {
+            None => {
+                endpoint
+                    .connect_with_connector(Coalesced(TcpConnector))
+                    .await
+            }
+            Some(tls) => {
+                endpoint
+                    .connect_with_connector(Coalesced(TlsConnector::new(tls.clone())))
+                    .await
+            }
+        };
+        let channel = connected.map_err(|e| match client::dial_error(&url, &e) {
+            Error::Protocol(cause) => Error::Protocol(format!("cannot connect to {cause}")),
+            other => other,
+        })?;
         channels.push(channel);
     }
     Ok(channels)

@@ -21,6 +21,11 @@ use oxetcd_ctl::command::{self, exit, Context, Failure};
 use oxetcd_ctl::output::{Format, Printer};
 use oxetcd_ctl::parse_go_duration;
 
+/// mimalloc, as the server's allocator (see the dependency's note in
+/// Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "oxetcdctl",

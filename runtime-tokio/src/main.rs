@@ -14,6 +14,11 @@ use oxetcd_server::Runtime;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
 
+/// mimalloc, for its cheaper small allocations across threads (see the
+/// dependency's note in Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// tokio's multi-threaded runtime, which the server runs on inside `main`.
 /// It holds the runtime's handle because the driver thread, which is not
 /// one of tokio's, spawns peer tasks too.

@@ -24,6 +24,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod coalesce;
 pub mod config;
 pub mod driver;
 pub mod grpc;

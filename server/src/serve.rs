@@ -8,7 +8,9 @@
 //! content type is `application/grpc*`, otherwise to the plain HTTP
 //! endpoints. A connection's errors end that connection only. Inbound
 //! HTTP/2 passes through `authority::AuthorityRewrite` first, which
-//! repairs the `:authority` etcdctl 3.4 sends for `http://` endpoints.
+//! repairs the `:authority` etcdctl 3.4 sends for `http://` endpoints,
+//! and writes go through [`WriteCoalesce`], which gathers the
+//! responses finished in one pass of the executor into one syscall.
 //! `https://` URLs are served the same way once `tls` has completed the
 //! connection's handshake; `http://` and `https://` URLs may be listened
 //! on side by side.
@@ -27,6 +29,7 @@ use oxetcd_core::storage::KvStore;
 use tonic::body::Body;
 use tracing::{debug, error, info, warn};
 
+use crate::coalesce::WriteCoalesce;
 use crate::config::{Config, ListenUrl};
 use crate::driver::Handle;
 use crate::grpc::{GrpcRouter, Member};
@@ -161,17 +164,20 @@ impl<R: Runtime, K: KvStore> App<R, K> {
             let app = app.clone();
             async move { Ok::<_, Infallible>(app.route(request).await) }
         });
-        let io = AuthorityRewrite::new(io);
+        let io = WriteCoalesce::new(AuthorityRewrite::new(io));
         if let Err(e) = self.builder.serve_connection(io, service).await {
             debug!(error = %e, "client connection ended with an error");
         }
     }
 
+    /// The HTTP endpoints' future is boxed: it is large, and this future
+    /// lives in hyper's per-stream task, which is moved and cleared whole
+    /// on every request (see [`GrpcRouter::route`]).
     async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
         if is_grpc(&request) {
             self.grpc.route(request).await
         } else {
-            self.http.route(request).await
+            Box::pin(self.http.route(request)).await
         }
     }
 }

@@ -1,10 +1,12 @@
 //! The gRPC side of the client port.
 //!
-//! Design: tonic's generated `*Server` types do the gRPC framing; our service
-//! structs turn each call into a core [`Request`](oxetcd_core::Request) sent
-//! through the driver [`Handle`]. A small router of our own dispatches by the
-//! path's service name (`/etcdserverpb.KV/Range` → the KV server); an unknown
-//! service is answered as gRPC `Unimplemented`, never as an HTTP error.
+//! Design: tonic's generated `*Server` types do the gRPC framing (Watch has
+//! its own [`WatchServer`], which writes live events from their shared
+//! encoding); our service structs turn each call into a core
+//! [`Request`](oxetcd_core::Request) sent through the driver [`Handle`]. A
+//! small router of our own dispatches by the path's service name
+//! (`/etcdserverpb.KV/Range` → the KV server); an unknown service is
+//! answered as gRPC `Unimplemented`, never as an HTTP error.
 //! Core errors become gRPC statuses in exactly one place,
 //! [`status_from_error`], so clients see etcd's codes and messages.
 
@@ -31,9 +33,12 @@ mod maintenance;
 mod watch;
 
 use std::convert::Infallible;
+use std::future::{ready, Future};
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
-use futures_util::future::poll_fn;
+use futures_util::future::{poll_fn, Either};
 use hyper::body::Incoming;
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::Error;
@@ -41,7 +46,6 @@ use oxetcd_proto::etcdserverpb::cluster_server::ClusterServer;
 use oxetcd_proto::etcdserverpb::kv_server::KvServer;
 use oxetcd_proto::etcdserverpb::lease_server::LeaseServer;
 use oxetcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
-use oxetcd_proto::etcdserverpb::watch_server::WatchServer;
 use tonic::body::Body;
 use tonic::codegen::Service;
 
@@ -49,7 +53,7 @@ pub use cluster::ClusterService;
 pub use kv::KvService;
 pub use lease::{KeepAliveStream, LeaseService};
 pub use maintenance::MaintenanceService;
-pub use watch::{WatchResponses, WatchService};
+pub use watch::{WatchCodec, WatchMessage, WatchResponses, WatchServer, WatchService};
 
 use crate::driver::Handle;
 
@@ -84,7 +88,7 @@ pub struct Member {
 pub struct GrpcRouter<K: KvStore> {
     kv: KvServer<KvService<K>>,
     maintenance: MaintenanceServer<MaintenanceService<K>>,
-    watch: WatchServer<WatchService<K>>,
+    watch: WatchServer<K>,
     lease: LeaseServer<LeaseService<K>>,
     cluster: ClusterServer<ClusterService<K>>,
 }
@@ -100,9 +104,10 @@ impl<K: KvStore> GrpcRouter<K> {
             kv: KvServer::new(KvService::new(handle.clone()))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
-            watch: WatchServer::new(WatchService::new(handle.clone(), max_request_bytes))
-                .max_decoding_message_size(decode_max)
-                .max_encoding_message_size(encode_max),
+            watch: WatchServer::new(
+                WatchService::new(handle.clone(), max_request_bytes),
+                decode_max,
+            ),
             cluster: ClusterServer::new(ClusterService::new(handle.clone()))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
@@ -115,25 +120,36 @@ impl<K: KvStore> GrpcRouter<K> {
         }
     }
 
-    /// Answers one gRPC request.
-    pub async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+    /// Answers one gRPC request. The call starts here, synchronously, so
+    /// the future returned holds only the service's boxed call: it is
+    /// kept inside hyper's per-stream task, which is moved and cleared
+    /// whole, so its size is paid on every request.
+    pub fn route(
+        &self,
+        request: http::Request<Incoming>,
+    ) -> impl Future<Output = http::Response<Body>> + Send + 'static {
         let path = request.uri().path();
         let service = path
             .strip_prefix('/')
             .and_then(|rest| rest.split_once('/'))
             .map_or(path, |(service, _method)| service);
-        let response = match service {
-            "etcdserverpb.KV" => call(self.kv.clone(), request).await,
-            "etcdserverpb.Maintenance" => call(self.maintenance.clone(), request).await,
-            "etcdserverpb.Watch" => call(self.watch.clone(), request).await,
-            "etcdserverpb.Lease" => call(self.lease.clone(), request).await,
-            "etcdserverpb.Cluster" => call(self.cluster.clone(), request).await,
+        let call = match service {
+            "etcdserverpb.KV" => call(self.kv.clone(), request),
+            "etcdserverpb.Maintenance" => call(self.maintenance.clone(), request),
+            "etcdserverpb.Watch" => call(self.watch.clone(), request),
+            "etcdserverpb.Lease" => call(self.lease.clone(), request),
+            "etcdserverpb.Cluster" => call(self.cluster.clone(), request),
             _ => {
                 let status = tonic::Status::unimplemented(format!("unknown service {service}"));
-                return status.into_http();
+                return Either::Right(ready(status.into_http()));
             }
         };
-        oversized_as_etcd(response)
+        Either::Left(async move {
+            match call.await {
+                Ok(response) => oversized_as_etcd(response),
+                Err(never) => match never {},
+            }
+        })
     }
 }
 
@@ -169,17 +185,28 @@ fn parse_oversized(rest: Option<&str>) -> Option<(u64, u64)> {
     Some((found.parse().ok()?, limit.parse().ok()?))
 }
 
-async fn call<S>(mut service: S, request: http::Request<Incoming>) -> http::Response<Body>
+/// What a generated server's call returns (tonic boxes every call).
+type CallFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
+
+/// Starts `request` on `service`. tonic's generated servers are always
+/// ready, so the call starts at once; were one ever not, the call waits
+/// for readiness inside its own boxed future.
+fn call<S>(mut service: S, request: http::Request<Incoming>) -> CallFuture
 where
-    S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>,
+    S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
 {
-    let ready = poll_fn(|cx| service.poll_ready(cx)).await;
-    match ready {
-        Ok(()) => match service.call(request).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        },
-        Err(never) => match never {},
+    match service.poll_ready(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(Ok(())) => Box::pin(service.call(request)),
+        Poll::Ready(Err(never)) => match never {},
+        Poll::Pending => Box::pin(async move {
+            match poll_fn(|cx| service.poll_ready(cx)).await {
+                Ok(()) => service.call(request).await,
+                Err(never) => match never {},
+            }
+        }),
     }
 }
 
