@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Put throughput and latency of oxetcd, oxetcd-smol and Debian's etcd, side by
-# side on this machine, in one run. Prints one table; raw bench output lands
-# in bench-out/.
+# Put and range throughput and latency of oxetcd, oxetcd-smol and Debian's
+# etcd, side by side on this machine, in one run. Prints one table; raw bench
+# output and plots (latency over time, latency against throughput) land in
+# bench-out/.
 #
 #   scripts/bench.sh [TOTAL]      # TOTAL puts per measurement (default 20000)
 #
@@ -9,7 +10,8 @@
 # server: puts with 1, 16 and 256 clients, single-client p50/p99 latency, CPU
 # seconds per 1000 puts (server process user+system time) over all three
 # runs and over the 256-client run alone (the single-client run, which pays
-# a log write per put, dominates the first), and peak RSS (VmHWM).
+# a log write per put, dominates the first), ranges/s with 256 clients
+# (linearizable and serializable, after the puts), and peak RSS (VmHWM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOTAL=${1:-20000}
@@ -57,15 +59,22 @@ wait_ready() { # port
   return 1
 }
 
-bench() { # port clients conns total -> summary text
-  "$BIN/oxetcdctl" --endpoints "127.0.0.1:$1" bench put --clients "$2" --conns "$3" \
-    --total "$4" --key-size 8 --val-size 256 --key-space-size 100000
+bench() { # port clients conns total [extra flags] -> summary text
+  local port=$1 clients=$2 conns=$3 total=$4
+  shift 4
+  "$BIN/oxetcdctl" --endpoints "127.0.0.1:$port" bench put --clients "$clients" --conns "$conns" \
+    --total "$total" --key-size 8 --val-size 256 --key-space-size 100000 "$@"
+}
+
+range_bench() { # port consistency total plot -> summary text (256 clients, 16 conns)
+  "$BIN/oxetcdctl" --endpoints "127.0.0.1:$1" bench range --consistency "$2" \
+    --clients 256 --conns 16 --total "$3" --plot "$4"
 }
 
 field() { awk -v k="$1" -F'\t' '$1 ~ k {print $2}' | head -1 | awk '{print $1}'; }
 pct() { awk -v k="  $1% in" 'index($0, k) == 1 {printf "%.2f", $3 * 1000}'; }
 
-printf '%-12s %10s %10s %10s %10s %10s %12s %12s %10s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "256: s/1k" "rss MiB"
+printf '%-12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %10s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "256: s/1k" "range l" "range s" "rss MiB"
 for kind in oxetcd oxetcd-smol etcd; do
   name=$kind
   port=$(free_port)
@@ -76,14 +85,19 @@ for kind in oxetcd oxetcd-smol etcd; do
   one=$(bench "$port" 1 1 "$((TOTAL / 4))"); echo "$one" >"$OUT/$name-1.txt"
   sixteen=$(bench "$port" 16 4 "$TOTAL"); echo "$sixteen" >"$OUT/$name-16.txt"
   before_many=$(cpu_ticks "$pid")
-  many=$(bench "$port" 256 16 "$TOTAL"); echo "$many" >"$OUT/$name-256.txt"
+  many=$(bench "$port" 256 16 "$TOTAL" --plot "$OUT/$name-put-256.svg"); echo "$many" >"$OUT/$name-256.txt"
   after=$(cpu_ticks "$pid")
   puts=$((TOTAL / 4 + TOTAL * 2))
   cpu=$(awk -v t="$((after - before))" -v c="$clk" -v n="$puts" 'BEGIN {printf "%.3f", t / c / n * 1000}')
   cpu_many=$(awk -v t="$((after - before_many))" -v c="$clk" -v n="$TOTAL" 'BEGIN {printf "%.3f", t / c / n * 1000}')
+  # Reads last, outside the CPU figures above: 256 clients, linearizable
+  # (a read index per batch) and serializable (local).
+  range_l=$(range_bench "$port" l "$TOTAL" "$OUT/$name-range-l.svg"); echo "$range_l" >"$OUT/$name-range-l.txt"
+  range_s=$(range_bench "$port" s "$TOTAL" "$OUT/$name-range-s.svg"); echo "$range_s" >"$OUT/$name-range-s.txt"
   rss=$(peak_rss_mib "$pid")
-  printf '%-12s %10.0f %10.0f %10.0f %10s %10s %12s %12s %10s\n' "$name" \
+  printf '%-12s %10.0f %10.0f %10.0f %10s %10s %12s %12s %10.0f %10.0f %10s\n' "$name" \
     "$(echo "$one" | field 'Requests/sec')" "$(echo "$sixteen" | field 'Requests/sec')" \
-    "$(echo "$many" | field 'Requests/sec')" "$(echo "$one" | pct 50)" "$(echo "$one" | pct 99)" "$cpu" "$cpu_many" "$rss"
+    "$(echo "$many" | field 'Requests/sec')" "$(echo "$one" | pct 50)" "$(echo "$one" | pct 99)" "$cpu" "$cpu_many" \
+    "$(echo "$range_l" | field 'Requests/sec')" "$(echo "$range_s" | field 'Requests/sec')" "$rss"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 done
