@@ -138,6 +138,10 @@ fn unknown_etcd_variable_is_only_a_warning() {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port().expect("port");
         let url = format!("http://127.0.0.1:{port}");
+        // Its own peer port too: the default (2380) may be taken on a
+        // machine that runs other members.
+        let peer_url = format!("http://127.0.0.1:{}", free_port().expect("port"));
+        let initial_cluster = format!("default={peer_url}");
         let program = binary_path(binary).unwrap_or_else(|e| panic!("{e}"));
         let mut child = Command::new(program)
             .args([
@@ -145,6 +149,12 @@ fn unknown_etcd_variable_is_only_a_warning() {
                 &url,
                 "--advertise-client-urls",
                 &url,
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+                "--initial-cluster",
+                &initial_cluster,
             ])
             .env("ETCD_DATA_DIR", dir.path().join("data"))
             .env("ETCD_FROBNICATE", "yes")
