@@ -201,10 +201,12 @@ pub struct Persist {
     /// Entries to append, replacing any stored at or after the first one's
     /// index.
     pub entries: Vec<Entry>,
-    /// Hard state to store: always the current one. A write is issued only
+    /// Hard state to store, when the term or the vote changed or a snapshot
+    /// is installed; then it is the current one. A write is issued only
     /// when entries, a snapshot, the term or the vote changed; a change of
-    /// the commit index alone rides the next write (after a crash the
-    /// commit index is recovered from the applied index and the leader).
+    /// the commit index alone is stored with the next hard state (after a
+    /// crash the commit index is recovered from the applied index and the
+    /// leader).
     pub hard_state: Option<HardState>,
 }
 
@@ -1803,12 +1805,17 @@ impl<S: LogSource> Raft<S> {
         }
         self.persist_issued += 1;
         let (snapshot, entries) = self.log.take_unpersisted(self.persist_issued);
+        // A change of the commit index alone is not worth a write of its
+        // own: storing the hard state costs the log store another page per
+        // append, and after a crash the commit index is recovered from the
+        // applied index and the leader.
+        let hard_state = (self.hard_state_dirty || snapshot.is_some()).then(|| self.hard_state());
         self.hard_state_dirty = false;
         Some(Persist {
             id: PersistId(self.persist_issued),
             snapshot,
             entries,
-            hard_state: Some(self.hard_state()),
+            hard_state,
         })
     }
 

@@ -530,6 +530,44 @@ fn own_vote_counts_only_once_durable() {
 }
 
 #[test]
+fn only_term_or_vote_changes_store_the_hard_state() {
+    let mut d = Driver::new(1, &[1]);
+    d.raft.campaign(d.now);
+    let mut campaign_writes = Vec::new();
+    while let Some(action) = d.raft.poll_action() {
+        if let Action::Persist(p) = action {
+            campaign_writes.push(p.hard_state.clone());
+            d.unpersisted.push(p.id);
+        }
+    }
+    assert!(
+        campaign_writes
+            .iter()
+            .any(|hs| hs.as_ref().is_some_and(|hs| hs.vote == 1 && hs.term == 2)),
+        "the vote is stored: {campaign_writes:?}"
+    );
+    d.persist();
+    assert_eq!(d.raft.role(), Role::Leader);
+    for _ in 0..3 {
+        let index = d.raft.propose(Bytes::from_static(b"x")).unwrap();
+        let mut writes = 0;
+        while let Some(action) = d.raft.poll_action() {
+            if let Action::Persist(p) = action {
+                // The commit index moved since the last write; that alone
+                // is not stored.
+                assert_eq!(p.hard_state, None, "hard state rewritten for entry {index}");
+                d.disk.0.borrow_mut().extend(p.entries.iter().cloned());
+                d.raft.persisted(d.now, p.id);
+                writes += 1;
+            }
+        }
+        assert_eq!(writes, 1);
+        d.drain();
+        assert_eq!(d.raft.hard_state().commit, index);
+    }
+}
+
+#[test]
 fn vote_grant_waits_for_the_durable_vote() {
     let mut d = Driver::new(2, &[1, 2, 3]);
     let request = Message {
