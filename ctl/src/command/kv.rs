@@ -107,6 +107,25 @@ pub fn prefix_end(key: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// Widens `key`..`range_end` as `--prefix` and `--from-key` do; with an
+/// empty key, either means every key (`\0`..`\0`).
+pub fn widen_range(key: &mut Vec<u8>, range_end: &mut Vec<u8>, prefix: bool, from_key: bool) {
+    if prefix {
+        if key.is_empty() {
+            *key = vec![0];
+            *range_end = vec![0];
+        } else {
+            *range_end = prefix_end(key);
+        }
+    }
+    if from_key {
+        if key.is_empty() {
+            *key = vec![0];
+        }
+        *range_end = vec![0];
+    }
+}
+
 /// The `RangeRequest` for `get`'s flags, with etcdctl's checks and messages.
 pub fn range_request(a: &GetArgs) -> Result<RangeRequest, Failure> {
     let Some(key) = a.args.first() else {
@@ -176,20 +195,12 @@ pub fn range_request(a: &GetArgs) -> Result<RangeRequest, Failure> {
     }
     request.sort_order = order as i32;
     request.sort_target = target as i32;
-    if a.prefix {
-        if key.is_empty() {
-            request.key = vec![0];
-            request.range_end = vec![0];
-        } else {
-            request.range_end = prefix_end(key.as_bytes());
-        }
-    }
-    if a.from_key {
-        if key.is_empty() {
-            request.key = vec![0];
-        }
-        request.range_end = vec![0];
-    }
+    widen_range(
+        &mut request.key,
+        &mut request.range_end,
+        a.prefix,
+        a.from_key,
+    );
     request.keys_only = a.keys_only;
     request.count_only = a.count_only;
     Ok(request)
@@ -257,20 +268,12 @@ pub fn delete_request(a: &DelArgs) -> Result<DeleteRangeRequest, Failure> {
         }
         request.range_end = end.as_bytes().to_vec();
     }
-    if a.prefix {
-        if key.is_empty() {
-            request.key = vec![0];
-            request.range_end = vec![0];
-        } else {
-            request.range_end = prefix_end(key.as_bytes());
-        }
-    }
-    if a.from_key {
-        if key.is_empty() {
-            request.key = vec![0];
-        }
-        request.range_end = vec![0];
-    }
+    widen_range(
+        &mut request.key,
+        &mut request.range_end,
+        a.prefix,
+        a.from_key,
+    );
     Ok(request)
 }
 

@@ -23,7 +23,7 @@ use oxetcd_proto::etcdserverpb::{
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
-use super::kv::prefix_end;
+use super::kv::widen_range;
 use super::txn::argify;
 use super::{exit, Context, Failure};
 use crate::client::watch as watch_client;
@@ -123,14 +123,7 @@ fn create_request(args: &[String], a: &WatchArgs) -> Result<WatchCreateRequest, 
         }
         create.range_end = args[1].as_bytes().to_vec();
     }
-    if a.prefix {
-        if key.is_empty() {
-            create.key = vec![0];
-            create.range_end = vec![0];
-        } else {
-            create.range_end = prefix_end(key.as_bytes());
-        }
-    }
+    widen_range(&mut create.key, &mut create.range_end, a.prefix, false);
     Ok(create)
 }
 
