@@ -24,16 +24,15 @@ use std::sync::Arc;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::WebPkiClientVerifier;
 use rustls::{
     CertificateError, CipherSuite, ClientConfig, DigitallySignedStruct, DistinguishedName,
     ServerConfig, SignatureScheme,
 };
 
 use crate::reload::ReloadingCert;
-use crate::settings::{native_roots, provider, root_store};
+use crate::settings::{check_suites, native_roots, provider, root_store};
 use crate::verify::AcceptAnyServerCert;
-use crate::{TlsError, TlsVersion, Versions};
+use crate::{ServerSettings, TlsError, Versions};
 
 /// What a peer's certificate must name, beyond chaining to the trusted CA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,49 +84,33 @@ impl PeerSettings {
 
     /// The configuration that accepts peer connections.
     pub fn server(&self) -> Result<Arc<ServerConfig>, TlsError> {
-        self.check_suites()?;
-        let provider = provider(&self.cipher_suites);
-        let identity = ReloadingCert::new(
-            self.cert_file.clone(),
-            self.key_file.clone(),
-            provider.clone(),
-        )?;
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&self.versions.rustls())
-            .map_err(|e| TlsError::Config(format!("cannot serve these TLS versions: {e}")))?;
-        let builder = match (&self.trusted_ca_file, &self.allowed) {
-            (Some(path), allowed) => {
-                let roots = root_store(path)?;
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                        .build()
-                        .map_err(|e| TlsError::TrustAnchors {
-                            path: path.clone(),
-                            reason: e.to_string(),
-                        })?;
-                match allowed {
-                    None => builder.with_client_cert_verifier(verifier),
-                    Some(allowed) => builder.with_client_cert_verifier(Arc::new(AllowedOnly {
-                        inner: verifier,
-                        allowed: allowed.clone(),
-                    })),
-                }
-            }
-            (None, Some(_)) => {
-                return Err(TlsError::Config(
-                    "an allowed peer common name or host name needs a trusted CA: peer \
-                     certificates are only checked against one"
-                        .to_owned(),
-                ))
-            }
-            (None, None) => builder.with_no_client_auth(),
+        if self.trusted_ca_file.is_none() && self.allowed.is_some() {
+            return Err(TlsError::Config(
+                "an allowed peer common name or host name needs a trusted CA: peer \
+                 certificates are only checked against one"
+                    .to_owned(),
+            ));
+        }
+        let settings = ServerSettings {
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+            client_ca_file: self.trusted_ca_file.clone(),
+            versions: self.versions,
+            cipher_suites: self.cipher_suites.clone(),
         };
-        Ok(Arc::new(builder.with_cert_resolver(Arc::new(identity))))
+        let config = settings.config(|verifier| match &self.allowed {
+            None => verifier,
+            Some(allowed) => Arc::new(AllowedOnly {
+                inner: verifier,
+                allowed: allowed.clone(),
+            }),
+        })?;
+        Ok(Arc::new(config))
     }
 
     /// The configuration that dials peers.
     pub fn client(&self) -> Result<Arc<ClientConfig>, TlsError> {
-        self.check_suites()?;
+        check_suites(self.versions, &self.cipher_suites)?;
         let provider = provider(&self.cipher_suites);
         let identity = ReloadingCert::new(
             self.cert_file.clone(),
@@ -164,17 +147,6 @@ impl PeerSettings {
         Ok(Arc::new(
             builder.with_client_cert_resolver(Arc::new(identity)),
         ))
-    }
-
-    fn check_suites(&self) -> Result<(), TlsError> {
-        if !self.cipher_suites.is_empty() && self.versions.min() == TlsVersion::Tls13 {
-            return Err(TlsError::CipherSuites(
-                "--cipher-suites applies to TLS 1.2 only and cannot be used when only TLS1.3 \
-                 is enabled"
-                    .to_owned(),
-            ));
-        }
-        Ok(())
     }
 }
 

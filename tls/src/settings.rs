@@ -24,6 +24,7 @@ use std::sync::Arc;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{
     CipherSuite, ClientConfig, RootCertStore, ServerConfig, SupportedCipherSuite,
@@ -262,13 +263,19 @@ impl ServerSettings {
 
     /// Reads the files and builds the configuration.
     pub fn build(&self) -> Result<Arc<ServerConfig>, TlsError> {
-        if !self.cipher_suites.is_empty() && self.versions.min == TlsVersion::Tls13 {
-            return Err(TlsError::CipherSuites(
-                "--cipher-suites applies to TLS 1.2 only and cannot be used when only TLS1.3 \
-                 is enabled"
-                    .to_owned(),
-            ));
-        }
+        let mut config = self.config(|verifier| verifier)?;
+        config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// The configuration without ALPN, serving the (reloading) certificate,
+    /// with `restrict` applied to the client verifier when a client CA is
+    /// set. The peer port builds on it too.
+    pub(crate) fn config(
+        &self,
+        restrict: impl FnOnce(Arc<dyn ClientCertVerifier>) -> Arc<dyn ClientCertVerifier>,
+    ) -> Result<ServerConfig, TlsError> {
+        check_suites(self.versions, &self.cipher_suites)?;
         let provider = provider(&self.cipher_suites);
         let identity = ReloadingCert::new(
             self.cert_file.clone(),
@@ -288,14 +295,25 @@ impl ServerSettings {
                             path: path.clone(),
                             reason: e.to_string(),
                         })?;
-                builder.with_client_cert_verifier(verifier)
+                builder.with_client_cert_verifier(restrict(verifier))
             }
             None => builder.with_no_client_auth(),
         };
-        let mut config = builder.with_cert_resolver(Arc::new(identity));
-        config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
-        Ok(Arc::new(config))
+        Ok(builder.with_cert_resolver(Arc::new(identity)))
     }
+}
+
+/// `--cipher-suites` names TLS 1.2 suites only: refused when TLS 1.3 is
+/// the lowest version.
+pub(crate) fn check_suites(versions: Versions, suites: &[CipherSuite]) -> Result<(), TlsError> {
+    if !suites.is_empty() && versions.min() == TlsVersion::Tls13 {
+        return Err(TlsError::CipherSuites(
+            "--cipher-suites applies to TLS 1.2 only and cannot be used when only TLS1.3 \
+             is enabled"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// The client side: etcdctl's `--cacert`, `--cert`, `--key` and
