@@ -600,6 +600,13 @@ const FLAGS: &[Flag] = &[
         "Log level: debug, info, warn or error.",
     ),
     Flag {
+        name: "experimental-initial-corrupt-check",
+        value: None,
+        default: "false",
+        help: "Check the member's data against its peers' before serving (accepted; the check \
+               itself is not yet supported and is logged as such).",
+    },
+    Flag {
         name: "experimental-enable-lease-checkpoint",
         value: None,
         default: "false",
@@ -875,6 +882,14 @@ where
             "--{flag} {text} is below the minimum; using {WATCH_PROGRESS_NOTIFY_INTERVAL_MIN:?}"
         ));
         watch_progress_notify_interval = WATCH_PROGRESS_NOTIFY_INTERVAL_MIN;
+    }
+
+    if switches
+        .get("experimental-initial-corrupt-check")
+        .copied()
+        .unwrap_or(false)
+    {
+        warnings.push("not yet supported: --experimental-initial-corrupt-check".to_owned());
     }
 
     Ok(Command::Run(Config {
