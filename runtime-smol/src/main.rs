@@ -51,9 +51,9 @@ impl Runtime for Smol {
         Async::new(listener)
     }
 
-    async fn accept(&self, listener: &Async<TcpListener>) -> io::Result<SmolIo> {
-        let (stream, _peer) = listener.accept().await?;
-        SmolIo::new(stream)
+    async fn accept(&self, listener: &Async<TcpListener>) -> io::Result<(SmolIo, SocketAddr)> {
+        let (stream, remote) = listener.accept().await?;
+        Ok((SmolIo::new(stream)?, remote))
     }
 
     async fn connect(&self, addr: SocketAddr) -> io::Result<SmolIo> {

@@ -42,10 +42,10 @@ impl Runtime for Tokio {
         TcpListener::from_std(listener)
     }
 
-    async fn accept(&self, listener: &TcpListener) -> io::Result<TokioIo<TcpStream>> {
-        let (stream, _peer) = listener.accept().await?;
+    async fn accept(&self, listener: &TcpListener) -> io::Result<(TokioIo<TcpStream>, SocketAddr)> {
+        let (stream, remote) = listener.accept().await?;
         stream.set_nodelay(true)?;
-        Ok(TokioIo::new(stream))
+        Ok((TokioIo::new(stream), remote))
     }
 
     async fn connect(&self, addr: SocketAddr) -> io::Result<TokioIo<TcpStream>> {

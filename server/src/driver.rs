@@ -120,6 +120,7 @@ pub struct Mailbox {
     commands: Sender<Command>,
     inbox: Receiver<Command>,
     removed: Option<oneshot::Sender<()>>,
+    ready: Option<oneshot::Sender<u64>>,
 }
 
 impl Default for Mailbox {
@@ -129,6 +130,7 @@ impl Default for Mailbox {
             commands,
             inbox,
             removed: None,
+            ready: None,
         }
     }
 }
@@ -141,6 +143,16 @@ impl Mailbox {
         let (removed, removal) = oneshot::channel();
         self.removed = Some(removed);
         removal
+    }
+
+    /// Resolves with the cluster ID once the member is ready to serve
+    /// (`Node::is_ready`: a leader, an applied entry of its term, and the
+    /// member's own attributes published). A dropped sender: the node
+    /// stopped first.
+    pub fn readiness(&mut self) -> oneshot::Receiver<u64> {
+        let (ready, readiness) = oneshot::channel();
+        self.ready = Some(ready);
+        readiness
     }
 
     /// Where the peer transport delivers its events. The channel is
@@ -261,6 +273,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
         commands,
         inbox,
         removed,
+        ready,
     } = mailbox;
     let (started, on_start) = oneshot::channel();
     let node_kv = kv.clone();
@@ -270,7 +283,14 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
         .spawn(move || {
             let run = AssertUnwindSafe(move || {
                 drive(
-                    config, log, node_kv, inbox, persisted, started, peers, removed,
+                    config,
+                    log,
+                    node_kv,
+                    inbox,
+                    persisted,
+                    started,
+                    peers,
+                    Signals { removed, ready },
                 )
             });
             if panic::catch_unwind(run).is_err() {
@@ -499,6 +519,13 @@ struct HandOver {
 
 /// The driver thread's body.
 #[allow(clippy::too_many_arguments)]
+/// What the driver tells the runtime besides answers: the member stopped
+/// because it was removed, and the member became ready to serve.
+struct Signals {
+    removed: Option<oneshot::Sender<()>>,
+    ready: Option<oneshot::Sender<u64>>,
+}
+
 fn drive<L: LogStore, K: KvStore>(
     config: Config,
     log: L,
@@ -507,8 +534,9 @@ fn drive<L: LogStore, K: KvStore>(
     commands: Sender<Command>,
     started: oneshot::Sender<Result<(), Error>>,
     peers: Option<Arc<dyn PeerLink>>,
-    removed: Option<oneshot::Sender<()>>,
+    signals: Signals,
 ) {
+    let Signals { removed, mut ready } = signals;
     let clock = Clock::new();
     // etcd waits about this long for a leadership transfer on stop.
     let hand_over_time = config.election_timeout;
@@ -548,12 +576,16 @@ fn drive<L: LogStore, K: KvStore>(
     cluster.sync_members(&node.members());
     let mut synced_at = node.applied_index();
     let mut hand_over: Option<HandOver> = None;
+    // The first round drains what the node has to do at once (a sole
+    // voter campaigns at start) before waiting for anything.
+    let mut first_round = true;
     let ending = loop {
         let wake_at = [node.poll_timeout(), hand_over.as_ref().map(|h| h.deadline)]
             .into_iter()
             .flatten()
             .min();
         let first = match wake_at {
+            _ if std::mem::take(&mut first_round) => None,
             Some(deadline) => match inbox.recv_timeout(deadline.saturating_since(clock.now())) {
                 Ok(command) => Some(command),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -641,6 +673,11 @@ fn drive<L: LogStore, K: KvStore>(
         if node.applied_index() != synced_at {
             synced_at = node.applied_index();
             cluster.sync_members(&node.members());
+        }
+        if ready.is_some() && node.is_ready() {
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(node.cluster_id());
+            }
         }
         if let Some(done) = stop {
             break Ending::Stop(done);

@@ -33,6 +33,7 @@ pub mod peer;
 pub mod restore;
 pub mod runtime;
 mod serve;
+mod tls_accept;
 pub mod watch_routes;
 
 use std::fmt;
@@ -109,6 +110,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     };
     let mut mailbox = driver::Mailbox::default();
     let removal = mailbox.removal();
+    let readiness = mailbox.readiness();
     // A member that joined an existing cluster stored the ID it learned.
     let id_path = config.data_dir.join("member").join("cluster_id");
     let mut transport_config = config.peer_transport_config();
@@ -119,7 +121,6 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         transport_config.cluster_id = stored;
         node_config.cluster_id = stored;
     }
-    let cluster_id = transport_config.cluster_id;
     transport_config.tls = peer_tls;
     let transport = peer::PeerTransport::new(
         runtime.clone(),
@@ -150,16 +151,6 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         "node started"
     );
 
-    serve::start(&runtime, &config, handle.clone(), listeners, client_tls);
-    info!(
-        "published {{Name:{} ClientURLs:[{}]}} to cluster {:x}",
-        config.name,
-        config.advertise_client_urls.join(" "),
-        cluster_id
-    );
-    info!("enabled capabilities for version 3.6");
-    info!("ready to serve client requests");
-
     let removed = async {
         // A dropped sender: the node stopped for another reason, which the
         // signal path handles.
@@ -173,11 +164,32 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         false
     };
     let (removed, signalled) = (std::pin::pin!(removed), std::pin::pin!(signalled));
-    if futures_util::future::select(removed, signalled)
-        .await
-        .factor_first()
-        .0
-    {
+    let mut stopping = futures_util::future::select(removed, signalled);
+    // Clients are served once the member is ready, as etcd serves them:
+    // connections made before wait in the listen backlog, and the first
+    // answer already has a leader and the membership behind it.
+    let ready = async {
+        match readiness.await {
+            Ok(cluster_id) => cluster_id,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let removed = match futures_util::future::select(std::pin::pin!(ready), &mut stopping).await {
+        futures_util::future::Either::Left((cluster_id, _)) => {
+            serve::start(&runtime, &config, handle.clone(), listeners, client_tls);
+            info!(
+                "published {{Name:{} ClientURLs:[{}]}} to cluster {:x}",
+                config.name,
+                config.advertise_client_urls.join(" "),
+                cluster_id
+            );
+            info!("enabled capabilities for version 3.6");
+            info!("ready to serve client requests");
+            stopping.await.factor_first().0
+        }
+        futures_util::future::Either::Right((stopped, _)) => stopped.factor_first().0,
+    };
+    if removed {
         // etcd exits cleanly too: the removal is the cluster's decision.
         warn!("this member was removed from the cluster; exiting");
     } else {

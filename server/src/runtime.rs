@@ -36,11 +36,11 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     fn listener(&self, listener: TcpListener) -> io::Result<Self::Listener>;
 
     /// Accepts the next connection, with `TCP_NODELAY` set (responses are
-    /// small and latency-bound).
+    /// small and latency-bound), and the address it came from.
     fn accept<'a>(
         &'a self,
         listener: &'a Self::Listener,
-    ) -> impl Future<Output = io::Result<Self::Io>> + Send + 'a;
+    ) -> impl Future<Output = io::Result<(Self::Io, SocketAddr)>> + Send + 'a;
 
     /// Opens a TCP connection to `addr`, with `TCP_NODELAY` set (raft
     /// messages are small and latency-bound). No timeout: callers bound it.

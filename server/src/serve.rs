@@ -149,8 +149,15 @@ struct App<R: Runtime, K: KvStore> {
 }
 
 impl<R: Runtime, K: KvStore> App<R, K> {
-    async fn serve_tls(self: Arc<Self>, io: R::Io, tls: Arc<oxetcd_tls::rustls::ServerConfig>) {
-        if let Some(stream) = tls::handshake(&self.runtime, io, tls).await {
+    async fn serve_tls(
+        self: Arc<Self>,
+        io: R::Io,
+        remote: std::net::SocketAddr,
+        tls: Arc<oxetcd_tls::rustls::ServerConfig>,
+    ) {
+        let port = crate::tls_accept::Port::Client;
+        if let Some(stream) = crate::tls_accept::accept(&self.runtime, io, remote, tls, port).await
+        {
             self.serve(stream).await;
         }
     }
@@ -190,9 +197,9 @@ async fn accept_loop<R: Runtime, K: KvStore>(
 ) {
     loop {
         match runtime.accept(&listener).await {
-            Ok(io) => match &tls {
+            Ok((io, remote)) => match &tls {
                 None => runtime.spawn(app.clone().serve(io)),
-                Some(tls) => runtime.spawn(app.clone().serve_tls(io, tls.clone())),
+                Some(tls) => runtime.spawn(app.clone().serve_tls(io, remote, tls.clone())),
             },
             Err(e) => {
                 warn!(error = %e, "accepting a client connection failed");

@@ -49,10 +49,13 @@ impl Runtime for TestRuntime {
         tokio::net::TcpListener::from_std(listener)
     }
 
-    async fn accept(&self, listener: &tokio::net::TcpListener) -> io::Result<Self::Io> {
-        let (stream, _) = listener.accept().await?;
+    async fn accept(
+        &self,
+        listener: &tokio::net::TcpListener,
+    ) -> io::Result<(Self::Io, SocketAddr)> {
+        let (stream, remote) = listener.accept().await?;
         stream.set_nodelay(true)?;
-        Ok(TokioIo::new(stream))
+        Ok((TokioIo::new(stream), remote))
     }
 
     async fn connect(&self, addr: SocketAddr) -> io::Result<Self::Io> {

@@ -360,6 +360,14 @@ fn client_certificates_are_required(kind: ServerKind) {
         "{:?}",
         started.elapsed()
     );
+    // The server says who it refused and why, as etcd words it.
+    let log = server.log();
+    assert!(
+        log.contains("rejected connection from \"127.0.0.1:")
+            && log.contains("(error \"tls: client didn't provide a certificate"),
+        "{}: no refusal logged:\n{log}",
+        kind.name()
+    );
 
     let accepted = etcdctl(&url, &with, "put k v");
     succeeded("etcdctl put with a client certificate", &accepted, server);

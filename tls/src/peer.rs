@@ -61,6 +61,9 @@ pub struct PeerSettings {
     /// A further condition on the certificates of members that dial this
     /// one; needs `trusted_ca_file`.
     pub allowed: Option<AllowedPeer>,
+    /// Certificate revocation lists for the certificates of members that
+    /// dial this one (`--peer-crl-file`); needs `trusted_ca_file`.
+    pub crl_file: Option<PathBuf>,
     /// Protocol versions to speak.
     pub versions: Versions,
     /// TLS 1.2 suites to offer (empty: all).
@@ -77,6 +80,7 @@ impl PeerSettings {
             trusted_ca_file: None,
             skip_verify: false,
             allowed: None,
+            crl_file: None,
             versions: Versions::default(),
             cipher_suites: Vec::new(),
         }
@@ -95,6 +99,7 @@ impl PeerSettings {
             cert_file: self.cert_file.clone(),
             key_file: self.key_file.clone(),
             client_ca_file: self.trusted_ca_file.clone(),
+            crl_file: self.crl_file.clone(),
             versions: self.versions,
             cipher_suites: self.cipher_suites.clone(),
         };

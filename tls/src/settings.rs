@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{
@@ -242,6 +242,10 @@ pub struct ServerSettings {
     /// When set, every client must present a certificate chaining to one
     /// of these CAs.
     pub client_ca_file: Option<PathBuf>,
+    /// Certificate revocation lists (DER or PEM): a client certificate
+    /// they revoke is refused. Checked only where client certificates
+    /// are (`client_ca_file`).
+    pub crl_file: Option<PathBuf>,
     /// Protocol versions to speak.
     pub versions: Versions,
     /// TLS 1.2 suites to offer (empty: all).
@@ -256,6 +260,7 @@ impl ServerSettings {
             cert_file: cert_file.into(),
             key_file: key_file.into(),
             client_ca_file: None,
+            crl_file: None,
             versions: Versions::default(),
             cipher_suites: Vec::new(),
         }
@@ -288,13 +293,21 @@ impl ServerSettings {
         let builder = match &self.client_ca_file {
             Some(path) => {
                 let roots = root_store(path)?;
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                        .build()
-                        .map_err(|e| TlsError::TrustAnchors {
-                            path: path.clone(),
-                            reason: e.to_string(),
-                        })?;
+                let mut verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+                if let Some(crl_file) = &self.crl_file {
+                    // As etcd: the presented certificate's serial is looked
+                    // up in the lists; a certificate they do not cover
+                    // passes.
+                    verifier = verifier
+                        .with_crls(revocation_lists(crl_file)?)
+                        .only_check_end_entity_revocation()
+                        .allow_unknown_revocation_status();
+                }
+                let verifier = verifier.build().map_err(|e| TlsError::TrustAnchors {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
                 builder.with_client_cert_verifier(restrict(verifier))
             }
             None => builder.with_no_client_auth(),
@@ -408,6 +421,29 @@ pub(crate) fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, 
         });
     }
     Ok(chain)
+}
+
+/// The revocation lists in a file: PEM blocks, or one DER list (etcd's
+/// fixtures are DER).
+pub(crate) fn revocation_lists(
+    path: &Path,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
+    let bytes = read_pem(path)?;
+    let pem_error = |reason: String| TlsError::Pem {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let lists = if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
+        CertificateRevocationListDer::pem_slice_iter(&bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| pem_error(e.to_string()))?
+    } else {
+        vec![CertificateRevocationListDer::from(bytes)]
+    };
+    if lists.is_empty() {
+        return Err(pem_error("no certificate revocation list".to_owned()));
+    }
+    Ok(lists)
 }
 
 /// The first private key in a PEM file.

@@ -715,6 +715,18 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             && self.meta.applied_index >= self.raft.committed()
     }
 
+    /// True once this member is ready to serve as etcd means it: it knows
+    /// a leader, has applied an entry of the leader's term (so what it
+    /// serves is current), and its own name and client URLs are applied
+    /// in the membership. The runtime logs the readiness lines and starts
+    /// serving clients then.
+    pub fn is_ready(&self) -> bool {
+        let applied = self.meta.applied_index;
+        self.published
+            && self.raft.leader().is_some()
+            && self.raft.log_term(applied) == Some(self.raft.term())
+    }
+
     /// This member's ID.
     pub fn member_id(&self) -> u64 {
         self.config.member_id
@@ -1632,7 +1644,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 member_id = %format_args!("{id:x}"),
                 name = %self.config.name,
                 client_urls = ?self.config.client_urls,
-                "member attributes published"
+                "member attributes applied"
             );
             return;
         }

@@ -520,3 +520,34 @@ fn a_read_between_an_election_and_its_report_is_answered() {
         assert_eq!(h.range_answer(id).kvs[0].value, b"v", "read {id}");
     }
 }
+
+/// A lone voter needs nobody: it is ready (a leader, an entry of its term
+/// applied, its own attributes in the membership) without any timer
+/// firing, on a fresh start and on a restart — and not before it leads.
+#[test]
+fn a_sole_voter_is_ready_without_waiting() {
+    let (log, kv) = (MemoryLog::default(), MemoryKv::default());
+    let config = Config {
+        client_urls: vec!["http://127.0.0.1:2379".to_owned()],
+        ..Config::single("test")
+    };
+    let mut h = Harness::started(config.clone(), log.clone(), kv.clone());
+    assert!(!h.node.is_ready(), "nothing is applied yet");
+    h.settle();
+    assert!(h.node.is_ready());
+    let members = h.node.members();
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].name, "test");
+    assert_eq!(members[0].client_ur_ls, config.client_urls);
+    let term = h.node.term();
+    drop(h);
+
+    let mut h = Harness::started(config, log, kv);
+    assert!(
+        !h.node.is_ready(),
+        "a restarted member has its attributes stored, but no leader yet"
+    );
+    h.settle();
+    assert!(h.node.is_ready());
+    assert!(h.node.term() > term);
+}

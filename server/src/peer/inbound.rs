@@ -14,7 +14,7 @@ use protobuf::Message as _;
 use tracing::{debug, info, warn};
 
 use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
-use super::tls::{self, PeerIo};
+use super::tls::PeerIo;
 use super::wire::{Answer, FrameKind, Hello, Reject, StreamKind, HELLO_BYTES, PROTOCOL_VERSION};
 use super::{
     lock, snapshot, Id, PeerEvent, Shared, HANDSHAKE_TIMEOUT, INBOUND_CONNECTIONS_MAX,
@@ -42,7 +42,7 @@ pub(super) async fn accept_loop<R: Runtime>(
             }
         };
         match accepted {
-            Ok(io) => {
+            Ok((io, remote)) => {
                 let Some(slot) = ConnectionSlot::take(&shared) else {
                     warn!(
                         limit = INBOUND_CONNECTIONS_MAX,
@@ -52,7 +52,7 @@ pub(super) async fn accept_loop<R: Runtime>(
                 };
                 shared
                     .runtime
-                    .spawn(serve(shared.clone(), io, slot, tls.clone()));
+                    .spawn(serve(shared.clone(), io, remote, slot, tls.clone()));
             }
             Err(e) => {
                 warn!(error = %e, "accepting a peer connection failed");
@@ -123,15 +123,19 @@ impl<R> Drop for SnapshotSlot<R> {
 async fn serve<R: Runtime>(
     shared: Arc<Shared<R>>,
     io: R::Io,
+    remote: std::net::SocketAddr,
     _slot: ConnectionSlot<R>,
     tls: Option<Arc<ServerConfig>>,
 ) {
     let mut io = match tls {
         None => PeerIo::Plain(io),
-        Some(config) => match tls::accept(&shared.runtime, io, config).await {
-            Some(io) => io,
-            None => return,
-        },
+        Some(config) => {
+            let port = crate::tls_accept::Port::Peer;
+            match crate::tls_accept::accept(&shared.runtime, io, remote, config, port).await {
+                Some(stream) => PeerIo::Tls(Box::new(stream)),
+                None => return,
+            }
+        }
     };
     let mut hello = [0u8; HELLO_BYTES];
     match timeout(

@@ -1,9 +1,10 @@
 //! TLS on the peer links: the one place where a connection becomes TLS.
 //!
 //! Design: a peer connection is a [`PeerIo`], plaintext or TLS, from the
-//! moment it exists: [`accept`] wraps what an `https://` listener accepted
-//! and [`connect`] wraps what a dial to an `https://` peer URL opened, each
-//! completing the TLS handshake within [`HANDSHAKE_TIMEOUT`] before our own
+//! moment it exists: `tls_accept::accept` wraps what an `https://` listener
+//! accepted (shared with the client port) and [`connect`] wraps what a dial
+//! to an `https://` peer URL opened, each completing the TLS handshake
+//! within its timeout before our own
 //! handshake (`wire.rs`) starts. Messages and snapshot streams go through
 //! the same two functions, and everything after them — handshake, frames,
 //! acknowledgements — reads and writes a `PeerIo` without knowing which
@@ -95,6 +96,7 @@ pub(crate) fn configure(config: &Config) -> Result<Option<TransportTls>, oxetcd_
         trusted_ca_file: flags.trusted_ca_file.clone(),
         skip_verify: self_signed,
         allowed: flags.allowed.clone(),
+        crl_file: None,
         versions: config.client_tls.versions,
         cipher_suites: config.client_tls.cipher_suites.clone(),
     };
@@ -118,35 +120,6 @@ pub(crate) enum PeerIo<IO> {
     Plain(IO),
     /// `https://` peer URLs, handshake done.
     Tls(Box<TlsStream<IO>>),
-}
-
-/// Completes the server side of TLS on `io` accepted from an `https://`
-/// listener, or logs why not and returns `None`.
-pub(super) async fn accept<R: Runtime>(
-    runtime: &R,
-    io: R::Io,
-    config: Arc<ServerConfig>,
-) -> Option<PeerIo<R::Io>> {
-    let mut stream = match TlsStream::server(io, config) {
-        Ok(stream) => stream,
-        Err(e) => {
-            warn!(error = %e, "cannot start a TLS session on the peer port");
-            return None;
-        }
-    };
-    match timeout(runtime, HANDSHAKE_TIMEOUT, stream.handshake()).await {
-        Some(Ok(())) => Some(PeerIo::Tls(Box::new(stream))),
-        Some(Err(e)) => {
-            // A member with a certificate we do not trust, or a client
-            // request sent to the peer port: worth an operator's eye.
-            warn!(error = %e, "peer TLS handshake failed; connection closed");
-            None
-        }
-        None => {
-            warn!(timeout = ?HANDSHAKE_TIMEOUT, "peer TLS handshake timed out; connection closed");
-            None
-        }
-    }
 }
 
 /// Completes the client side of TLS on `io`, dialed to a peer URL whose

@@ -6,29 +6,23 @@
 //! `<data-dir>/fixtures/client` as etcd does), `--trusted-ca-file`, the
 //! versions and the cipher suites; a missing or malformed file stops the
 //! server with an error naming it. Each accepted connection then does its
-//! handshake within [`HANDSHAKE_TIMEOUT`] before hyper sees it; a failed
-//! or slow handshake (plaintext sent to the TLS port, garbage, a client
-//! certificate refused) ends that one connection and is logged at debug
-//! level, as a failed plaintext connection is. After the handshake the
+//! handshake (`tls_accept`, shared with the peer port) before hyper sees
+//! it; a failed or slow handshake (plaintext sent to the TLS port, garbage,
+//! a client certificate refused) ends that one connection and is logged as
+//! a warning with the remote address, rate-limited. After the handshake the
 //! stream is served exactly like a plaintext connection, so gRPC and the
 //! HTTP endpoints (`/health`, `/version`, …) share the port over TLS too.
 //! This module never reads the clock itself: timeouts go through the
 //! runtime.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use oxetcd_tls::rustls::ServerConfig;
-use oxetcd_tls::{ServerSettings, TlsStream};
-use tracing::{debug, info, warn};
+use oxetcd_tls::ServerSettings;
+use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::runtime::{timeout, Runtime};
 use crate::RunError;
-
-/// Longest a client may take over its TLS handshake. Generous for any
-/// real client; it bounds what a connection that never speaks can hold.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The configuration of the `https://` client URLs; `None` when every
 /// client URL is `http://`.
@@ -66,6 +60,7 @@ pub(crate) fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>
         cert_file: cert_file.clone(),
         key_file: key_file.clone(),
         client_ca_file: tls.trusted_ca_file.clone(),
+        crl_file: None,
         versions: tls.versions,
         cipher_suites: tls.cipher_suites.clone(),
     };
@@ -80,36 +75,6 @@ pub(crate) fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>
         "client TLS configured"
     );
     Ok(Some(server_config))
-}
-
-/// Completes the server side of the handshake on `io`, or logs why it
-/// failed and returns `None`.
-pub(crate) async fn handshake<R: Runtime>(
-    runtime: &R,
-    io: R::Io,
-    config: Arc<ServerConfig>,
-) -> Option<TlsStream<R::Io>> {
-    let mut stream = match TlsStream::server(io, config) {
-        Ok(stream) => stream,
-        Err(e) => {
-            warn!(error = %e, "cannot start a TLS session");
-            return None;
-        }
-    };
-    match timeout(runtime, HANDSHAKE_TIMEOUT, stream.handshake()).await {
-        Some(Ok(())) => Some(stream),
-        Some(Err(e)) => {
-            debug!(error = %e, "client TLS handshake failed");
-            None
-        }
-        None => {
-            debug!(
-                timeout = ?HANDSHAKE_TIMEOUT,
-                "client TLS handshake timed out"
-            );
-            None
-        }
-    }
 }
 
 /// The host of a normalized `scheme://host:port` URL, IPv6 brackets kept.

@@ -1,0 +1,208 @@
+//! The server side of a TLS handshake on an accepted connection, for the
+//! client port and the peer port alike.
+//!
+//! Design: one function, [`accept`], starts the session, bounds the
+//! handshake by the port's timeout through the runtime's timer, and on
+//! failure logs one warning an operator can act on: who (the remote
+//! address), where (client or peer port) and why, in etcd's wording —
+//! `rejected connection from "ADDR" (error "REASON", ServerName "")` —
+//! because runbooks and test harnesses match on it (`tls: bad
+//! certificate` for a certificate the other side or we refused). A flood
+//! of bad handshakes must not become a flood of log lines: each port keeps
+//! a [`Rejections`] budget of [`REJECTIONS_PER_WINDOW`] lines per
+//! [`REJECTION_WINDOW`] and reports how many it held back when the next
+//! window opens.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use oxetcd_tls::rustls::{self, AlertDescription, CertificateError, ServerConfig};
+use oxetcd_tls::TlsStream;
+use tracing::warn;
+
+use crate::runtime::{timeout, Runtime};
+
+/// Longest a client may take over its TLS handshake. Generous for any
+/// real client; it bounds what a connection that never speaks can hold.
+/// (A peer has the peer transport's shorter handshake timeout.)
+const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Lines logged per window and port before further rejections are counted
+/// instead.
+pub(crate) const REJECTIONS_PER_WINDOW: u32 = 10;
+
+/// The length of one logging window.
+pub(crate) const REJECTION_WINDOW: Duration = Duration::from_secs(1);
+
+/// Which listener a connection came to, for the log.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Port {
+    Client,
+    Peer,
+}
+
+impl Port {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Peer => "peer",
+        }
+    }
+
+    fn handshake_timeout(self) -> Duration {
+        match self {
+            Self::Client => CLIENT_HANDSHAKE_TIMEOUT,
+            Self::Peer => crate::peer::HANDSHAKE_TIMEOUT,
+        }
+    }
+
+    fn rejections(self) -> &'static Rejections {
+        static CLIENT: Rejections = Rejections::new();
+        static PEER: Rejections = Rejections::new();
+        match self {
+            Self::Client => &CLIENT,
+            Self::Peer => &PEER,
+        }
+    }
+}
+
+/// Completes the server side of TLS on `io` from `remote`, or logs why it
+/// failed and returns `None`.
+pub(crate) async fn accept<R: Runtime>(
+    runtime: &R,
+    io: R::Io,
+    remote: SocketAddr,
+    config: Arc<ServerConfig>,
+    port: Port,
+) -> Option<TlsStream<R::Io>> {
+    let mut stream = match TlsStream::server(io, config) {
+        Ok(stream) => stream,
+        Err(e) => {
+            warn!(port = port.as_str(), error = %e, "cannot start a TLS session");
+            return None;
+        }
+    };
+    let limit = port.handshake_timeout();
+    let reason = match timeout(runtime, limit, stream.handshake()).await {
+        Some(Ok(())) => return Some(stream),
+        Some(Err(e)) => match oxetcd_tls::tls_cause(&e) {
+            Some(cause) => go_reason(cause),
+            None => e.to_string(),
+        },
+        None => format!("handshake not completed within {limit:?}"),
+    };
+    port.rejections().log(Instant::now(), |held_back| {
+        warn!(
+            port = port.as_str(),
+            held_back,
+            "rejected connection from \"{remote}\" (error \"{reason}\", ServerName \"\")"
+        );
+    });
+    None
+}
+
+/// A rustls error in the words of Go's TLS stack where tools match on
+/// them, with rustls' own detail after it.
+fn go_reason(error: &rustls::Error) -> String {
+    let go = match error {
+        rustls::Error::NoCertificatesPresented => "tls: client didn't provide a certificate",
+        rustls::Error::InvalidCertificate(CertificateError::Revoked) => {
+            "tls: bad certificate: certificate revoked"
+        }
+        rustls::Error::InvalidCertificate(_)
+        | rustls::Error::AlertReceived(AlertDescription::BadCertificate)
+        | rustls::Error::AlertReceived(AlertDescription::UnknownCA)
+        | rustls::Error::AlertReceived(AlertDescription::CertificateUnknown) => {
+            "tls: bad certificate"
+        }
+        rustls::Error::InappropriateMessage { .. }
+        | rustls::Error::InappropriateHandshakeMessage { .. }
+        | rustls::Error::InvalidMessage(_) => {
+            "tls: first record does not look like a TLS handshake"
+        }
+        _ => return error.to_string(),
+    };
+    format!("{go} ({error})")
+}
+
+/// A per-port budget of log lines.
+pub(crate) struct Rejections {
+    window: Mutex<Window>,
+}
+
+struct Window {
+    started: Option<Instant>,
+    logged: u32,
+    held_back: u64,
+}
+
+impl Rejections {
+    pub(crate) const fn new() -> Self {
+        Self {
+            window: Mutex::new(Window {
+                started: None,
+                logged: 0,
+                held_back: 0,
+            }),
+        }
+    }
+
+    /// Calls `log` with the number of lines held back since the last one
+    /// logged, unless this window's budget is spent.
+    pub(crate) fn log(&self, now: Instant, log: impl FnOnce(u64)) {
+        let held_back = {
+            let mut window = match self.window.lock() {
+                Ok(window) => window,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if window
+                .started
+                .is_none_or(|started| now.saturating_duration_since(started) >= REJECTION_WINDOW)
+            {
+                window.started = Some(now);
+                window.logged = 0;
+            }
+            if window.logged >= REJECTIONS_PER_WINDOW {
+                window.held_back += 1;
+                return;
+            }
+            window.logged += 1;
+            std::mem::take(&mut window.held_back)
+        };
+        log(held_back);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_logs_its_budget_then_counts() {
+        let rejections = Rejections::new();
+        let start = Instant::now();
+        let mut lines = Vec::new();
+        for k in 0..25u64 {
+            let at = start + Duration::from_millis(k * 10);
+            rejections.log(at, |held| lines.push(held));
+        }
+        assert_eq!(lines, vec![0; REJECTIONS_PER_WINDOW as usize]);
+        // The next window logs again and reports what the last held back.
+        rejections.log(start + REJECTION_WINDOW, |held| lines.push(held));
+        assert_eq!(lines.len(), REJECTIONS_PER_WINDOW as usize + 1);
+        assert_eq!(lines.last(), Some(&(25 - REJECTIONS_PER_WINDOW as u64)));
+    }
+
+    #[test]
+    fn reasons_use_gos_words_for_certificates() {
+        let unknown = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        assert!(go_reason(&unknown).starts_with("tls: bad certificate ("));
+        let alert = rustls::Error::AlertReceived(AlertDescription::BadCertificate);
+        assert!(go_reason(&alert).starts_with("tls: bad certificate ("));
+        let revoked = rustls::Error::InvalidCertificate(CertificateError::Revoked);
+        assert!(go_reason(&revoked).contains("revoked"));
+        let none = rustls::Error::NoCertificatesPresented;
+        assert!(go_reason(&none).starts_with("tls: client didn't provide a certificate"));
+    }
+}
