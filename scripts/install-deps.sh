@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Installs what the tests and benchmarks need beyond a Rust toolchain: the
-# reference etcd from Debian (etcd-server for /usr/bin/etcd, etcd-client for
-# /usr/bin/etcdctl), only when missing. Runs apt-get as root, or via sudo.
+# Installs what the tests and benchmarks need beyond a Rust toolchain, only
+# what is missing, from Debian's packages:
+#   - always: the reference etcd (etcd-server for /usr/bin/etcd, etcd-client
+#     for /usr/bin/etcdctl);
+#   - with the argument `e2e`: what etcd's own end-to-end suite needs
+#     (golang-go, and golang-etcd-server-dev for the suite's Go source and
+#     its dependencies; scripts/etcd-e2e.sh).
+# Runs apt-get as root, or via sudo.
 set -euo pipefail
 
 missing=()
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 [ -x /usr/bin/etcdctl ] || missing+=(etcd-client)
+if [ "${1:-}" = e2e ]; then
+    command -v go >/dev/null 2>&1 || missing+=(golang-go)
+    [ -d /usr/share/gocode/src/go.etcd.io/etcd/tests/e2e ] || missing+=(golang-etcd-server-dev)
+fi
 [ ${#missing[@]} -gt 0 ] || exit 0
 
 if [ "$(id -u)" -eq 0 ]; then
