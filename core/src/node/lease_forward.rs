@@ -245,7 +245,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     ticket: forwarded.ticket,
                     kind: ReadKind::LeaseKeys(response),
                 };
-                self.confirmed_reads.push((answer.applied_index, read));
+                self.reads.confirmed_at(answer.applied_index, read);
                 self.release_reads();
             }
             result => self.answer(forwarded.ticket, result),

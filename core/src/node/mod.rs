@@ -58,6 +58,8 @@
 mod apply;
 mod lease_forward;
 mod membership;
+mod publication;
+mod reads;
 
 #[cfg(test)]
 mod cluster_tests;
@@ -87,6 +89,8 @@ use oxetcd_proto::oxetcdpb::{proposal, MemberAttributes, Proposal};
 use self::apply::{apply_proposal, stamp, ApplyContext};
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::{enough_started, Members};
+use self::publication::{Publication, Step};
+use self::reads::{PendingRead, ReadKind, Reads};
 use crate::error::Error;
 use crate::lease::{LeaseConfig, Lessor, Renewal};
 use crate::mvcc;
@@ -372,24 +376,6 @@ enum Origin {
     Peer { member: u64, forward_id: u64 },
 }
 
-/// A read waiting for its read index.
-#[derive(Debug)]
-enum ReadKind {
-    Range(RangeRequest),
-    /// A lease query or keep-alive (answered by the leader only).
-    Lease(Request),
-    /// The leader's answer to a forwarded time-to-live, to be completed
-    /// with the lease's keys from this member's applied state.
-    LeaseKeys(LeaseTimeToLiveResponse),
-    MemberList,
-}
-
-#[derive(Debug)]
-struct PendingRead {
-    ticket: Ticket,
-    kind: ReadKind,
-}
-
 /// A proposal of this member waiting to be applied.
 #[derive(Debug)]
 struct Proposed {
@@ -435,14 +421,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     next_proposal: u64,
     /// Requests waiting for a leader, with the time they give up.
     leaderless: VecDeque<(Instant, Ticket, Held)>,
-    /// Reads not yet in a read-index round.
-    read_batch: Vec<PendingRead>,
-    /// Read-index rounds in flight, by round number, with the leadership
-    /// they were asked of.
-    read_rounds: BTreeMap<u64, (Leadership, Vec<PendingRead>)>,
-    next_read_round: u64,
-    /// Reads whose index is confirmed, waiting for the apply step.
-    confirmed_reads: Vec<(u64, PendingRead)>,
+    /// Reads waiting for a read index or for the apply step.
+    reads: Reads,
     /// Leader transfers waiting for the new leader: (ticket, target).
     move_leaders: Vec<(Ticket, u64)>,
     /// The write that installs a snapshot, until it is durable.
@@ -463,10 +443,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     watches: WatchRegistry,
     /// Keep-alives of expired leases, answered once the revoke applies.
     parked_renewals: HashMap<i64, Vec<Ticket>>,
-    /// This member's record shows its configured name and client URLs.
-    published: bool,
-    /// When to look again whether the attributes must be (re)published.
-    publish_at: Option<Instant>,
+    /// This member's name and client URLs on their way to the membership.
+    publication: Publication,
     /// This member applied its own removal.
     removed: bool,
 }
@@ -564,10 +542,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             proposal_base,
             next_proposal: 0,
             leaderless: VecDeque::new(),
-            read_batch: Vec::new(),
-            read_rounds: BTreeMap::new(),
-            next_read_round: 1,
-            confirmed_reads: Vec::new(),
+            reads: Reads::default(),
             move_leaders: Vec::new(),
             restoring: None,
             compacted_at: state.first_index - 1,
@@ -579,8 +554,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             lessor,
             watches,
             parked_renewals: HashMap::new(),
-            published: false,
-            publish_at: None,
+            publication: Publication::default(),
             removed: false,
             config,
         };
@@ -662,7 +636,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.watches.poll_timeout(),
             self.deadlines.front().map(|(at, _)| *at),
             self.leaderless.front().map(|(at, _, _)| *at),
-            self.publish_at.filter(|_| !self.published),
+            self.publication.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -722,7 +696,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// serving clients then.
     pub fn is_ready(&self) -> bool {
         let applied = self.meta.applied_index;
-        self.published
+        self.publication.is_published()
             && self.raft.leader().is_some()
             && self.raft.log_term(applied) == Some(self.raft.term())
     }
@@ -1216,24 +1190,18 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     // ----- reads ----------------------------------------------------------
 
     fn queue_read(&mut self, ticket: Ticket, kind: ReadKind) {
-        self.read_batch.push(PendingRead { ticket, kind });
+        self.reads.queue(ticket, kind);
     }
 
     /// Reads that arrived since the last drain share one round.
     fn start_read_round(&mut self) {
-        if self.read_batch.is_empty() {
+        let Some((round, context, batch)) = self.reads.next_batch() else {
             return;
-        }
-        let batch = std::mem::take(&mut self.read_batch);
-        let round = self.next_read_round;
-        self.next_read_round += 1;
-        match self
-            .raft
-            .read_index(Bytes::copy_from_slice(&round.to_be_bytes()))
-        {
+        };
+        match self.raft.read_index(context) {
             Ok(()) => {
                 let leadership = self.leadership();
-                self.read_rounds.insert(round, (leadership, batch));
+                self.reads.round_started(round, leadership, batch);
             }
             Err(raft::ReadIndexError::NoLeader) => {
                 for read in batch {
@@ -1249,29 +1217,15 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     }
 
     fn read_ready(&mut self, state: ReadState) {
-        let Ok(round) = <[u8; 8]>::try_from(state.context.as_ref()) else {
-            debug!("read index answer with a foreign context");
+        if !self.reads.confirm(&state.context, state.index) {
+            debug!("read index answer for no round of ours");
             return;
-        };
-        let Some((_, reads)) = self.read_rounds.remove(&u64::from_be_bytes(round)) else {
-            return;
-        };
-        for read in reads {
-            self.confirmed_reads.push((state.index, read));
         }
         self.release_reads();
     }
 
     fn release_reads(&mut self) {
-        if self.confirmed_reads.is_empty() {
-            return;
-        }
-        let applied = self.meta.applied_index;
-        let (ready, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.confirmed_reads)
-            .into_iter()
-            .partition(|(index, _)| *index <= applied);
-        self.confirmed_reads = later;
-        for (_, read) in ready {
+        for read in self.reads.release(self.meta.applied_index) {
             self.serve_read(read.ticket, read.kind);
         }
     }
@@ -1427,12 +1381,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             let proposals = &self.proposals;
             self.proposed_at.retain(|_, id| proposals.contains_key(id));
             self.leaderless.retain(|(_, t, _)| waiting.contains_key(t));
-            self.read_rounds.retain(|_, (_, reads)| {
-                reads.retain(|r| waiting.contains_key(&r.ticket));
-                !reads.is_empty()
-            });
-            self.confirmed_reads
-                .retain(|(_, r)| waiting.contains_key(&r.ticket));
+            self.reads.retain(|t| waiting.contains_key(&t));
             self.move_leaders.retain(|(t, _)| waiting.contains_key(t));
             for tickets in self.parked_renewals.values_mut() {
                 tickets.retain(|t| waiting.contains_key(t));
@@ -1523,15 +1472,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             }
             self.answer(proposed.ticket, Err(Error::LeaderChanged));
         }
-        let rounds = std::mem::take(&mut self.read_rounds);
-        for (round, (asked, reads)) in rounds {
-            if leader.is_some() && asked == current {
-                self.read_rounds.insert(round, (asked, reads));
-                continue;
-            }
-            for read in reads {
-                self.answer(read.ticket, Err(Error::LeaderChanged));
-            }
+        for read in self.reads.leadership_changed(leader.map(|_| current)) {
+            self.answer(read.ticket, Err(Error::LeaderChanged));
         }
         if let Some(leader) = leader {
             let (done, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.move_leaders)
@@ -1626,70 +1568,64 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     }
 
     /// Publishes this member's name and client URLs through the log until
-    /// its record shows them. The proposal carries no client, so a lost
-    /// one is simply proposed again an election timeout later; it goes
-    /// out only once this member's own record exists, so the leader knows
-    /// the member that forwards it.
+    /// its record shows them ([`Publication`] decides when). A member
+    /// forwards its publish to the leader only once its own record exists,
+    /// so the leader knows the member that forwards it.
     fn maybe_publish(&mut self) {
-        if self.published || self.removed {
+        // Checked first: this runs on every drain.
+        if self.removed || self.publication.is_published() {
             return;
         }
         let id = self.config.member_id;
-        if self
-            .members
-            .shows(id, &self.config.name, &self.config.client_urls)
-        {
-            self.published = true;
-            info!(
+        let leader = self.raft.leader();
+        let situation = publication::Situation {
+            now: self.now,
+            shown: self
+                .members
+                .shows(id, &self.config.name, &self.config.client_urls),
+            can_propose: leader.is_some() && self.members.get(id).is_some(),
+            retry: self.config.election_timeout,
+        };
+        match self.publication.poll(situation) {
+            Step::Wait => {}
+            Step::Published => info!(
                 member_id = %format_args!("{id:x}"),
                 name = %self.config.name,
                 client_urls = ?self.config.client_urls,
                 "member attributes applied"
-            );
-            return;
-        }
-        if self.publish_at.is_some_and(|at| at > self.now) {
-            return;
-        }
-        // Without a leader or an own record there is nothing to do until
-        // an input brings one; no timer is kept for it.
-        self.publish_at = None;
-        let Some(leader) = self.raft.leader() else {
-            return;
-        };
-        if self.members.get(id).is_none() {
-            return;
-        }
-        self.publish_at = Some(self.now + self.config.election_timeout);
-        let proposal = Proposal {
-            id: 0,
-            request: Some(proposal::Request::MemberAttributes(MemberAttributes {
-                id,
-                name: self.config.name.clone(),
-                client_urls: self.config.client_urls.clone(),
-            })),
-        };
-        let data = Bytes::from(proposal.encode_to_vec());
-        if leader == id {
-            if let Err(e) = self.raft.propose(data) {
-                debug!(error = %e, "publishing member attributes refused; retrying later");
+            ),
+            Step::Propose => {
+                let proposal = Proposal {
+                    id: 0,
+                    request: Some(proposal::Request::MemberAttributes(MemberAttributes {
+                        id,
+                        name: self.config.name.clone(),
+                        client_urls: self.config.client_urls.clone(),
+                    })),
+                };
+                let data = Bytes::from(proposal.encode_to_vec());
+                if leader == Some(id) {
+                    if let Err(e) = self.raft.propose(data) {
+                        debug!(error = %e, "publishing member attributes refused; retrying later");
+                    }
+                    return;
+                }
+                let mut m = Message {
+                    msg_type: MessageType::MsgPropose,
+                    to: leader.unwrap_or(0),
+                    from: id,
+                    term: self.raft.term(),
+                    ..Default::default()
+                };
+                m.entries = vec![Entry {
+                    entry_type: EntryType::EntryNormal,
+                    data,
+                    ..Default::default()
+                }]
+                .into();
+                self.outputs.push_back(Output::Send(m));
             }
-            return;
         }
-        let mut m = Message {
-            msg_type: MessageType::MsgPropose,
-            to: leader,
-            from: id,
-            term: self.raft.term(),
-            ..Default::default()
-        };
-        m.entries = vec![Entry {
-            entry_type: EntryType::EntryNormal,
-            data,
-            ..Default::default()
-        }]
-        .into();
-        self.outputs.push_back(Output::Send(m));
     }
 
     /// A sole voter need not wait for an election timeout: nobody else

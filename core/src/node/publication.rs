@@ -1,0 +1,121 @@
+//! Publication: this member's name and client URLs reach the membership
+//! through the log, as etcd's publish after start does.
+//!
+//! Design. [`Publication`] decides, and the node acts: once a leader is
+//! known and this member's own record exists, [`Publication::poll`] says
+//! to propose the attributes, then again every retry interval until the
+//! applied membership shows them; from then on it says nothing more.
+//! Lost proposals carry no client, so retrying is all that recovery
+//! needs. Invariant: once published, always published (a member's record
+//! only changes through its own later publish or a peer URL update, which
+//! keeps the name and client URLs).
+
+use std::time::Duration;
+
+use crate::Instant;
+
+/// What the node should do about its attributes now.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Nothing, for now.
+    Wait,
+    /// The membership shows them: log it, once.
+    Published,
+    /// Propose them (to the leader).
+    Propose,
+}
+
+/// Where this member's publication stands.
+#[derive(Debug, Default)]
+pub(super) struct Publication {
+    published: bool,
+    /// When to propose again if the membership does not show them yet.
+    retry_at: Option<Instant>,
+}
+
+/// What the node knows that publication depends on.
+pub(super) struct Situation {
+    pub(super) now: Instant,
+    /// The applied membership shows this member's name and client URLs.
+    pub(super) shown: bool,
+    /// A leader is known and this member's own record exists.
+    pub(super) can_propose: bool,
+    /// How long to wait before proposing again.
+    pub(super) retry: Duration,
+}
+
+impl Publication {
+    /// True once the applied membership showed the attributes.
+    pub(super) fn is_published(&self) -> bool {
+        self.published
+    }
+
+    /// When [`Publication::poll`] next has something to do on its own.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.retry_at.filter(|_| !self.published)
+    }
+
+    pub(super) fn poll(&mut self, situation: Situation) -> Step {
+        if self.published {
+            return Step::Wait;
+        }
+        if situation.shown {
+            self.published = true;
+            self.retry_at = None;
+            return Step::Published;
+        }
+        if self.retry_at.is_some_and(|at| at > situation.now) {
+            return Step::Wait;
+        }
+        // Without a leader or an own record nothing happens until an
+        // input brings one; no timer is kept for it.
+        self.retry_at = None;
+        if !situation.can_propose {
+            return Step::Wait;
+        }
+        self.retry_at = Some(situation.now + situation.retry);
+        Step::Propose
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(ms)
+    }
+
+    fn situation(ms: u64, shown: bool, can_propose: bool) -> Situation {
+        Situation {
+            now: at(ms),
+            shown,
+            can_propose,
+            retry: Duration::from_millis(1_000),
+        }
+    }
+
+    #[test]
+    fn proposes_then_retries_until_shown_then_stays_published() {
+        let mut p = Publication::default();
+        assert_eq!(p.poll(situation(0, false, false)), Step::Wait);
+        assert_eq!(p.poll_timeout(), None, "no timer without a leader");
+        assert_eq!(p.poll(situation(10, false, true)), Step::Propose);
+        assert_eq!(p.poll_timeout(), Some(at(1_010)));
+        assert_eq!(p.poll(situation(500, false, true)), Step::Wait);
+        assert_eq!(p.poll(situation(1_010, false, true)), Step::Propose);
+        assert!(!p.is_published());
+        assert_eq!(p.poll(situation(1_100, true, true)), Step::Published);
+        assert!(p.is_published());
+        assert_eq!(p.poll_timeout(), None);
+        assert_eq!(p.poll(situation(5_000, false, true)), Step::Wait);
+        assert!(p.is_published());
+    }
+
+    #[test]
+    fn shown_at_start_needs_no_proposal() {
+        let mut p = Publication::default();
+        assert_eq!(p.poll(situation(0, true, false)), Step::Published);
+        assert_eq!(p.poll(situation(0, true, true)), Step::Wait);
+    }
+}
