@@ -169,10 +169,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         if self.raft.role() != Role::Leader {
             return self.reply_forwarded(from, forwarded.id, Err(Error::NotLeader));
         }
-        if self.forwarded_in >= FORWARDED_LEASE_REQUESTS_MAX {
+        if self.requests.forwarded_in() >= FORWARDED_LEASE_REQUESTS_MAX {
             return self.reply_forwarded(from, forwarded.id, Err(Error::TooManyRequests));
         }
-        self.forwarded_in += 1;
         let ticket = self.admit_origin(origin);
         self.queue_read(ticket, ReadKind::Lease(request));
     }
@@ -291,7 +290,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             .collect();
         for id in stale {
             let forwarded = self.forwarded.remove(&id).expect("listed");
-            if self.waiting.contains_key(&forwarded.ticket) {
+            if self.requests.waits(forwarded.ticket) {
                 self.dispatch(forwarded.ticket, forwarded.request);
             }
         }

@@ -60,6 +60,7 @@ mod lease_forward;
 mod membership;
 mod publication;
 mod reads;
+mod requests;
 
 #[cfg(test)]
 mod cluster_tests;
@@ -91,6 +92,7 @@ use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::{enough_started, Members};
 use self::publication::{Publication, Step};
 use self::reads::{PendingRead, ReadKind, Reads};
+use self::requests::{Leaderless, Requests};
 use crate::error::Error;
 use crate::lease::{LeaseConfig, Lessor, Renewal};
 use crate::mvcc;
@@ -402,16 +404,11 @@ pub struct Node<L: LogStore, K: KvStore> {
     membership_unsaved: bool,
     /// The raft configuration has exactly one voter: this member.
     sole_voter: bool,
-    /// Requests waiting for an answer, by ticket.
-    waiting: HashMap<Ticket, Origin>,
+    /// Requests waiting for an answer, with their deadlines.
+    requests: Requests,
     /// Lease requests this member forwarded to the leader, by forward ID.
     forwarded: HashMap<u64, Forwarded>,
     next_forward: u64,
-    /// Requests followers forwarded to this leader that wait for an answer.
-    forwarded_in: usize,
-    next_ticket: Ticket,
-    /// When each waiting request times out, in admission order.
-    deadlines: VecDeque<(Instant, Ticket)>,
     /// Proposals of this member not yet applied, by proposal ID.
     proposals: HashMap<u64, Proposed>,
     /// Proposal IDs of the entries this member appended as leader, by index.
@@ -419,8 +416,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     /// Proposal IDs are `proposal_base + k`, unique to this run.
     proposal_base: u64,
     next_proposal: u64,
-    /// Requests waiting for a leader, with the time they give up.
-    leaderless: VecDeque<(Instant, Ticket, Held)>,
+    /// Requests waiting for a leader.
+    leaderless: Leaderless,
     /// Reads waiting for a read index or for the apply step.
     reads: Reads,
     /// Leader transfers waiting for the new leader: (ticket, target).
@@ -531,17 +528,14 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             meta,
             members,
             membership_unsaved,
-            waiting: HashMap::new(),
+            requests: Requests::default(),
             forwarded: HashMap::new(),
             next_forward: 0,
-            forwarded_in: 0,
-            next_ticket: 1,
-            deadlines: VecDeque::new(),
             proposals: HashMap::new(),
             proposed_at: BTreeMap::new(),
             proposal_base,
             next_proposal: 0,
-            leaderless: VecDeque::new(),
+            leaderless: Leaderless::default(),
             reads: Reads::default(),
             move_leaders: Vec::new(),
             restoring: None,
@@ -634,8 +628,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.raft.poll_timeout(),
             self.lessor.poll_timeout(),
             self.watches.poll_timeout(),
-            self.deadlines.front().map(|(at, _)| *at),
-            self.leaderless.front().map(|(at, _, _)| *at),
+            self.requests.poll_timeout(),
+            self.leaderless.poll_timeout(),
             self.publication.poll_timeout(),
         ]
         .into_iter()
@@ -769,21 +763,16 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     }
 
     fn admit_origin(&mut self, origin: Origin) -> Ticket {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        self.waiting.insert(ticket, origin);
-        self.deadlines
-            .push_back((self.now + self.config.request_timeout, ticket));
-        ticket
+        let deadline = self.now + self.config.request_timeout;
+        self.requests.admit(origin, deadline)
     }
 
     /// Answers the request behind `ticket`, unless it was answered already
     /// (it timed out, for one).
     fn answer(&mut self, ticket: Ticket, result: Result<Response, Error>) {
-        match self.waiting.remove(&ticket) {
+        match self.requests.take(ticket) {
             Some(Origin::Client(id)) => self.outputs.push_back(Output::Respond(id, result)),
             Some(Origin::Peer { member, forward_id }) => {
-                self.forwarded_in -= 1;
                 self.reply_forwarded(member, forward_id, result);
             }
             None => {}
@@ -967,18 +956,20 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     }
 
     fn hold_for_leader(&mut self, ticket: Ticket, held: Held) {
-        if self.leaderless.len() >= LEADERLESS_REQUESTS_MAX {
-            return self.answer(ticket, Err(Error::NoLeader));
-        }
         // An election takes at most about one election timeout.
         let give_up = self.now + self.config.election_timeout;
-        self.leaderless.push_back((give_up, ticket, held));
+        let held = self
+            .leaderless
+            .hold(ticket, held, give_up, LEADERLESS_REQUESTS_MAX);
+        if held.is_err() {
+            self.answer(ticket, Err(Error::NoLeader));
+        }
     }
 
     /// A leader is known: the requests held for one go on.
     fn release_leaderless(&mut self) {
-        for (_, ticket, held) in std::mem::take(&mut self.leaderless) {
-            if !self.waiting.contains_key(&ticket) {
+        for (ticket, held) in self.leaderless.release() {
+            if !self.requests.waits(ticket) {
                 continue;
             }
             match held {
@@ -1234,7 +1225,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         match kind {
             ReadKind::Range(request) => {
                 // Ranges come from clients only.
-                if let Some(Origin::Client(id)) = self.waiting.remove(&ticket) {
+                if let Some(Origin::Client(id)) = self.requests.take(ticket) {
                     let header = self.header();
                     self.outputs.push_back(Output::Read {
                         id,
@@ -1360,35 +1351,28 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// election timeout → no leader; waiting for the request timeout →
     /// timed out.
     fn expire_requests(&mut self) {
-        let now = self.now;
-        while self.leaderless.front().is_some_and(|(at, _, _)| *at <= now) {
-            let (_, ticket, _) = self.leaderless.pop_front().expect("front exists");
+        for ticket in self.leaderless.expired(self.now) {
             self.answer(ticket, Err(Error::NoLeader));
         }
-        let mut expired = false;
-        while self.deadlines.front().is_some_and(|(at, _)| *at <= now) {
-            let (_, ticket) = self.deadlines.pop_front().expect("front exists");
-            if self.waiting.contains_key(&ticket) {
-                self.answer(ticket, Err(Error::Timeout));
-                expired = true;
-            }
+        let expired = self.requests.expired(self.now);
+        if expired.is_empty() {
+            return;
         }
-        if expired {
-            // Forget what the expired requests left behind.
-            let waiting = &self.waiting;
-            self.proposals
-                .retain(|_, p| waiting.contains_key(&p.ticket));
-            let proposals = &self.proposals;
-            self.proposed_at.retain(|_, id| proposals.contains_key(id));
-            self.leaderless.retain(|(_, t, _)| waiting.contains_key(t));
-            self.reads.retain(|t| waiting.contains_key(&t));
-            self.move_leaders.retain(|(t, _)| waiting.contains_key(t));
-            for tickets in self.parked_renewals.values_mut() {
-                tickets.retain(|t| waiting.contains_key(t));
-            }
-            self.forwarded
-                .retain(|_, f| waiting.contains_key(&f.ticket));
+        for ticket in expired {
+            self.answer(ticket, Err(Error::Timeout));
         }
+        // Forget what the expired requests left behind.
+        let requests = &self.requests;
+        self.proposals.retain(|_, p| requests.waits(p.ticket));
+        let proposals = &self.proposals;
+        self.proposed_at.retain(|_, id| proposals.contains_key(id));
+        self.leaderless.retain(|t| requests.waits(t));
+        self.reads.retain(|t| requests.waits(t));
+        self.move_leaders.retain(|(t, _)| requests.waits(*t));
+        for tickets in self.parked_renewals.values_mut() {
+            tickets.retain(|t| requests.waits(*t));
+        }
+        self.forwarded.retain(|_, f| requests.waits(f.ticket));
     }
 
     // ----- raft actions ---------------------------------------------------
@@ -1898,13 +1882,12 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.poisoned = true;
         self.outputs.push_back(Output::Fatal(error));
         // Followers waiting on this member time out on their own.
-        for (_, origin) in self.waiting.drain() {
+        for origin in self.requests.drain() {
             if let Origin::Client(id) = origin {
                 self.outputs
                     .push_back(Output::Respond(id, Err(Error::Stopped)));
             }
         }
-        self.forwarded_in = 0;
     }
 }
 
