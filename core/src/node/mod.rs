@@ -58,6 +58,7 @@
 mod apply;
 mod lease_forward;
 mod membership;
+mod proposals;
 mod publication;
 mod reads;
 mod requests;
@@ -67,7 +68,7 @@ mod cluster_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -90,6 +91,7 @@ use oxetcd_proto::oxetcdpb::{proposal, MemberAttributes, Proposal};
 use self::apply::{apply_proposal, stamp, ApplyContext};
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::{enough_started, Members};
+use self::proposals::Proposals;
 use self::publication::{Publication, Step};
 use self::reads::{PendingRead, ReadKind, Reads};
 use self::requests::{Leaderless, Requests};
@@ -378,19 +380,6 @@ enum Origin {
     Peer { member: u64, forward_id: u64 },
 }
 
-/// A proposal of this member waiting to be applied.
-#[derive(Debug)]
-struct Proposed {
-    ticket: Ticket,
-    /// The leader it went to, and its term then.
-    leader: Leadership,
-    /// Its index, when proposed on this member as leader.
-    index: Option<u64>,
-    /// The entry's data: an entry with this proposal's ID and other data is
-    /// not ours (IDs of an earlier run of this member may repeat).
-    data: Bytes,
-}
-
 /// One member of an oxetcd cluster, as a state machine.
 pub struct Node<L: LogStore, K: KvStore> {
     config: Config,
@@ -409,13 +398,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     /// Lease requests this member forwarded to the leader, by forward ID.
     forwarded: HashMap<u64, Forwarded>,
     next_forward: u64,
-    /// Proposals of this member not yet applied, by proposal ID.
-    proposals: HashMap<u64, Proposed>,
-    /// Proposal IDs of the entries this member appended as leader, by index.
-    proposed_at: BTreeMap<u64, u64>,
-    /// Proposal IDs are `proposal_base + k`, unique to this run.
-    proposal_base: u64,
-    next_proposal: u64,
+    /// Proposals of this member not yet applied.
+    proposals: Proposals,
     /// Requests waiting for a leader.
     leaderless: Leaderless,
     /// Reads waiting for a read index or for the apply step.
@@ -531,10 +515,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             requests: Requests::default(),
             forwarded: HashMap::new(),
             next_forward: 0,
-            proposals: HashMap::new(),
-            proposed_at: BTreeMap::new(),
-            proposal_base,
-            next_proposal: 0,
+            proposals: Proposals::new(proposal_base),
             leaderless: Leaderless::default(),
             reads: Reads::default(),
             move_leaders: Vec::new(),
@@ -865,14 +846,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     }
 
     fn next_proposal_id(&mut self) -> u64 {
-        loop {
-            self.next_proposal += 1;
-            let id = self.proposal_base.wrapping_add(self.next_proposal);
-            // 0 means "nobody waits" (the leader's own lease proposals).
-            if id != 0 {
-                return id;
-            }
-        }
+        self.proposals.next_id()
     }
 
     /// Proposes an entry on the leader, or forwards it to the leader.
@@ -893,17 +867,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             };
             match proposed {
                 Ok(index) => {
-                    self.proposed_at.insert(index, proposal_id);
                     let leadership = self.leadership();
-                    self.proposals.insert(
-                        proposal_id,
-                        Proposed {
-                            ticket,
-                            leader: leadership,
-                            index: Some(index),
-                            data,
-                        },
-                    );
+                    self.proposals
+                        .proposed(proposal_id, ticket, leadership, Some(index), data);
                 }
                 Err(ProposeError::TransferringLeadership | ProposeError::NotLeader { .. }) => {
                     self.hold_entry(ticket, proposal_id, entry_type, data)
@@ -933,15 +899,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         .into();
         self.outputs.push_back(Output::Send(m));
         let leadership = self.leadership();
-        self.proposals.insert(
-            proposal_id,
-            Proposed {
-                ticket,
-                leader: leadership,
-                index: None,
-                data,
-            },
-        );
+        self.proposals
+            .proposed(proposal_id, ticket, leadership, None, data);
     }
 
     /// An encoded proposal waits for a leader, as a request that proposes
@@ -1363,9 +1322,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         // Forget what the expired requests left behind.
         let requests = &self.requests;
-        self.proposals.retain(|_, p| requests.waits(p.ticket));
-        let proposals = &self.proposals;
-        self.proposed_at.retain(|_, id| proposals.contains_key(id));
+        self.proposals.retain(|t| requests.waits(t));
         self.leaderless.retain(|t| requests.waits(t));
         self.reads.retain(|t| requests.waits(t));
         self.move_leaders.retain(|(t, _)| requests.waits(*t));
@@ -1440,23 +1397,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             leader: leader.unwrap_or(0),
             term: self.raft.term(),
         };
-        let lost: Vec<u64> = self
-            .proposals
-            .iter()
-            .filter(|(_, p)| {
-                (leader.is_none() || p.leader != current)
-                    && p.index.is_none_or(|index| index > committed)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in lost {
-            let proposed = self.proposals.remove(&id).expect("listed");
-            if let Some(index) = proposed.index {
-                self.proposed_at.remove(&index);
-            }
-            self.answer(proposed.ticket, Err(Error::LeaderChanged));
+        let current = leader.map(|_| current);
+        for ticket in self.proposals.leadership_changed(current, committed) {
+            self.answer(ticket, Err(Error::LeaderChanged));
         }
-        for read in self.reads.leadership_changed(leader.map(|_| current)) {
+        for read in self.reads.leadership_changed(current) {
             self.answer(read.ticket, Err(Error::LeaderChanged));
         }
         if let Some(leader) = leader {
@@ -1534,17 +1479,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         );
         // Proposals the snapshot covers may or may not be in it.
         let applied = self.meta.applied_index;
-        let covered: Vec<u64> = self
-            .proposed_at
-            .range(..=applied)
-            .map(|(_, id)| *id)
-            .collect();
-        for id in covered {
-            if let Some(p) = self.proposals.remove(&id) {
-                self.answer(p.ticket, Err(Error::LeaderChanged));
-            }
+        for ticket in self.proposals.covered_by_snapshot(applied) {
+            self.answer(ticket, Err(Error::LeaderChanged));
         }
-        self.proposed_at = self.proposed_at.split_off(&(applied + 1));
         self.with_watches(|watches, cx| watches.handle_restored(cx));
         self.update_sole_voter();
         self.release_reads();
@@ -1805,28 +1742,15 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         result: Result<Response, Error>,
         answers: &mut Vec<(Ticket, Result<Response, Error>)>,
     ) {
-        while let Some((&index, &id)) = self.proposed_at.first_key_value() {
-            if index > entry.index {
-                break;
-            }
-            self.proposed_at.pop_first();
-            if index == entry.index && id == proposal_id {
-                continue;
-            }
-            if let Some(lost) = self.proposals.remove(&id) {
-                answers.push((lost.ticket, Err(Error::LeaderChanged)));
-            }
-        }
-        if proposal_id == 0 {
-            return;
-        }
-        let ours = self
-            .proposals
-            .get(&proposal_id)
-            .is_some_and(|p| p.data == entry.data);
-        if ours {
-            let proposed = self.proposals.remove(&proposal_id).expect("checked");
-            answers.push((proposed.ticket, result));
+        let settled = self.proposals.settle(entry.index, &entry.data, proposal_id);
+        answers.extend(
+            settled
+                .lost
+                .into_iter()
+                .map(|ticket| (ticket, Err(Error::LeaderChanged))),
+        );
+        if let Some(ticket) = settled.ours {
+            answers.push((ticket, result));
         }
     }
 
