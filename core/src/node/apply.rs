@@ -5,18 +5,20 @@
 //!
 //! This module writes storage only through the [`KvWrite`] it is handed.
 
+use oxetcd_proto::eraftpb::{Entry, EntryType};
 use oxetcd_proto::etcdserverpb::{
-    request_op, DeleteRangeRequest, LeaseGrantResponse, LeaseRevokeResponse, RequestOp,
-    ResponseHeader, TxnRequest,
+    request_op, DeleteRangeRequest, LeaseGrantResponse, LeaseKeepAliveResponse,
+    LeaseRevokeResponse, MemberUpdateResponse, RequestOp, ResponseHeader, TxnRequest,
 };
-use oxetcd_proto::oxetcdpb::proposal;
+use oxetcd_proto::oxetcdpb::{proposal, Proposal};
+use prost::Message as _;
 
+use super::{Node, Ticket};
 use crate::error::Error;
 use crate::lease::{self, Lessor};
-use crate::mvcc;
-use crate::storage::{KvMeta, KvWrite, StorageError};
+use crate::storage::{KvMeta, KvStore, KvWrite, LogStore, Membership, StorageError};
 use crate::watch::WatchRegistry;
-use crate::{Instant, Request, Response};
+use crate::{mvcc, Instant, Request, Response};
 
 /// What applying one entry needs besides the transaction, borrowed from
 /// the node's fields.
@@ -173,4 +175,142 @@ pub(super) fn stamp(response: &mut Response, identity: &ResponseHeader) {
     header.cluster_id = identity.cluster_id;
     header.member_id = identity.member_id;
     header.raft_term = identity.raft_term;
+}
+
+impl<L: LogStore, K: KvStore> Node<L, K> {
+    /// Applies a batch of committed entries in one backend transaction with
+    /// its applied index (and the membership, if it changed), then answers
+    /// the clients whose entries they are and releases the reads they
+    /// satisfy.
+    pub(super) fn apply(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
+        let Some(last) = entries.last() else {
+            return Ok(());
+        };
+        let last_index = last.index;
+        let mut txn = self.kv.write()?;
+        let mut meta = self.meta;
+        let identity = self.header();
+        let mut answers: Vec<(Ticket, Result<Response, Error>)> = Vec::new();
+        let mut revoked = Vec::new();
+        let mut membership_changed = self.membership_unsaved;
+        for entry in &entries {
+            assert_eq!(
+                entry.index,
+                meta.applied_index + 1,
+                "entries out of order at {}",
+                meta.applied_index + 1
+            );
+            let (proposal_id, result) = match entry.entry_type {
+                EntryType::EntryConfChange => {
+                    membership_changed = true;
+                    self.apply_conf_change(entry, &meta)
+                }
+                EntryType::EntryNormal if !entry.data.is_empty() => {
+                    let proposal = Proposal::decode(entry.data.as_ref()).map_err(|e| {
+                        StorageError::new(format!("entry {} does not decode: {e}", entry.index))
+                    })?;
+                    let result = match proposal.request {
+                        Some(proposal::Request::MemberUpdate(update)) => {
+                            membership_changed = true;
+                            self.members.apply_update(&update);
+                            Ok(Response::MemberUpdate(MemberUpdateResponse {
+                                header: Some(ResponseHeader {
+                                    revision: meta.revision,
+                                    ..identity
+                                }),
+                                members: self.members.list(),
+                            }))
+                        }
+                        Some(proposal::Request::MemberAttributes(attributes)) => {
+                            membership_changed = true;
+                            self.members.apply_attributes(&attributes);
+                            Err(Error::Stopped)
+                        }
+                        Some(request) => {
+                            let mut cx = ApplyContext {
+                                lessor: &mut self.lessor,
+                                watches: &mut self.watches,
+                                now: self.now,
+                                cluster_id: self.config.cluster_id,
+                                identity,
+                                revoked: &mut revoked,
+                            };
+                            apply_proposal(&mut txn, &mut meta, entry.index, request, &mut cx)?
+                        }
+                        None => Err(Error::Stopped),
+                    };
+                    (proposal.id, result)
+                }
+                // Empty entries (a new leader's first) and unsupported
+                // kinds change nothing.
+                _ => (0, Err(Error::Stopped)),
+            };
+            meta.applied_index = entry.index;
+            meta.applied_term = entry.term;
+            let result = result.map(|mut response| {
+                stamp(
+                    &mut response,
+                    &ResponseHeader {
+                        revision: meta.revision,
+                        ..identity
+                    },
+                );
+                response
+            });
+            self.settle_proposal(entry, proposal_id, result, &mut answers);
+        }
+        if membership_changed {
+            let membership = Membership {
+                conf_state: self.raft.conf_state(),
+                members: self.members.list(),
+            };
+            txn.set_membership(&membership)?;
+            self.membership_unsaved = false;
+            self.update_sole_voter();
+        }
+        txn.set_meta(&meta)?;
+        txn.commit()?;
+        self.meta = meta;
+        for (ticket, result) in answers {
+            self.answer(ticket, result);
+        }
+        self.watches.flush_events(&mut self.outputs);
+        for lease_id in revoked {
+            let header = Some(self.header());
+            for ticket in self.parked_renewals.remove(&lease_id).unwrap_or_default() {
+                let response = LeaseKeepAliveResponse {
+                    header,
+                    id: lease_id,
+                    ttl: 0,
+                };
+                self.answer(ticket, Ok(Response::LeaseKeepAlive(response)));
+            }
+        }
+        debug_assert_eq!(self.meta.applied_index, last_index);
+        self.release_reads();
+        self.maybe_compact();
+        Ok(())
+    }
+
+    /// Matches an applied entry to the proposal waiting for it. A proposal
+    /// this member appended at this index that is not this entry was lost
+    /// to a leader change.
+    pub(super) fn settle_proposal(
+        &mut self,
+        entry: &Entry,
+        proposal_id: u64,
+        result: Result<Response, Error>,
+        answers: &mut Vec<(Ticket, Result<Response, Error>)>,
+    ) {
+        let settled = self.proposals.settle(entry.index, &entry.data, proposal_id);
+        answers.extend(
+            settled
+                .lost
+                .into_iter()
+                .map(|ticket| (ticket, Err(Error::LeaderChanged))),
+        );
+        if let Some(ticket) = settled.ours {
+            answers.push((ticket, result));
+        }
+    }
 }

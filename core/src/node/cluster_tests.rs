@@ -7,10 +7,12 @@
 //! backend. A crash drops the node and keeps its storage.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
 
 use oxetcd_proto::etcdserverpb::{
-    LeaseGrantRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
-    MemberUpdateRequest, MoveLeaderRequest, PutRequest, RangeResponse, WatchCreateRequest,
+    LeaseGrantRequest, MemberAddRequest, MemberListRequest, MemberPromoteRequest,
+    MemberRemoveRequest, MemberUpdateRequest, MoveLeaderRequest, PutRequest, RangeRequest,
+    RangeResponse, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 
 use super::*;

@@ -8,10 +8,19 @@
 //! Lost proposals carry no client, so retrying is all that recovery
 //! needs. Invariant: once published, always published (a member's record
 //! only changes through its own later publish or a peer URL update, which
-//! keeps the name and client URLs).
+//! keeps the name and client URLs). The node's side — building the
+//! proposal and sending it to the leader — is the `impl Node` below.
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use oxetcd_proto::eraftpb::{Entry, EntryType, Message, MessageType};
+use oxetcd_proto::oxetcdpb::{proposal, MemberAttributes, Proposal};
+use prost::Message as _;
+use tracing::{debug, info};
+
+use super::{Node, Output};
+use crate::storage::{KvStore, LogStore};
 use crate::Instant;
 
 /// What the node should do about its attributes now.
@@ -75,6 +84,69 @@ impl Publication {
         }
         self.retry_at = Some(situation.now + situation.retry);
         Step::Propose
+    }
+}
+
+impl<L: LogStore, K: KvStore> Node<L, K> {
+    /// Publishes this member's name and client URLs through the log until
+    /// its record shows them ([`Publication`] decides when). A member
+    /// forwards its publish to the leader only once its own record exists,
+    /// so the leader knows the member that forwards it.
+    pub(super) fn maybe_publish(&mut self) {
+        // Checked first: this runs on every drain.
+        if self.removed || self.publication.is_published() {
+            return;
+        }
+        let id = self.config.member_id;
+        let leader = self.raft.leader();
+        let situation = Situation {
+            now: self.now,
+            shown: self
+                .members
+                .shows(id, &self.config.name, &self.config.client_urls),
+            can_propose: leader.is_some() && self.members.get(id).is_some(),
+            retry: self.config.election_timeout,
+        };
+        match self.publication.poll(situation) {
+            Step::Wait => {}
+            Step::Published => info!(
+                member_id = %format_args!("{id:x}"),
+                name = %self.config.name,
+                client_urls = ?self.config.client_urls,
+                "member attributes applied"
+            ),
+            Step::Propose => {
+                let proposal = Proposal {
+                    id: 0,
+                    request: Some(proposal::Request::MemberAttributes(MemberAttributes {
+                        id,
+                        name: self.config.name.clone(),
+                        client_urls: self.config.client_urls.clone(),
+                    })),
+                };
+                let data = Bytes::from(proposal.encode_to_vec());
+                if leader == Some(id) {
+                    if let Err(e) = self.raft.propose(data) {
+                        debug!(error = %e, "publishing member attributes refused; retrying later");
+                    }
+                    return;
+                }
+                let mut m = Message {
+                    msg_type: MessageType::MsgPropose,
+                    to: leader.unwrap_or(0),
+                    from: id,
+                    term: self.raft.term(),
+                    ..Default::default()
+                };
+                m.entries = vec![Entry {
+                    entry_type: EntryType::EntryNormal,
+                    data,
+                    ..Default::default()
+                }]
+                .into();
+                self.outputs.push_back(Output::Send(m));
+            }
+        }
     }
 }
 

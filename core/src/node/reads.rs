@@ -10,15 +10,25 @@
 //! never answers anyone itself: each operation hands the reads it releases
 //! back to the node, which serves or fails them. Invariants: a read is in
 //! exactly one stage; round numbers only grow; a confirmed read is released
-//! exactly once, when `applied >= index`.
+//! exactly once, when `applied >= index`. The node's side — asking the
+//! raft for a round, serving what is released — is the `impl Node` below.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use oxetcd_proto::etcdserverpb::{LeaseTimeToLiveResponse, RangeRequest};
+use oxetcd_proto::etcdserverpb::{
+    LeaseCheckpoint, LeaseCheckpointRequest, LeaseKeepAliveResponse, LeaseLeasesResponse,
+    LeaseTimeToLiveResponse, MemberListResponse, RangeRequest,
+};
+use oxetcd_proto::oxetcdpb::proposal;
+use tracing::debug;
 
-use super::{Leadership, Ticket};
-use crate::Request;
+use super::{Held, Leadership, Node, Origin, Output, Ticket};
+use crate::error::Error;
+use crate::lease::Renewal;
+use crate::raft::{self, ReadState, Role};
+use crate::storage::{KvStore, LogStore};
+use crate::{Request, Response};
 
 /// A read waiting for its read index.
 #[derive(Debug)]
@@ -147,6 +157,146 @@ impl Reads {
             !reads.is_empty()
         });
         self.confirmed.retain(|(_, r)| waits(r.ticket));
+    }
+}
+
+impl<L: LogStore, K: KvStore> Node<L, K> {
+    pub(super) fn queue_read(&mut self, ticket: Ticket, kind: ReadKind) {
+        self.reads.queue(ticket, kind);
+    }
+
+    /// Reads that arrived since the last drain share one round.
+    pub(super) fn start_read_round(&mut self) {
+        let Some((round, context, batch)) = self.reads.next_batch() else {
+            return;
+        };
+        match self.raft.read_index(context) {
+            Ok(()) => {
+                let leadership = self.leadership();
+                self.reads.round_started(round, leadership, batch);
+            }
+            Err(raft::ReadIndexError::NoLeader) => {
+                for read in batch {
+                    self.hold_for_leader(read.ticket, Held::Read(read.kind));
+                }
+            }
+            Err(raft::ReadIndexError::TooManyReads) => {
+                for read in batch {
+                    self.answer(read.ticket, Err(Error::TooManyRequests));
+                }
+            }
+        }
+    }
+
+    pub(super) fn read_ready(&mut self, state: ReadState) {
+        if !self.reads.confirm(&state.context, state.index) {
+            debug!("read index answer for no round of ours");
+            return;
+        }
+        self.release_reads();
+    }
+
+    pub(super) fn release_reads(&mut self) {
+        for read in self.reads.release(self.meta.applied_index) {
+            self.serve_read(read.ticket, read.kind);
+        }
+    }
+
+    pub(super) fn serve_read(&mut self, ticket: Ticket, kind: ReadKind) {
+        match kind {
+            ReadKind::Range(request) => {
+                // Ranges come from clients only.
+                if let Some(Origin::Client(id)) = self.requests.take(ticket) {
+                    let header = self.header();
+                    self.outputs.push_back(Output::Read {
+                        id,
+                        request,
+                        header,
+                    });
+                }
+            }
+            ReadKind::MemberList => {
+                let response = MemberListResponse {
+                    header: Some(self.header()),
+                    members: self.members.list(),
+                };
+                self.answer(ticket, Ok(Response::MemberList(response)));
+            }
+            ReadKind::Lease(request) => {
+                if self.raft.role() == Role::Leader || matches!(request, Request::LeaseLeases) {
+                    self.answer_lease_read(ticket, request);
+                } else {
+                    self.answer(ticket, Err(Error::LeaderChanged));
+                }
+            }
+            ReadKind::LeaseKeys(response) => self.answer_lease_keys(ticket, response),
+        }
+    }
+
+    pub(super) fn answer_lease_read(&mut self, ticket: Ticket, request: Request) {
+        let header = Some(self.header());
+        let response = match request {
+            Request::LeaseKeepAlive(keep_alive) => {
+                let lease_id = keep_alive.id;
+                let ttl = match self.lessor.renew(lease_id, self.now) {
+                    Renewal::Renewed {
+                        ttl_secs,
+                        clear_checkpoint,
+                    } => {
+                        if clear_checkpoint {
+                            let checkpoints = vec![LeaseCheckpoint {
+                                id: lease_id,
+                                remaining_ttl: 0,
+                            }];
+                            self.propose_internal(proposal::Request::LeaseCheckpoint(
+                                LeaseCheckpointRequest { checkpoints },
+                            ));
+                        }
+                        ttl_secs
+                    }
+                    Renewal::Expiring => {
+                        self.parked_renewals
+                            .entry(lease_id)
+                            .or_default()
+                            .push(ticket);
+                        return;
+                    }
+                    Renewal::NotFound => 0,
+                };
+                Response::LeaseKeepAlive(LeaseKeepAliveResponse {
+                    header,
+                    id: lease_id,
+                    ttl,
+                })
+            }
+            Request::LeaseTimeToLive(query) => {
+                let found = self.lessor.time_to_live(query.id, self.now, query.keys);
+                Response::LeaseTimeToLive(match found {
+                    Some(found) => LeaseTimeToLiveResponse {
+                        header,
+                        id: query.id,
+                        ttl: found.remaining_secs,
+                        granted_ttl: found.granted_secs,
+                        keys: found.keys,
+                    },
+                    None => LeaseTimeToLiveResponse {
+                        header,
+                        id: query.id,
+                        ttl: -1,
+                        ..Default::default()
+                    },
+                })
+            }
+            Request::LeaseLeases => Response::LeaseLeases(LeaseLeasesResponse {
+                header,
+                leases: self.lessor.statuses(),
+            }),
+            other => {
+                debug!(?other, "not a lease read");
+                return;
+            }
+        };
+        self.answer(ticket, Ok(response));
     }
 }
 

@@ -1,9 +1,15 @@
 //! Single-member behaviour of the node: group commit, reads, leases,
 //! watches and restarts, through the same raft as a cluster.
 
+use std::time::Duration;
+
+use oxetcd_proto::etcdserverpb::{
+    PutRequest, RangeRequest, RangeResponse, WatchRequest, WatchResponse,
+};
+
 use super::*;
 use crate::memory::{MemoryKv, MemoryLog};
-use oxetcd_proto::etcdserverpb::{PutRequest, RangeResponse};
+use crate::watch::StreamId;
 
 struct Harness {
     node: Node<MemoryLog, MemoryKv>,

@@ -1,0 +1,263 @@
+//! What goes into a node and what comes out: its static configuration,
+//! the inputs the runtime feeds it, and the outputs the runtime drains and
+//! carries out (see the node's module documentation for the rules).
+
+use std::time::Duration;
+
+use oxetcd_proto::eraftpb::Message;
+use oxetcd_proto::etcdserverpb::{RangeRequest, ResponseHeader, WatchRequest, WatchResponse};
+
+use super::RequestId;
+use crate::error::Error;
+use crate::lease::LeaseConfig;
+use crate::raft::{self, PersistId};
+use crate::storage::StorageError;
+use crate::watch::{self, CatchUp, StreamId};
+use crate::{Request, Response};
+
+/// Static configuration of a node.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Human-readable member name (`--name`).
+    pub name: String,
+    /// This member's ID.
+    pub member_id: u64,
+    /// The cluster's ID. A member joining an existing cluster starts with 0
+    /// until its peers tell it the ID ([`Node::set_cluster_id`]).
+    pub cluster_id: u64,
+    /// The client URLs this member publishes (`--advertise-client-urls`).
+    pub client_urls: Vec<String>,
+    /// The members a new cluster starts with (`--initial-cluster`), this one
+    /// included. A data directory written before membership was stored also
+    /// takes its membership from here.
+    pub initial_members: Vec<InitialMember>,
+    /// Whether this member starts a new cluster or joins an existing one
+    /// (`--initial-cluster-state`). Only read when the data directory is
+    /// empty.
+    pub initial_cluster_state: ClusterState,
+    /// Proposals larger than this (encoded) are refused (`--max-request-bytes`).
+    pub max_request_bytes: usize,
+    /// Limits on request shape.
+    pub limits: crate::mvcc::Limits,
+    /// Seed of the node's RNG (election jitter); same seed, same behaviour.
+    pub rng_seed: u64,
+    /// Lease timing (minimum TTL, checkpoints).
+    pub lease: LeaseConfig,
+    /// How often watchers that asked for progress notifications get one.
+    pub watch_progress_notify_interval: Duration,
+    /// `--election-timeout`.
+    pub election_timeout: Duration,
+    /// `--heartbeat-interval`.
+    pub heartbeat_interval: Duration,
+    /// Applied entries between two log compactions (`--snapshot-count`).
+    pub snapshot_count: u64,
+    /// Entries kept before the applied index at a compaction, so a follower
+    /// that lags a little catches up from the log rather than a snapshot
+    /// (etcd's `SnapshotCatchUpEntries`).
+    pub snapshot_catch_up_entries: u64,
+    /// Learners allowed at once (`--max-learners`).
+    pub max_learners: usize,
+    /// `--initial-cluster-token`: a member added at run time gets the ID
+    /// its peer URLs and this token give, the ID it computes for itself
+    /// when it starts with `--initial-cluster-state existing` (there is no
+    /// way yet for it to ask the cluster).
+    pub cluster_token: String,
+    /// A request not answered by then fails with `etcdserver: request timed
+    /// out` (etcd: 5 s plus two election timeouts).
+    pub request_timeout: Duration,
+}
+
+/// One member of the initial cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitialMember {
+    /// Its ID (derived from its peer URLs and the cluster token).
+    pub id: u64,
+    /// Its name (`--initial-cluster name=url`).
+    pub name: String,
+    /// Its peer URLs.
+    pub peer_urls: Vec<String>,
+}
+
+/// `--initial-cluster-state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterState {
+    /// Bootstrap a new cluster from the initial members.
+    New,
+    /// Join a running cluster: membership comes from its leader.
+    Existing,
+}
+
+impl Config {
+    /// A single-member node named `name` with etcd's default peer URL and
+    /// cluster token, so its IDs match a default etcd's.
+    pub fn single(name: &str) -> Self {
+        let peer_url = "http://localhost:2380";
+        let member_id = crate::ids::member_id(&[peer_url], crate::ids::DEFAULT_CLUSTER_TOKEN);
+        let election_timeout = Duration::from_millis(1_000);
+        Self {
+            name: name.to_owned(),
+            member_id,
+            cluster_id: crate::ids::cluster_id(&[member_id]),
+            client_urls: Vec::new(),
+            initial_members: vec![InitialMember {
+                id: member_id,
+                name: name.to_owned(),
+                peer_urls: vec![peer_url.to_owned()],
+            }],
+            initial_cluster_state: ClusterState::New,
+            max_request_bytes: 1_572_864,
+            limits: crate::mvcc::Limits::default(),
+            rng_seed: member_id,
+            lease: LeaseConfig::default(),
+            watch_progress_notify_interval: watch::PROGRESS_NOTIFY_INTERVAL_DEFAULT,
+            election_timeout,
+            heartbeat_interval: Duration::from_millis(100),
+            snapshot_count: 10_000,
+            snapshot_catch_up_entries: 5_000,
+            max_learners: 1,
+            cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
+            request_timeout: Duration::from_secs(5) + 2 * election_timeout,
+        }
+    }
+}
+
+/// An event fed to the node.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A client request. Every request is answered exactly once, by
+    /// `Output::Respond` or (for a range) `Output::Read`.
+    Client(RequestId, Request),
+    /// A raft message from a peer.
+    Peer(Message),
+    /// The runtime made the `Output::Persist` with this ID durable (and
+    /// every earlier one). Each is answered once, in order.
+    Persisted {
+        /// The persist's ID.
+        id: PersistId,
+    },
+    /// A snapshot stream from the leader ended and the runtime holds its
+    /// data, keyed by the snapshot index in `message` (the `MsgSnapshot` the
+    /// leader sent last on the stream). The raft decides whether to install
+    /// it; if so, an `Output::Persist` carries its metadata.
+    SnapshotReceived {
+        /// The message that ended the stream.
+        message: Message,
+    },
+    /// A snapshot stream asked for with `Output::SendSnapshot` ended:
+    /// `delivered` if the member got all of it and its final message.
+    SnapshotSent {
+        /// The member it went to.
+        to: u64,
+        /// Whether the whole stream arrived.
+        delivered: bool,
+    },
+    /// The runtime could not reach member `to`.
+    Unreachable {
+        /// The member.
+        to: u64,
+    },
+    /// A request on a client's watch stream (the runtime numbers streams).
+    Watch {
+        /// The stream it came on.
+        stream: StreamId,
+        /// Create, cancel or progress.
+        request: WatchRequest,
+    },
+    /// A watch stream ended: its watchers go.
+    WatchClosed {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// The runtime dropped a watcher's events from `from_revision` on,
+    /// because its stream's queue was full (see [`crate::watch::StreamGate`]).
+    WatchStalled {
+        /// The watcher's stream.
+        stream: StreamId,
+        /// The watcher.
+        watch_id: i64,
+        /// First revision it was not sent.
+        from_revision: i64,
+    },
+    /// The runtime delivered an `Output::WatchCatchUp` up to `upto` (see
+    /// [`crate::watch::CatchUpOutcome::input`]).
+    WatchCaughtUp {
+        /// The watcher's stream.
+        stream: StreamId,
+        /// The watcher.
+        watch_id: i64,
+        /// Last revision delivered.
+        upto: i64,
+        /// History was compacted: the watcher was canceled.
+        compacted: bool,
+    },
+}
+
+/// Something the node wants done.
+#[derive(Clone, Debug)]
+pub enum Output {
+    /// Send this raft message to member `message.to`. Loss is tolerated.
+    Send(Message),
+    /// Make this durable, in this order — install the snapshot (the backend
+    /// data received for its index, then [`LogStore::install_snapshot`]),
+    /// append the entries, store the hard state — then answer
+    /// `Input::Persisted` with its ID. One is outstanding at a time.
+    Persist(raft::Persist),
+    /// The answer to a client request.
+    Respond(RequestId, Result<Response, Error>),
+    /// A range may now run: everything it must observe is applied. The
+    /// runtime runs [`crate::mvcc::range`] on a fresh read snapshot and sets
+    /// `header.revision` to the snapshot's revision.
+    Read {
+        /// The request being answered.
+        id: RequestId,
+        /// The range to run.
+        request: RangeRequest,
+        /// Header for the answer, revision to be filled in.
+        header: ResponseHeader,
+    },
+    /// Storage failed. The node is poisoned and answers nothing more; the
+    /// runtime must stop the process (a failed fsync is never retried).
+    Fatal(StorageError),
+    /// A response for a watch stream, in the stream's order. When
+    /// `fragment` is set the runtime splits it with
+    /// [`crate::watch::fragments`] if it is too large.
+    Watch {
+        /// The stream.
+        stream: StreamId,
+        /// The response.
+        response: WatchResponse,
+        /// The watcher asked for fragmented responses.
+        fragment: bool,
+    },
+    /// Events of applied revisions for watchers of one stream, in the
+    /// stream's order (revision order; watch ID order within a revision).
+    /// Each becomes one response ([`crate::watch::WatchDelivery::response`]),
+    /// fragmented like `Watch` when it asks.
+    WatchEvents {
+        /// The stream.
+        stream: StreamId,
+        /// One per watcher and revision.
+        deliveries: Vec<watch::WatchDelivery>,
+    },
+    /// Send a watcher history from storage with [`crate::watch::catch_up`],
+    /// in the stream's order, then answer `Input::WatchCaughtUp`.
+    WatchCatchUp(CatchUp),
+    /// Stream a snapshot of the backend to member `to`. Take a read view of
+    /// the backend before polling the node again: it holds exactly the
+    /// state at `message`'s snapshot index. Stream it on its own
+    /// connection, then send `message`, then answer `Input::SnapshotSent`.
+    /// Heartbeats and appends to others go on meanwhile.
+    SendSnapshot {
+        /// The member to send to.
+        to: u64,
+        /// The `MsgSnapshot` that ends the stream.
+        message: Message,
+    },
+    /// The log up to and including `index` is no longer needed: make the
+    /// backend durable ([`KvStore::sync`]), then drop the entries with
+    /// [`LogStore::compact`]`(index + 1)`.
+    CompactLog {
+        /// Last index to drop.
+        index: u64,
+    },
+}
