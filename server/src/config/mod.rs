@@ -1,15 +1,20 @@
-//! Flags and `ETCD_*` environment variables, with etcd's names and defaults.
+//! Flags, `ETCD_*` environment variables and the YAML config file, with
+//! etcd's names, defaults and precedence.
 //!
-//! Design: one table ([`FLAGS`]) names every flag, its default and its help
-//! text. [`parse`] is a pure function of the arguments and the environment —
-//! it reads neither itself — so every rule is unit-tested: `--flag value` and
-//! `--flag=value` (one or two dashes), a flag beats its `ETCD_*` variable,
-//! an unknown flag or a malformed value is an error, an unknown `ETCD_*`
-//! variable only a warning. Switches take `ETCD_*` values too (`true`,
-//! `false`, …), except `--version` and `--help`; durations are Go's
-//! (`5m0s`, `500ms`). Flags etcd 3.6 renamed from `--experimental-*` are
-//! accepted under both names, the plain one winning. [`from_process`] wraps it for `main`: help and
-//! version go to stdout with exit code 0, errors to stderr with exit code 1.
+//! Design: one table (`flags/`) names every flag of etcd 3.4 to 3.7, its
+//! value syntax, default, help text and what oxetcd does with it. [`parse`]
+//! is a function of the arguments and the environment (it reads only the
+//! file `--config-file` names), so every rule is unit-tested: `--flag value`
+//! and `--flag=value` (one or two dashes), a flag beats its `ETCD_*`
+//! variable, a config file replaces both, an unknown flag or a malformed
+//! value is an error naming the flag, an unknown `ETCD_*` variable only a
+//! warning. Flags etcd 3.6 renamed from `--experimental-*` are accepted
+//! under both names, the plain one winning, the old one warned about.
+//! Every flag's value is kept in [`Config::settings`]; flags whose feature
+//! oxetcd lacks are stored (typed, in [`Config::pending`]) and logged as
+//! `not yet supported` when set, or refused where ignoring them could cost
+//! data. [`from_process`] wraps it for `main`: help and version go to
+//! stdout with exit code 0, errors to stderr with exit code 1.
 //!
 //! TLS flags of the client and peer ports are checked here as etcd checks
 //! them (an `https://` URL needs `--cert-file` and `--key-file` or
@@ -17,10 +22,14 @@
 //! themselves are read when the server starts (`serve/tls.rs`,
 //! `peer/tls.rs`).
 
+mod build;
 mod cluster;
+mod file;
 mod flags;
 mod help;
+mod logging;
 mod parse;
+mod settings;
 mod tls;
 mod urls;
 mod values;
@@ -36,10 +45,12 @@ use oxetcd_core::ids;
 
 pub use cluster::{ClusterState, InitialMember};
 pub use help::{usage, version};
+pub use logging::{LogFormat, LogLevel, LogOutput, Logging};
 pub use parse::parse;
+pub use settings::{AutoCompaction, Pending, Settings};
 pub use tls::{ClientTls, PeerTls};
 pub use urls::ListenUrl;
-pub use values::LogLevel;
+pub use values::Value;
 
 /// A fully resolved server configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,8 +104,15 @@ pub struct Config {
     /// current revision when no event reached them
     /// (`--experimental-watch-progress-notify-interval`).
     pub watch_progress_notify_interval: Duration,
-    /// `--log-level`.
-    pub log_level: LogLevel,
+    /// `--strict-reconfig-check`: refuse membership changes that would
+    /// cost quorum.
+    pub strict_reconfig_check: bool,
+    /// `--logger`, `--log-level`, `--log-format`, `--log-outputs`.
+    pub logging: Logging,
+    /// Settings of features oxetcd does not have yet.
+    pub pending: Pending,
+    /// Every flag's value, given or default.
+    pub settings: Settings,
     /// Things worth a warning once logging is up (unknown `ETCD_*`
     /// variables, variables shadowed by flags).
     pub warnings: Vec<String>,
@@ -239,6 +257,13 @@ pub enum ConfigError {
     MissingValue(String),
     /// An argument that is not a flag.
     NotAFlag(String),
+    /// The config file cannot be read or is not YAML.
+    ConfigFile {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// A flag or variable whose value does not parse.
     InvalidValue {
         /// The flag's name, without dashes.
@@ -256,6 +281,9 @@ impl fmt::Display for ConfigError {
             Self::UnknownFlag(flag) => write!(f, "flag provided but not defined: {flag}"),
             Self::MissingValue(flag) => write!(f, "flag needs an argument: {flag}"),
             Self::NotAFlag(arg) => write!(f, "'{arg}' is not a valid flag"),
+            Self::ConfigFile { path, reason } => {
+                write!(f, "cannot use config file {path}: {reason}")
+            }
             Self::InvalidValue {
                 flag,
                 value,

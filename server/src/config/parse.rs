@@ -1,16 +1,53 @@
-//! From arguments and environment to a [`Command`].
+//! From arguments, environment and config file to every flag's value.
+//!
+//! Design: the sources are read in etcd's order of precedence into one
+//! map of given texts ([`Given`]): with `--config-file` (or
+//! `ETCD_CONFIG_FILE`) the file alone, other flags and variables ignored
+//! with a warning; otherwise flags, then `ETCD_*` variables for what the
+//! flags left unset. Old names etcd 3.6 replaced hand their value to the
+//! new name unless that one is given too, with a deprecation warning. Then
+//! every flag of the table, given or not, is parsed by its [`Kind`] into
+//! [`Settings`]; an error names the flag as it was given and, for a
+//! variable or the file, where the value came from. `build.rs` turns the
+//! settings into a [`Config`].
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use super::cluster::{parse_initial_cluster, parse_raft_timing, ClusterState};
-use super::flags::*;
-use super::tls::{parse_client_tls, parse_peer_tls, Given};
-use super::urls::{parse_listen_urls, parse_urls};
-use super::values::*;
-use super::{Command, Config, ConfigError};
+use super::flags::{self, Flag, Replacement, Support};
+use super::settings::Settings;
+use super::values::{parse_bool, Kind};
+use super::{build, file, Command, ConfigError};
 
-/// Parses `args` (without the program name) and the environment `env`.
+/// Prefix of the environment variables that stand in for flags.
+const ENV_PREFIX: &str = "ETCD_";
+
+/// Options that are never taken from the environment: `ETCD_VERSION` is
+/// commonly set by scripts to say which release they want.
+/// (`ETCD_CONFIG_FILE` is read on its own, before the others.)
+const NOT_FROM_ENV: [&str; 3] = ["version", "help", "config-file"];
+
+/// Where a value came from, for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Source {
+    Flag,
+    Env(String),
+    File(String),
+}
+
+/// One given value.
+#[derive(Clone, Debug)]
+pub(super) struct Raw {
+    pub(super) text: String,
+    /// The name it was given under (an old name, for a renamed flag).
+    pub(super) given_as: &'static str,
+    pub(super) source: Source,
+}
+
+/// The values given, by flag name.
+pub(super) type Given = BTreeMap<&'static str, Raw>;
+
+/// Parses `args` (without the program name) and the environment `env`;
+/// `--config-file` is read from disk.
 pub fn parse<A, E, S, T>(args: A, env: E) -> Result<Command, ConfigError>
 where
     A: IntoIterator<Item = S>,
@@ -18,11 +55,70 @@ where
     E: IntoIterator<Item = (T, T)>,
     T: AsRef<str>,
 {
-    let mut warnings = Vec::new();
-    let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
-    let mut switches: BTreeMap<&'static str, bool> = BTreeMap::new();
+    let read = |path: &str| std::fs::read_to_string(path).map_err(|e| e.to_string());
+    parse_with(args, env, &read)
+}
 
-    // Flags first; the environment only fills what they left unset.
+/// [`parse`], reading the config file with `read`.
+pub(super) fn parse_with<A, E, S, T>(
+    args: A,
+    env: E,
+    read: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<Command, ConfigError>
+where
+    A: IntoIterator<Item = S>,
+    S: AsRef<str>,
+    E: IntoIterator<Item = (T, T)>,
+    T: AsRef<str>,
+{
+    let args = read_args(args)?;
+    let on = |name: &str| {
+        args.iter()
+            .rev()
+            .find(|(flag, _)| flag.name == name)
+            .is_some_and(|(_, text)| parse_bool("version", text) == Ok(true))
+    };
+    if on("help") {
+        return Ok(Command::Help);
+    }
+    if on("version") {
+        return Ok(Command::Version);
+    }
+    let mut env: Vec<(String, String)> = env
+        .into_iter()
+        .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
+    env.sort();
+    let mut warnings = Vec::new();
+    let config_file = args
+        .iter()
+        .rev()
+        .find(|(flag, _)| flag.name == "config-file")
+        .map(|(_, path)| path.clone())
+        .or_else(|| {
+            env.iter()
+                .find(|(k, _)| k == "ETCD_CONFIG_FILE")
+                .map(|(_, v)| v.clone())
+        })
+        .filter(|path| !path.is_empty());
+    let mut given = match config_file {
+        Some(path) => from_file(&path, &args, read, &mut warnings)?,
+        None => from_flags_and_env(&args, &env, &mut warnings),
+    };
+    apply_replacements(&mut given, &mut warnings);
+    let settings = settings(&given)?;
+    build::config(&given, settings, warnings).map(Command::Run)
+}
+
+/// The flags on the command line, in order: each flag with its text
+/// (`true` for a switch given alone).
+fn read_args<A, S>(args: A) -> Result<Vec<(&'static Flag, String)>, ConfigError>
+where
+    A: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut read = Vec::new();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let arg = arg.as_ref();
@@ -39,208 +135,171 @@ where
             Some((name, value)) => (name, Some(value)),
             None => (body, None),
         };
-        let Some(flag) = FLAGS.iter().find(|f| f.name == name) else {
+        // Go's flag package answers -h with the help, as etcd does.
+        let name = if name == "h" { "help" } else { name };
+        let Some(flag) = flags::find(name) else {
             return Err(ConfigError::UnknownFlag(arg.to_owned()));
         };
-        match flag.value {
-            None => {
-                let on = match inline {
-                    None => true,
-                    Some(value) => parse_bool(flag.name, value)?,
-                };
-                switches.insert(flag.name, on);
-            }
-            Some(_) => {
-                let value = match inline {
-                    Some(value) => value.to_owned(),
-                    None => match args.next() {
-                        Some(value) => value.as_ref().to_owned(),
-                        None => return Err(ConfigError::MissingValue(arg.to_owned())),
-                    },
-                };
-                values.insert(flag.name, value);
-            }
+        let text = match (flag.kind, inline) {
+            (_, Some(value)) => value.to_owned(),
+            (Kind::Switch | Kind::Ignored, None) => "true".to_owned(),
+            (_, None) => match args.next() {
+                Some(value) => value.as_ref().to_owned(),
+                None => return Err(ConfigError::MissingValue(arg.to_owned())),
+            },
+        };
+        if flag.kind == Kind::Switch {
+            parse_bool(flag.name, &text)?;
+        }
+        read.push((flag, text));
+    }
+    Ok(read)
+}
+
+/// Flags, then the `ETCD_*` variables they leave unset.
+fn from_flags_and_env(
+    args: &[(&'static Flag, String)],
+    env: &[(String, String)],
+    warnings: &mut Vec<String>,
+) -> Given {
+    let mut given = Given::new();
+    for (flag, text) in args {
+        if flag.support != Support::Command {
+            given.insert(flag.name, raw(flag, text, Source::Flag));
         }
     }
-    if switches.get("help").copied().unwrap_or(false) {
-        return Ok(Command::Help);
-    }
-    if switches.get("version").copied().unwrap_or(false) {
-        return Ok(Command::Version);
-    }
-
-    let mut env: Vec<(String, String)> = env
-        .into_iter()
-        .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
-        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
-        .collect();
-    env.sort();
     for (key, value) in env {
+        if key == "ETCD_CONFIG_FILE" {
+            continue;
+        }
         let name = key[ENV_PREFIX.len()..]
             .to_ascii_lowercase()
             .replace('_', "-");
-        let flag = FLAGS
-            .iter()
-            .find(|f| f.name == name && !SWITCHES_NOT_FROM_ENV.contains(&f.name));
-        match flag {
+        match flags::find(&name).filter(|f| !NOT_FROM_ENV.contains(&f.name)) {
             None => warnings.push(format!("unrecognized environment variable {key}={value}")),
-            Some(flag) if values.contains_key(flag.name) || switches.contains_key(flag.name) => {
-                warnings.push(format!(
-                    "environment variable {key} is shadowed by the command-line flag --{}",
-                    flag.name
-                ))
-            }
-            Some(flag) if flag.value.is_none() => {
-                switches.insert(flag.name, parse_bool(flag.name, &value)?);
-            }
+            Some(flag) if given.contains_key(flag.name) => warnings.push(format!(
+                "environment variable {key} is shadowed by the command-line flag --{}",
+                flag.name
+            )),
             Some(flag) => {
-                values.insert(flag.name, value);
+                given.insert(flag.name, raw(flag, value, Source::Env(key.clone())));
             }
         }
     }
+    given
+}
 
-    let value = |name: &'static str| -> String {
-        values.get(name).cloned().unwrap_or_else(|| {
-            FLAGS
-                .iter()
-                .find(|f| f.name == name)
-                .map(|f| f.default.to_owned())
-                .unwrap_or_default()
-        })
-    };
-
-    let name = value("name");
-    let data_dir = match values.get("data-dir") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        Some(_) => return Err(invalid("data-dir", "", "must not be empty")),
-        None => PathBuf::from(format!("{name}.etcd")),
-    };
-    let listen_client_urls = parse_listen_urls("listen-client-urls", &value("listen-client-urls"))?;
-    let switch = |flag: &'static str| switches.get(flag).copied().unwrap_or(false);
-    let given = Given {
-        value: &value,
-        switch: &switch,
-    };
-    let client_tls = parse_client_tls(&given, &listen_client_urls, &mut warnings)?;
-    let advertise_client_urls =
-        parse_urls("advertise-client-urls", &value("advertise-client-urls"))?;
-    let listen_peer_urls = parse_listen_urls("listen-peer-urls", &value("listen-peer-urls"))?;
-    let initial_advertise_peer_urls = parse_urls(
-        "initial-advertise-peer-urls",
-        &value("initial-advertise-peer-urls"),
-    )?;
-    let initial_cluster_token = value("initial-cluster-token");
-    let initial_cluster = parse_initial_cluster(
-        &name,
-        &initial_advertise_peer_urls,
-        &value("initial-cluster"),
-    )?;
-    let peer_tls = parse_peer_tls(
-        &given,
-        &listen_peer_urls,
-        &initial_advertise_peer_urls,
-        &initial_cluster,
-        &mut warnings,
-    )?;
-    let initial_cluster_state = match value("initial-cluster-state").as_str() {
-        "new" => ClusterState::New,
-        "existing" => ClusterState::Existing,
-        other => {
-            return Err(invalid(
-                "initial-cluster-state",
-                other,
-                "expected new or existing",
-            ))
-        }
-    };
-    let (heartbeat_interval_ms, election_timeout_ms) =
-        parse_raft_timing(&value("heartbeat-interval"), &value("election-timeout"))?;
-    let snapshot_count = match value("snapshot-count").trim().parse::<u64>() {
-        Ok(0) => {
-            warnings.push(format!(
-                "--snapshot-count is 0; using the default {SNAPSHOT_COUNT_DEFAULT}"
-            ));
-            SNAPSHOT_COUNT_DEFAULT
-        }
-        Ok(n) => n,
-        Err(e) => {
-            return Err(invalid(
-                "snapshot-count",
-                &value("snapshot-count"),
-                e.to_string(),
-            ))
-        }
-    };
-    let snapshot_catchup_entries = parse_positive(
-        "experimental-snapshot-catchup-entries",
-        &value("experimental-snapshot-catchup-entries"),
-    )?;
-    let max_learners = parse_positive("max-learners", &value("max-learners"))?;
-    let max_request_bytes = parse_positive("max-request-bytes", &value("max-request-bytes"))?;
-    let max_txn_ops = parse_positive("max-txn-ops", &value("max-txn-ops"))?;
-    let log_level = parse_log_level(&value("log-level"))?;
-    // etcd 3.6 also knows these without the `experimental-` prefix; the
-    // plain name wins when both are given.
-    let renamed = |plain: &'static str, experimental: &'static str| {
-        if values.contains_key(plain) {
-            (plain, value(plain))
-        } else {
-            (experimental, value(experimental))
-        }
-    };
-    let (flag, text) = renamed(
-        "lease-checkpoint-interval",
-        "experimental-lease-checkpoint-interval",
-    );
-    let lease_checkpoint_interval = parse_duration(flag, &text)?;
-    if lease_checkpoint_interval.is_zero() {
-        return Err(invalid(flag, &text, "must be greater than zero"));
-    }
-    let (flag, text) = renamed(
-        "watch-progress-notify-interval",
-        "experimental-watch-progress-notify-interval",
-    );
-    let mut watch_progress_notify_interval = parse_duration(flag, &text)?;
-    // Zero keeps etcd's default rather than turning notifications off.
-    if watch_progress_notify_interval.is_zero() {
-        watch_progress_notify_interval = oxetcd_core::watch::PROGRESS_NOTIFY_INTERVAL_DEFAULT;
-    } else if watch_progress_notify_interval < WATCH_PROGRESS_NOTIFY_INTERVAL_MIN {
+/// The config file at `path`; the command line's other flags are ignored,
+/// as etcd ignores them.
+fn from_file(
+    path: &str,
+    args: &[(&'static Flag, String)],
+    read: &dyn Fn(&str) -> Result<String, String>,
+    warnings: &mut Vec<String>,
+) -> Result<Given, ConfigError> {
+    let ignored: Vec<String> = args
+        .iter()
+        .filter(|(flag, _)| flag.support != Support::Command)
+        .map(|(flag, _)| format!("--{}", flag.name))
+        .collect();
+    if !ignored.is_empty() {
         warnings.push(format!(
-            "--{flag} {text} is below the minimum; using {WATCH_PROGRESS_NOTIFY_INTERVAL_MIN:?}"
+            "loaded server configuration from {path}; other configuration command line flags \
+             and environment variables are ignored: {}",
+            ignored.join(" ")
         ));
-        watch_progress_notify_interval = WATCH_PROGRESS_NOTIFY_INTERVAL_MIN;
     }
-
-    if switches
-        .get("experimental-initial-corrupt-check")
-        .copied()
-        .unwrap_or(false)
-    {
-        warnings.push("not yet supported: --experimental-initial-corrupt-check".to_owned());
+    let text = read(path).map_err(|reason| ConfigError::ConfigFile {
+        path: path.to_owned(),
+        reason,
+    })?;
+    let mut given = Given::new();
+    for value in file::read(path, &text, warnings)? {
+        let source = Source::File(path.to_owned());
+        given.insert(value.flag.name, raw(value.flag, &value.text, source));
     }
+    Ok(given)
+}
 
-    Ok(Command::Run(Config {
-        name,
-        data_dir,
-        listen_client_urls,
-        client_tls,
-        peer_tls,
-        advertise_client_urls,
-        listen_peer_urls,
-        initial_advertise_peer_urls,
-        initial_cluster_token,
-        initial_cluster,
-        initial_cluster_state,
-        heartbeat_interval_ms,
-        election_timeout_ms,
-        snapshot_count,
-        snapshot_catchup_entries: snapshot_catchup_entries as u64,
-        max_learners,
-        max_request_bytes,
-        max_txn_ops,
-        lease_checkpoint_interval,
-        watch_progress_notify_interval,
-        log_level,
-        warnings,
-    }))
+fn raw(flag: &'static Flag, text: &str, source: Source) -> Raw {
+    Raw {
+        text: text.to_owned(),
+        given_as: flag.name,
+        source,
+    }
+}
+
+/// Old names hand their value to the new name (which wins when both are
+/// given), with etcd's deprecation warnings; ignored flags are warned
+/// about.
+fn apply_replacements(given: &mut Given, warnings: &mut Vec<String>) {
+    let names: Vec<&'static str> = given.keys().copied().collect();
+    for name in names {
+        let Some(flag) = flags::find(name) else {
+            continue;
+        };
+        if flag.support == Support::Ignored {
+            warnings.push(format!(
+                "flag \"-{name}\" is no longer supported - ignoring."
+            ));
+            continue;
+        }
+        match flag.replaced {
+            Replacement::None => {}
+            Replacement::Flag(plain) => {
+                warnings.push(format!(
+                    "--{name} is deprecated; use '--{plain}' instead (etcd v3.7 removed it)."
+                ));
+                if !given.contains_key(plain) {
+                    let old = given[name].clone();
+                    given.insert(plain, old);
+                }
+            }
+            Replacement::Gate(gate) => warnings.push(format!(
+                "--{name} is deprecated; use '--feature-gates={gate}=true' instead (etcd v3.7 \
+                 removed it)."
+            )),
+            Replacement::Deprecated(message) => warnings.push(message.to_owned()),
+        }
+    }
+}
+
+/// Every flag's value: given, or its default.
+fn settings(given: &Given) -> Result<Settings, ConfigError> {
+    let mut settings = Settings::default();
+    for flag in flags::all() {
+        if matches!(flag.support, Support::Command | Support::Ignored) {
+            continue;
+        }
+        let value = match given.get(flag.name) {
+            Some(raw) => flag
+                .kind
+                .parse(raw.given_as, &raw.text)
+                .map_err(|e| from_source(e, &raw.source))?,
+            None => flag.kind.parse(flag.name, flag.default)?,
+        };
+        settings.insert(flag.name, value, given.contains_key(flag.name));
+    }
+    Ok(settings)
+}
+
+/// `error` with where its value came from, for a variable or the file.
+pub(super) fn from_source(error: ConfigError, source: &Source) -> ConfigError {
+    let place = match source {
+        Source::Flag => return error,
+        Source::Env(key) => format!("environment variable {key}"),
+        Source::File(path) => format!("config file {path}"),
+    };
+    match error {
+        ConfigError::InvalidValue {
+            flag,
+            value,
+            reason,
+        } => ConfigError::InvalidValue {
+            flag,
+            value,
+            reason: format!("{reason} (from {place})"),
+        },
+        other => other,
+    }
 }

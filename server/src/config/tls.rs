@@ -38,6 +38,9 @@ pub struct ClientTls {
     /// `--auto-tls` with no certificate given: serve a self-signed
     /// certificate kept in `<data-dir>/fixtures/client`.
     pub auto_tls: bool,
+    /// `--client-crl-file`: revoked client certificates (read when the
+    /// server starts; not yet enforced).
+    pub crl_file: Option<PathBuf>,
     /// Protocol versions.
     pub versions: oxetcd_tls::Versions,
     /// TLS 1.2 cipher suites (empty: all).
@@ -65,6 +68,8 @@ pub struct PeerTls {
     /// certificate kept in `<data-dir>/fixtures/peer`, and peers'
     /// certificates not verified.
     pub auto_tls: bool,
+    /// `--peer-crl-file`: revoked peer certificates (not yet enforced).
+    pub crl_file: Option<PathBuf>,
     /// `--peer-cert-allowed-cn` or `--peer-cert-allowed-hostname`.
     pub allowed: Option<oxetcd_tls::AllowedPeer>,
 }
@@ -85,6 +90,7 @@ pub(super) struct Side {
     trusted_ca_file: &'static str,
     client_cert_auth: &'static str,
     auto_tls: &'static str,
+    crl_file: &'static str,
     listen_urls: &'static str,
 }
 
@@ -115,6 +121,7 @@ pub(super) const CLIENT: Side = Side {
     trusted_ca_file: "trusted-ca-file",
     client_cert_auth: "client-cert-auth",
     auto_tls: "auto-tls",
+    crl_file: "client-crl-file",
     listen_urls: "listen-client-urls",
 };
 
@@ -126,6 +133,7 @@ pub(super) const PEER: Side = Side {
     trusted_ca_file: "peer-trusted-ca-file",
     client_cert_auth: "peer-client-cert-auth",
     auto_tls: "peer-auto-tls",
+    crl_file: "peer-crl-file",
     listen_urls: "listen-peer-urls",
 };
 
@@ -136,6 +144,7 @@ pub(super) struct Common {
     pub(super) trusted_ca_file: Option<PathBuf>,
     pub(super) client_cert_auth: bool,
     pub(super) auto_tls: bool,
+    pub(super) crl_file: Option<PathBuf>,
 }
 
 impl Common {
@@ -145,12 +154,12 @@ impl Common {
 }
 
 /// A flag's value (its default when not given) and a switch's state.
-pub(super) struct Given<'a> {
+pub(super) struct Switches<'a> {
     pub(super) value: &'a dyn Fn(&'static str) -> String,
     pub(super) switch: &'a dyn Fn(&'static str) -> bool,
 }
 
-impl Given<'_> {
+impl Switches<'_> {
     fn path(&self, flag: &'static str) -> Option<PathBuf> {
         Some(PathBuf::from((self.value)(flag))).filter(|p| !p.as_os_str().is_empty())
     }
@@ -164,7 +173,7 @@ impl Given<'_> {
 /// on.
 pub(super) fn parse_side(
     side: &Side,
-    given: &Given<'_>,
+    given: &Switches<'_>,
     listen_urls: &[ListenUrl],
     warnings: &mut Vec<String>,
 ) -> Result<Common, ConfigError> {
@@ -174,6 +183,7 @@ pub(super) fn parse_side(
         trusted_ca_file: given.path(side.trusted_ca_file),
         client_cert_auth: (given.switch)(side.client_cert_auth),
         auto_tls: (given.switch)(side.auto_tls),
+        crl_file: given.path(side.crl_file),
     };
     match (&tls.cert_file, &tls.key_file) {
         (Some(_), None) | (None, Some(_)) => {
@@ -236,7 +246,7 @@ pub(super) fn parse_side(
 /// The client port's TLS: the shared rules, then versions and cipher
 /// suites (which the peer links use too).
 pub(super) fn parse_client_tls(
-    given: &Given<'_>,
+    given: &Switches<'_>,
     listen_client_urls: &[ListenUrl],
     warnings: &mut Vec<String>,
 ) -> Result<ClientTls, ConfigError> {
@@ -275,6 +285,7 @@ pub(super) fn parse_client_tls(
         trusted_ca_file: common.trusted_ca_file,
         client_cert_auth: common.client_cert_auth,
         auto_tls: common.auto_tls,
+        crl_file: common.crl_file,
         versions,
         cipher_suites: suites.tls12,
     })
@@ -284,7 +295,7 @@ pub(super) fn parse_client_tls(
 /// certificate for this member's own `https://` peer URLs (advertised, or
 /// in `--initial-cluster`), which it dials.
 pub(super) fn parse_peer_tls(
-    given: &Given<'_>,
+    given: &Switches<'_>,
     listen_peer_urls: &[ListenUrl],
     advertise_peer_urls: &[String],
     initial_cluster: &[InitialMember],
@@ -348,6 +359,7 @@ pub(super) fn parse_peer_tls(
         trusted_ca_file: common.trusted_ca_file,
         client_cert_auth: common.client_cert_auth,
         auto_tls: common.auto_tls,
+        crl_file: common.crl_file,
         allowed,
     })
 }

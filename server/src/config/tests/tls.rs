@@ -232,6 +232,7 @@ fn peer_tls_flags_are_checked_like_etcds() {
             trusted_ca_file: Some(PathBuf::from("/ca.pem")),
             client_cert_auth: true,
             auto_tls: false,
+            crl_file: None,
             allowed: Some(oxetcd_tls::AllowedPeer::Hostname("localhost".into())),
         }
     );
