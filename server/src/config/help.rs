@@ -55,8 +55,7 @@ fn entry(flag: &Flag) -> String {
 /// learn which etcd API a server speaks), then oxetcd's own lines.
 pub fn version() -> String {
     format!(
-        "etcd Version: {}\nGit SHA: {}\nGo Version: none (oxetcd is written in Rust)\n\
-         Go OS/Arch: {}/{}\noxetcd Version: {}\n",
+        "etcd Version: {}\nGit SHA: {}\nGo OS/Arch: {}/{}\noxetcd Version: {}\n",
         crate::grpc::ETCD_VERSION,
         option_env!("OXETCD_GIT_SHA").unwrap_or("unknown"),
         std::env::consts::OS,
