@@ -88,7 +88,7 @@ impl std::error::Error for RunError {}
 /// Runs the server until SIGINT or SIGTERM: opens storage, starts the node,
 /// serves clients, and on a signal stops the node and syncs the backend.
 pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError> {
-    init_logging(config.log_level);
+    init_logging(&config.logging);
     for warning in &config.warnings {
         warn!("{warning}");
     }
@@ -268,15 +268,51 @@ pub fn exit_code(result: Result<(), RunError>) -> ExitCode {
     }
 }
 
-/// Logs to stderr at `level`. A second call (tests) keeps the first setup.
-fn init_logging(level: config::LogLevel) {
+/// Logs as `--log-level`, `--log-format` and `--log-outputs` say: every
+/// output gets every line. An output file that cannot be opened is
+/// reported on stderr, which then stands in for it. A second call (tests)
+/// keeps the first setup.
+fn init_logging(logging: &config::Logging) {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::new(level.as_str());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+    let mut writer: Option<BoxMakeWriter> = None;
+    let mut failures = Vec::new();
+    for output in &logging.outputs {
+        let next = match output {
+            config::LogOutput::Stderr => BoxMakeWriter::new(std::io::stderr),
+            config::LogOutput::Stdout => BoxMakeWriter::new(std::io::stdout),
+            config::LogOutput::File(path) => match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                Ok(file) => BoxMakeWriter::new(Arc::new(file)),
+                Err(e) => {
+                    failures.push(format!("cannot open log output {}: {e}", path.display()));
+                    BoxMakeWriter::new(std::io::stderr)
+                }
+            },
+        };
+        writer = Some(match writer {
+            None => next,
+            Some(previous) => BoxMakeWriter::new(previous.and(next)),
+        });
+    }
+    let writer = writer.unwrap_or_else(|| BoxMakeWriter::new(std::io::stderr));
+    let ansi = logging.format == config::LogFormat::Console
+        && logging.outputs == [config::LogOutput::Stderr]
+        && std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(logging.level.as_str()))
+        .with_writer(writer)
+        .with_ansi(ansi);
+    let _ = match logging.format {
+        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        config::LogFormat::Console => builder.try_init(),
+    };
+    for failure in failures {
+        tracing::error!("{failure}");
+    }
 }
 
 /// Creates the data directory if it is missing, private to this user as a

@@ -173,3 +173,94 @@ fn unknown_etcd_variable_is_only_a_warning() {
         );
     }
 }
+
+#[test]
+fn help_lists_etcds_groups() {
+    for binary in BINARIES {
+        for flag in ["--help", "-h"] {
+            let output = run(binary, &[flag], &[]);
+            let help = text(&output);
+            assert!(output.status.success(), "{binary} {flag}: {help}");
+            for needle in [
+                "\nMember:\n",
+                "\nClustering:\n",
+                "\nSecurity:\n",
+                "\nLogging:\n",
+                "\nProfiling and monitoring:\n",
+                "\n  --quota-backend-bytes '0'\n",
+                "\n  --log-format 'json'\n",
+            ] {
+                assert!(help.contains(needle), "{binary} {flag}: no {needle:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn removed_and_refused_flags_say_why() {
+    for binary in BINARIES {
+        refused(binary, &["--enable-v2"], "removed in etcd v3.6");
+        refused(binary, &["--proxy=on"], "--proxy");
+        refused(
+            binary,
+            &["--quota-backend-bytes=lots"],
+            "--quota-backend-bytes",
+        );
+        refused(
+            binary,
+            &["--config-file=/no/such/file.yaml"],
+            "/no/such/file.yaml",
+        );
+    }
+}
+
+/// A config file alone starts the server (flags beside it are ignored, as
+/// in etcd), and its log settings are followed: console lines appended to
+/// the file it names.
+#[test]
+fn config_file_starts_the_server_and_routes_its_log() {
+    for binary in BINARIES {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("http://127.0.0.1:{}", free_port().expect("port"));
+        let peer_url = format!("http://127.0.0.1:{}", free_port().expect("port"));
+        let log = dir.path().join("server.log");
+        let yaml = format!(
+            "name: filed\ndata-dir: {data}\nlisten-client-urls: {url}\n\
+             advertise-client-urls: {url}\nlisten-peer-urls: {peer_url}\n\
+             initial-advertise-peer-urls: {peer_url}\ninitial-cluster: filed={peer_url}\n\
+             log-format: console\nlog-outputs: [{log}]\n",
+            data = dir.path().join("data").display(),
+            log = log.display(),
+        );
+        let file = dir.path().join("etcd.yaml");
+        std::fs::write(&file, yaml).expect("write config");
+        let program = binary_path(binary).unwrap_or_else(|e| panic!("{e}"));
+        let mut child = Command::new(program)
+            .args(["--config-file", file.to_str().expect("utf-8")])
+            .args(["--name", "ignored-because-of-the-file"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let client = Grpc::connect(&url);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut logged = String::new();
+        while !logged.contains("enabled capabilities") && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            logged = std::fs::read_to_string(&log).unwrap_or_default();
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        client.unwrap_or_else(|e| panic!("{binary} from a config file: {e}"));
+        assert!(
+            logged.contains("published {Name:filed ClientURLs:"),
+            "{binary}: log file {}:\n{logged}",
+            log.display()
+        );
+        assert!(
+            !logged.starts_with('{'),
+            "{binary}: not console lines:\n{logged}"
+        );
+    }
+}

@@ -1,0 +1,274 @@
+//! From every flag's value to a [`Config`], with the rules that span
+//! several flags (URLs against TLS, the initial cluster against the
+//! advertised URLs, raft timing) and the warnings for values oxetcd
+//! accepts but does not act on yet.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::cluster::{parse_initial_cluster, parse_raft_timing, ClusterState};
+use super::flags::{
+    self, Replacement, Support, SNAPSHOT_COUNT_DEFAULT, WATCH_PROGRESS_NOTIFY_INTERVAL_MIN,
+};
+use super::logging::Logging;
+use super::parse::{from_source, Given};
+use super::settings::{Pending, Settings};
+use super::tls::{parse_client_tls, parse_peer_tls, Switches};
+use super::urls::{parse_listen_urls, parse_urls};
+use super::values::{invalid, Value, FEATURE_GATES};
+use super::{Config, ConfigError};
+
+/// The configuration `settings` describe; an error names the flag as given
+/// and where its value came from.
+pub(super) fn config(
+    given: &Given,
+    settings: Settings,
+    mut warnings: Vec<String>,
+) -> Result<Config, ConfigError> {
+    check_support(given, &settings, &mut warnings).map_err(|e| locate(e, given))?;
+    let gates = feature_gates(given, &settings).map_err(|e| locate(e, given))?;
+    for gate in unsupported_gates(&gates) {
+        warnings.push(format!("not yet supported: {gate}"));
+    }
+    build(given, settings, gates, warnings).map_err(|e| locate(e, given))
+}
+
+fn build(
+    given: &Given,
+    settings: Settings,
+    gates: BTreeMap<String, bool>,
+    mut warnings: Vec<String>,
+) -> Result<Config, ConfigError> {
+    let value = |name: &'static str| -> String {
+        match given.get(name) {
+            Some(raw) => raw.text.clone(),
+            None => flags::find(name).map_or_else(String::new, |f| f.default.to_owned()),
+        }
+    };
+    let name = value("name");
+    let data_dir = match given.get("data-dir") {
+        Some(dir) if !dir.text.is_empty() => PathBuf::from(&dir.text),
+        Some(_) => return Err(invalid("data-dir", "", "must not be empty")),
+        None => PathBuf::from(format!("{name}.etcd")),
+    };
+    let listen_client_urls = parse_listen_urls("listen-client-urls", &value("listen-client-urls"))?;
+    let switch = |flag: &'static str| settings.bool(flag);
+    let tls_given = Switches {
+        value: &value,
+        switch: &switch,
+    };
+    let client_tls = parse_client_tls(&tls_given, &listen_client_urls, &mut warnings)?;
+    let advertise_client_urls = settings.list("advertise-client-urls");
+    if advertise_client_urls.is_empty() {
+        return Err(invalid(
+            "advertise-client-urls",
+            &value("advertise-client-urls"),
+            "at least one URL is required",
+        ));
+    }
+    let listen_peer_urls = parse_listen_urls("listen-peer-urls", &value("listen-peer-urls"))?;
+    let initial_advertise_peer_urls = parse_urls(
+        "initial-advertise-peer-urls",
+        &value("initial-advertise-peer-urls"),
+    )?;
+    let initial_cluster = parse_initial_cluster(
+        &name,
+        &initial_advertise_peer_urls,
+        &value("initial-cluster"),
+    )?;
+    let peer_tls = parse_peer_tls(
+        &tls_given,
+        &listen_peer_urls,
+        &initial_advertise_peer_urls,
+        &initial_cluster,
+        &mut warnings,
+    )?;
+    let (heartbeat_interval_ms, election_timeout_ms) =
+        parse_raft_timing(&value("heartbeat-interval"), &value("election-timeout"))?;
+    let snapshot_count = match settings.uint("snapshot-count") {
+        0 => {
+            warnings.push(format!(
+                "--snapshot-count is 0; using the default {SNAPSHOT_COUNT_DEFAULT}"
+            ));
+            SNAPSHOT_COUNT_DEFAULT
+        }
+        n => n,
+    };
+    let (lease_checkpoint_interval, watch_progress_notify_interval) =
+        intervals(&settings, &value, &mut warnings)?;
+    let logging = logging(&settings);
+    let pending = Pending::new(&settings, gates)?;
+    Ok(Config {
+        name,
+        data_dir,
+        listen_client_urls,
+        client_tls,
+        peer_tls,
+        advertise_client_urls,
+        listen_peer_urls,
+        initial_advertise_peer_urls,
+        initial_cluster_token: settings.text("initial-cluster-token"),
+        initial_cluster,
+        initial_cluster_state: match settings.text("initial-cluster-state").as_str() {
+            "existing" => ClusterState::Existing,
+            _ => ClusterState::New,
+        },
+        heartbeat_interval_ms,
+        election_timeout_ms,
+        snapshot_count,
+        snapshot_catchup_entries: settings.uint("snapshot-catchup-entries"),
+        max_learners: settings.uint("max-learners") as usize,
+        max_request_bytes: settings.uint("max-request-bytes") as usize,
+        max_txn_ops: settings.uint("max-txn-ops") as usize,
+        lease_checkpoint_interval,
+        watch_progress_notify_interval,
+        strict_reconfig_check: settings.bool("strict-reconfig-check"),
+        logging,
+        pending,
+        settings,
+        warnings,
+    })
+}
+
+/// `--lease-checkpoint-interval` (above zero) and
+/// `--watch-progress-notify-interval` (zero: etcd's default; raised to
+/// etcd's minimum).
+fn intervals(
+    settings: &Settings,
+    value: &dyn Fn(&'static str) -> String,
+    warnings: &mut Vec<String>,
+) -> Result<(Duration, Duration), ConfigError> {
+    let lease_checkpoint_interval = settings.duration("lease-checkpoint-interval");
+    if lease_checkpoint_interval.is_zero() {
+        return Err(invalid(
+            "lease-checkpoint-interval",
+            &value("lease-checkpoint-interval"),
+            "must be greater than zero",
+        ));
+    }
+    let mut watch_progress_notify_interval = settings.duration("watch-progress-notify-interval");
+    // Zero keeps etcd's default rather than turning notifications off.
+    if watch_progress_notify_interval.is_zero() {
+        watch_progress_notify_interval = oxetcd_core::watch::PROGRESS_NOTIFY_INTERVAL_DEFAULT;
+    } else if watch_progress_notify_interval < WATCH_PROGRESS_NOTIFY_INTERVAL_MIN {
+        warnings.push(format!(
+            "--watch-progress-notify-interval {} is below the minimum; using \
+             {WATCH_PROGRESS_NOTIFY_INTERVAL_MIN:?}",
+            value("watch-progress-notify-interval")
+        ));
+        watch_progress_notify_interval = WATCH_PROGRESS_NOTIFY_INTERVAL_MIN;
+    }
+    Ok((lease_checkpoint_interval, watch_progress_notify_interval))
+}
+
+/// The logging flags; etcd 3.4's `--debug` means debug logging unless a
+/// level is given.
+fn logging(settings: &Settings) -> Logging {
+    let level = if settings.bool("debug") && !settings.is_given("log-level") {
+        "debug".to_owned()
+    } else {
+        settings.text("log-level")
+    };
+    Logging::new(
+        &settings.text("logger"),
+        &level,
+        &settings.text("log-format"),
+        &settings.list("log-outputs"),
+    )
+}
+
+/// Refused flags given a value other than their default are errors; flags
+/// stored for later work log `not yet supported` when they differ from
+/// their default.
+fn check_support(
+    given: &Given,
+    settings: &Settings,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    for flag in flags::all() {
+        let Some(raw) = given.get(flag.name) else {
+            continue;
+        };
+        let default = flag.kind.parse(flag.name, flag.default)?;
+        if settings.get(flag.name) == Some(&default) {
+            continue;
+        }
+        match flag.support {
+            Support::Refused(why) => {
+                let error = invalid(raw.given_as, &raw.text, format!("not supported: {why}"));
+                return Err(from_source(error, &raw.source));
+            }
+            Support::NotYet => warnings.push(format!("not yet supported: --{}", flag.name)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `--feature-gates`, with etcd 3.5's switches that 3.6 made gates: a
+/// switch sets its gate unless `--feature-gates` names it too (an error,
+/// as in etcd 3.6). Gates oxetcd does not act on are logged.
+fn feature_gates(
+    given: &Given,
+    settings: &Settings,
+) -> Result<BTreeMap<String, bool>, ConfigError> {
+    let mut gates = match settings.get("feature-gates") {
+        Some(Value::Gates(gates)) => gates.clone(),
+        _ => BTreeMap::new(),
+    };
+    let explicit = gates.clone();
+    for flag in flags::all() {
+        let (Replacement::Gate(gate), Some(raw)) = (flag.replaced, given.get(flag.name)) else {
+            continue;
+        };
+        let on = settings.bool(flag.name);
+        if let Some(set) = explicit.get(gate) {
+            return Err(invalid(
+                flag.name,
+                &raw.text,
+                format!(
+                    "cannot specify both flags: --{}={on} and --feature-gates={gate}={set} at \
+                     the same time, please just use --feature-gates={gate}={set}",
+                    flag.name
+                ),
+            ));
+        }
+        gates.insert(gate.to_owned(), on);
+    }
+    Ok(gates)
+}
+
+/// Whether oxetcd does what `gate` turns on whatever its setting (it
+/// always checkpoints lease TTLs and persists them).
+fn gate_always_on(gate: &str) -> bool {
+    matches!(gate, "LeaseCheckpoint" | "LeaseCheckpointPersist")
+}
+
+/// The gates set differently from their default that oxetcd does not act
+/// on, as `--feature-gates=Name=value` words.
+fn unsupported_gates(gates: &BTreeMap<String, bool>) -> Vec<String> {
+    gates
+        .iter()
+        .filter(|(name, on)| {
+            let default = FEATURE_GATES
+                .iter()
+                .find(|(g, _)| g == name)
+                .map(|(_, d)| *d);
+            default != Some(**on) && !gate_always_on(name)
+        })
+        .map(|(name, on)| format!("--feature-gates={name}={on}"))
+        .collect()
+}
+
+/// `error` with the source of the value it names, when that value came
+/// from a variable or the file.
+fn locate(error: ConfigError, given: &Given) -> ConfigError {
+    let ConfigError::InvalidValue { flag, .. } = &error else {
+        return error;
+    };
+    match given.values().find(|raw| raw.given_as == *flag) {
+        Some(raw) if !error.to_string().contains("(from ") => from_source(error, &raw.source),
+        _ => error,
+    }
+}

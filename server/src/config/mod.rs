@@ -1,0 +1,337 @@
+//! Flags, `ETCD_*` environment variables and the YAML config file, with
+//! etcd's names, defaults and precedence.
+//!
+//! Design: one table (`flags/`) names every flag of etcd 3.4 to 3.7, its
+//! value syntax, default, help text and what oxetcd does with it. [`parse`]
+//! is a function of the arguments and the environment (it reads only the
+//! file `--config-file` names), so every rule is unit-tested: `--flag value`
+//! and `--flag=value` (one or two dashes), a flag beats its `ETCD_*`
+//! variable, a config file replaces both, an unknown flag or a malformed
+//! value is an error naming the flag, an unknown `ETCD_*` variable only a
+//! warning. Flags etcd 3.6 renamed from `--experimental-*` are accepted
+//! under both names, the plain one winning, the old one warned about.
+//! Every flag's value is kept in [`Config::settings`]; flags whose feature
+//! oxetcd lacks are stored (typed, in [`Config::pending`]) and logged as
+//! `not yet supported` when set, or refused where ignoring them could cost
+//! data. [`from_process`] wraps it for `main`: help and version go to
+//! stdout with exit code 0, errors to stderr with exit code 1.
+//!
+//! TLS flags of the client and peer ports are checked here as etcd checks
+//! them (an `https://` URL needs `--cert-file` and `--key-file` or
+//! `--auto-tls`, their `--peer-*` forms for peer URLs); the files
+//! themselves are read when the server starts (`serve/tls.rs`,
+//! `peer/tls.rs`).
+
+mod build;
+mod cluster;
+mod file;
+mod flags;
+mod help;
+mod logging;
+mod parse;
+mod settings;
+mod tls;
+mod urls;
+mod values;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use oxetcd_core::ids;
+
+pub use cluster::{ClusterState, InitialMember};
+pub use help::{usage, version};
+pub use logging::{LogFormat, LogLevel, LogOutput, Logging};
+pub use parse::parse;
+pub use settings::{AutoCompaction, Pending, Settings};
+pub use tls::{ClientTls, PeerTls};
+pub use urls::ListenUrl;
+pub use values::Value;
+
+/// A fully resolved server configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Human-readable member name (`--name`).
+    pub name: String,
+    /// Where the raft log and the backend live (`--data-dir`).
+    pub data_dir: PathBuf,
+    /// Addresses to serve clients on (`--listen-client-urls`).
+    pub listen_client_urls: Vec<ListenUrl>,
+    /// TLS of the `https://` client URLs. Its versions and cipher suites
+    /// apply to the peer links too.
+    pub client_tls: ClientTls,
+    /// TLS of the `https://` peer URLs.
+    pub peer_tls: PeerTls,
+    /// Client URLs published to the cluster (`--advertise-client-urls`).
+    pub advertise_client_urls: Vec<String>,
+    /// Addresses to serve peers on (`--listen-peer-urls`).
+    pub listen_peer_urls: Vec<ListenUrl>,
+    /// Peer URLs advertised to the cluster (`--initial-advertise-peer-urls`);
+    /// with the token they determine the member ID.
+    pub initial_advertise_peer_urls: Vec<String>,
+    /// `--initial-cluster-token`.
+    pub initial_cluster_token: String,
+    /// `--initial-cluster`: the members a new cluster starts with, this
+    /// one among them (checked), in the order given.
+    pub initial_cluster: Vec<InitialMember>,
+    /// `--initial-cluster-state`.
+    pub initial_cluster_state: ClusterState,
+    /// `--heartbeat-interval`, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+    /// `--election-timeout`, in milliseconds; at least five heartbeats.
+    pub election_timeout_ms: u64,
+    /// `--snapshot-count`: applied entries between snapshots.
+    pub snapshot_count: u64,
+    /// `--experimental-snapshot-catchup-entries`: entries kept in the log
+    /// after a snapshot for slow followers.
+    pub snapshot_catchup_entries: u64,
+    /// `--max-learners`: learners the cluster admits at once.
+    pub max_learners: usize,
+    /// Largest client request accepted, in bytes (`--max-request-bytes`).
+    pub max_request_bytes: usize,
+    /// Largest number of operations in one txn (`--max-txn-ops`).
+    pub max_txn_ops: usize,
+    /// How often the leader records the remaining TTL of long leases
+    /// through the log (`--experimental-lease-checkpoint-interval`).
+    /// oxetcd always checkpoints; etcd's switches that turn checkpoints and
+    /// their persistence on are accepted and change nothing.
+    pub lease_checkpoint_interval: Duration,
+    /// How often watchers that asked for `progress_notify` hear the
+    /// current revision when no event reached them
+    /// (`--experimental-watch-progress-notify-interval`).
+    pub watch_progress_notify_interval: Duration,
+    /// `--strict-reconfig-check`: refuse membership changes that would
+    /// cost quorum.
+    pub strict_reconfig_check: bool,
+    /// `--logger`, `--log-level`, `--log-format`, `--log-outputs`.
+    pub logging: Logging,
+    /// Settings of features oxetcd does not have yet.
+    pub pending: Pending,
+    /// Every flag's value, given or default.
+    pub settings: Settings,
+    /// Things worth a warning once logging is up (unknown `ETCD_*`
+    /// variables, variables shadowed by flags).
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// This member's ID, derived from its advertised peer URLs and the
+    /// cluster token.
+    pub fn member_id(&self) -> u64 {
+        let urls: Vec<&str> = self
+            .initial_advertise_peer_urls
+            .iter()
+            .map(String::as_str)
+            .collect();
+        ids::member_id(&urls, &self.initial_cluster_token)
+    }
+
+    /// The ID of the cluster `--initial-cluster` describes, derived from
+    /// its members' IDs as etcd derives it. (A member joining an existing
+    /// cluster learns the real ID from its peers: `running_cluster_id`.)
+    pub fn cluster_id(&self) -> u64 {
+        let members: Vec<u64> = self
+            .initial_cluster
+            .iter()
+            .map(|m| m.member_id(&self.initial_cluster_token))
+            .collect();
+        ids::cluster_id(&members)
+    }
+
+    /// The cluster ID this member starts with. A member joining with
+    /// `--initial-cluster-state existing` cannot derive it (the cluster's
+    /// members may have changed since it was created), so it starts with 0
+    /// and takes the ID stored in its data directory or, on a first start,
+    /// learns it from its peers (see `peer/wire.rs`).
+    pub fn running_cluster_id(&self) -> u64 {
+        match self.initial_cluster_state {
+            ClusterState::New => self.cluster_id(),
+            ClusterState::Existing => 0,
+        }
+    }
+
+    /// The other members of `--initial-cluster`: ID and peer URLs, for the
+    /// peer transport.
+    pub fn initial_peers(&self) -> Vec<(u64, Vec<String>)> {
+        let me = self.member_id();
+        self.initial_cluster
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id(&self.initial_cluster_token),
+                    m.peer_urls.clone(),
+                )
+            })
+            .filter(|(id, _)| *id != me)
+            .collect()
+    }
+
+    /// The peer transport's settings: this member and cluster, frames
+    /// large enough for `--max-request-bytes`, and incoming snapshots under
+    /// `<data-dir>/member/snap`.
+    pub fn peer_transport_config(&self) -> crate::peer::PeerTransportConfig {
+        crate::peer::PeerTransportConfig::new(
+            self.running_cluster_id(),
+            self.member_id(),
+            self.data_dir.join("member").join("snap"),
+        )
+        .for_request_bytes(self.max_request_bytes)
+    }
+
+    /// The node's configuration.
+    pub fn node_config(&self) -> oxetcd_core::Config {
+        let member_id = self.member_id();
+        let election_timeout = Duration::from_millis(self.election_timeout_ms);
+        let initial_members = self
+            .initial_cluster
+            .iter()
+            .map(|m| oxetcd_core::InitialMember {
+                id: m.member_id(&self.initial_cluster_token),
+                name: m.name.clone(),
+                peer_urls: m.peer_urls.clone(),
+            })
+            .collect();
+        // `Limits` grows as core enforces more of etcd's limits; the
+        // defaults fill what no flag sets yet.
+        #[allow(clippy::needless_update)]
+        oxetcd_core::Config {
+            name: self.name.clone(),
+            member_id,
+            cluster_id: self.running_cluster_id(),
+            client_urls: self.advertise_client_urls.clone(),
+            initial_members,
+            initial_cluster_state: match self.initial_cluster_state {
+                ClusterState::New => oxetcd_core::ClusterState::New,
+                ClusterState::Existing => oxetcd_core::ClusterState::Existing,
+            },
+            max_request_bytes: self.max_request_bytes,
+            limits: oxetcd_core::mvcc::Limits {
+                txn_ops_max: self.max_txn_ops,
+                ..Default::default()
+            },
+            rng_seed: member_id,
+            // etcd's lease timing follows its raft timing flags.
+            lease: oxetcd_core::lease::LeaseConfig {
+                checkpoint_interval: self.lease_checkpoint_interval,
+                ..oxetcd_core::lease::LeaseConfig::from_raft_timing(
+                    self.heartbeat_interval_ms,
+                    self.election_timeout_ms,
+                )
+            },
+            watch_progress_notify_interval: self.watch_progress_notify_interval,
+            election_timeout,
+            heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
+            snapshot_count: self.snapshot_count,
+            snapshot_catch_up_entries: self.snapshot_catchup_entries,
+            max_learners: self.max_learners,
+            cluster_token: self.initial_cluster_token.clone(),
+            // etcd's request timeout: 5 s plus two election timeouts.
+            request_timeout: Duration::from_secs(5) + 2 * election_timeout,
+            ..oxetcd_core::Config::single(&self.name)
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)]
+pub enum Command {
+    /// Run the server.
+    Run(Config),
+    /// Print usage and exit.
+    Help,
+    /// Print the version and exit.
+    Version,
+}
+
+/// Why the command line or environment could not be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A flag nobody defined.
+    UnknownFlag(String),
+    /// A flag that needs a value was last on the line.
+    MissingValue(String),
+    /// An argument that is not a flag.
+    NotAFlag(String),
+    /// The config file cannot be read or is not YAML.
+    ConfigFile {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A flag or variable whose value does not parse.
+    InvalidValue {
+        /// The flag's name, without dashes.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownFlag(flag) => write!(f, "flag provided but not defined: {flag}"),
+            Self::MissingValue(flag) => write!(f, "flag needs an argument: {flag}"),
+            Self::NotAFlag(arg) => write!(f, "'{arg}' is not a valid flag"),
+            Self::ConfigFile { path, reason } => {
+                write!(f, "cannot use config file {path}: {reason}")
+            }
+            Self::InvalidValue {
+                flag,
+                value,
+                reason,
+            } => {
+                write!(f, "invalid value {value:?} for flag --{flag}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Parses the process's arguments and environment. Prints help or the
+/// version and exits 0 when asked; prints a clear error and exits 1 on a bad
+/// flag or value.
+pub fn from_process() -> Config {
+    let mut args = std::env::args_os();
+    let program = args
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "oxetcd".to_owned());
+    let mut arguments = Vec::new();
+    for arg in args {
+        match arg.into_string() {
+            Ok(arg) => arguments.push(arg),
+            Err(arg) => {
+                eprintln!("{program}: argument {arg:?} is not valid UTF-8");
+                std::process::exit(1);
+            }
+        }
+    }
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    match parse(arguments, env) {
+        Ok(Command::Run(config)) => config,
+        Ok(Command::Help) => {
+            print!("{}", usage(&program));
+            std::process::exit(0);
+        }
+        Ok(Command::Version) => {
+            print!("{}", version());
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("{program}: error verifying flags, {e}. See '{program} --help'.");
+            std::process::exit(1);
+        }
+    }
+}
