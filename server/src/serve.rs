@@ -38,11 +38,6 @@ use crate::runtime::{deadline_after, HyperExecutor, HyperTimer, Runtime};
 use crate::RunError;
 use authority::AuthorityRewrite;
 
-/// HTTP/2 streams one client connection may have open at once. Clients
-/// multiplex many calls (and, later, watches) over one connection; the
-/// driver's in-flight bound still caps the work they can queue.
-const STREAMS_PER_CONNECTION_MAX: u32 = 4096;
-
 /// Pause after a failed accept (out of file descriptors, typically), so the
 /// loop does not spin while the condition lasts.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
@@ -101,7 +96,9 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
     builder
         .http2()
         .timer(HyperTimer(runtime.clone()))
-        .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX);
+        // Clients multiplex many calls and watches over one connection;
+        // the driver's in-flight bound still caps the work they can queue.
+        .max_concurrent_streams(config.max_concurrent_streams);
     let app = Arc::new(App {
         runtime: runtime.clone(),
         grpc: GrpcRouter::new(handle.clone(), member, config.max_request_bytes),

@@ -86,10 +86,7 @@ pub(crate) async fn accept<R: Runtime>(
     let limit = port.handshake_timeout();
     let reason = match timeout(runtime, limit, stream.handshake()).await {
         Some(Ok(())) => return Some(stream),
-        Some(Err(e)) => match oxetcd_tls::tls_cause(&e) {
-            Some(cause) => go_reason(cause),
-            None => e.to_string(),
-        },
+        Some(Err(e)) => handshake_error(&e),
         None => format!("handshake not completed within {limit:?}"),
     };
     port.rejections().log(Instant::now(), |held_back| {
@@ -102,20 +99,30 @@ pub(crate) async fn accept<R: Runtime>(
     None
 }
 
+/// Why a handshake failed, in the words of Go's TLS stack where tools
+/// match on them (either side of a connection).
+pub(crate) fn handshake_error(error: &std::io::Error) -> String {
+    match oxetcd_tls::tls_cause(error) {
+        Some(cause) => go_reason(cause),
+        None => error.to_string(),
+    }
+}
+
 /// A rustls error in the words of Go's TLS stack where tools match on
-/// them, with rustls' own detail after it.
+/// them, with rustls' own detail after it. An alert is the other side's
+/// refusal: Go calls it a remote error.
 fn go_reason(error: &rustls::Error) -> String {
     let go = match error {
         rustls::Error::NoCertificatesPresented => "tls: client didn't provide a certificate",
         rustls::Error::InvalidCertificate(CertificateError::Revoked) => {
             "tls: bad certificate: certificate revoked"
         }
-        rustls::Error::InvalidCertificate(_)
-        | rustls::Error::AlertReceived(AlertDescription::BadCertificate)
-        | rustls::Error::AlertReceived(AlertDescription::UnknownCA)
-        | rustls::Error::AlertReceived(AlertDescription::CertificateUnknown) => {
-            "tls: bad certificate"
-        }
+        rustls::Error::InvalidCertificate(_) => "tls: bad certificate",
+        rustls::Error::AlertReceived(
+            AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::CertificateUnknown,
+        ) => "remote error: tls: bad certificate",
         rustls::Error::InappropriateMessage { .. }
         | rustls::Error::InappropriateHandshakeMessage { .. }
         | rustls::Error::InvalidMessage(_) => {
@@ -199,7 +206,7 @@ mod tests {
         let unknown = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
         assert!(go_reason(&unknown).starts_with("tls: bad certificate ("));
         let alert = rustls::Error::AlertReceived(AlertDescription::BadCertificate);
-        assert!(go_reason(&alert).starts_with("tls: bad certificate ("));
+        assert!(go_reason(&alert).starts_with("remote error: tls: bad certificate ("));
         let revoked = rustls::Error::InvalidCertificate(CertificateError::Revoked);
         assert!(go_reason(&revoked).contains("revoked"));
         let none = rustls::Error::NoCertificatesPresented;

@@ -777,6 +777,25 @@ fn member_updates_go_through_the_log_and_bad_input_gets_etcds_errors() {
     assert_eq!(c.call(leader, remove), Err(Error::MemberNotEnoughStarted));
 }
 
+/// `--strict-reconfig-check=false`: with one of three down, the leader
+/// removes a running member anyway (etcd's rule; quorum is the operator's
+/// risk then), where the strict check refuses it.
+#[test]
+fn without_the_strict_check_a_member_is_removed_whatever_quorum_says() {
+    let mut c = Cluster::with(3, |config| config.strict_reconfig_check = false);
+    let leader = c.leader().unwrap();
+    let [down, removed] = c.followers()[..] else {
+        panic!("three members")
+    };
+    c.crash(down);
+    c.run_for(Duration::from_secs(2));
+    let remove = Request::MemberRemove(MemberRemoveRequest { id: removed });
+    let Ok(Response::MemberRemove(answer)) = c.call(leader, remove) else {
+        panic!("the removal was refused")
+    };
+    assert!(answer.members.iter().all(|m| m.id != removed));
+}
+
 #[test]
 fn leases_expire_on_the_leader_only_and_watches_fire_on_every_member() {
     let mut c = Cluster::new(3);

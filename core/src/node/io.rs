@@ -57,6 +57,9 @@ pub struct Config {
     pub snapshot_catch_up_entries: u64,
     /// Learners allowed at once (`--max-learners`).
     pub max_learners: usize,
+    /// Refuse membership changes that would leave fewer started voters
+    /// than a quorum (`--strict-reconfig-check`, on by default).
+    pub strict_reconfig_check: bool,
     /// `--initial-cluster-token`: a member added at run time gets the ID
     /// its peer URLs and this token give, the ID it computes for itself
     /// when it starts with `--initial-cluster-state existing` (there is no
@@ -115,6 +118,7 @@ impl Config {
             snapshot_count: 10_000,
             snapshot_catch_up_entries: 5_000,
             max_learners: 1,
+            strict_reconfig_check: true,
             cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
         }

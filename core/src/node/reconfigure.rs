@@ -87,8 +87,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.propose(ticket, cc.id, EntryType::EntryConfChange, data);
     }
 
-    /// etcd's strict reconfiguration checks, which need the leader's view
-    /// of who is running (a follower forwards and lets the leader decide).
+    /// etcd's strict reconfiguration checks (`--strict-reconfig-check`),
+    /// which need the leader's view of who is running (a follower forwards
+    /// and lets the leader decide).
     pub(super) fn check_quorum_safe(
         &self,
         change: ConfChangeType,
@@ -109,6 +110,10 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         };
         let voters = conf.voters.len();
         let running = conf.voters.iter().filter(|v| started(v)).count();
+        // `--strict-reconfig-check=false` lets quorum be risked (etcd's
+        // rule); a learner must still be caught up to be promoted.
+        let strict = self.config.strict_reconfig_check;
+        let enough_started = |members, running| !strict || enough_started(members, running);
         match change {
             ConfChangeType::AddNode if adding => {
                 // Adding a second member to a lone one is allowed (etcd's

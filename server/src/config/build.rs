@@ -124,6 +124,8 @@ fn build(
         lease_checkpoint_interval,
         watch_progress_notify_interval,
         strict_reconfig_check: settings.bool("strict-reconfig-check"),
+        max_concurrent_streams: u32::try_from(settings.uint("max-concurrent-streams"))
+            .unwrap_or(u32::MAX),
         logging,
         pending,
         settings,

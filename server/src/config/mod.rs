@@ -107,6 +107,9 @@ pub struct Config {
     /// `--strict-reconfig-check`: refuse membership changes that would
     /// cost quorum.
     pub strict_reconfig_check: bool,
+    /// HTTP/2 streams one client connection may have open at once
+    /// (`--max-concurrent-streams`; etcd's default: no practical limit).
+    pub max_concurrent_streams: u32,
     /// `--logger`, `--log-level`, `--log-format`, `--log-outputs`.
     pub logging: Logging,
     /// Settings of features oxetcd does not have yet.
@@ -228,6 +231,7 @@ impl Config {
             snapshot_count: self.snapshot_count,
             snapshot_catch_up_entries: self.snapshot_catchup_entries,
             max_learners: self.max_learners,
+            strict_reconfig_check: self.strict_reconfig_check,
             cluster_token: self.initial_cluster_token.clone(),
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,

@@ -94,8 +94,6 @@ pub struct Pending {
     pub grpc_keepalive_interval: Duration,
     /// `--grpc-keepalive-timeout` (zero: off).
     pub grpc_keepalive_timeout: Duration,
-    /// `--max-concurrent-streams`.
-    pub max_concurrent_streams: u32,
     /// `--enable-pprof`.
     pub enable_pprof: bool,
     /// `--metrics`: `basic` or `extensive`.
@@ -151,8 +149,6 @@ impl Pending {
             grpc_keepalive_min_time: settings.duration("grpc-keepalive-min-time"),
             grpc_keepalive_interval: settings.duration("grpc-keepalive-interval"),
             grpc_keepalive_timeout: settings.duration("grpc-keepalive-timeout"),
-            max_concurrent_streams: u32::try_from(settings.uint("max-concurrent-streams"))
-                .unwrap_or(u32::MAX),
             enable_pprof: settings.bool("enable-pprof"),
             metrics: settings.text("metrics"),
             listen_metrics_urls: settings.list("listen-metrics-urls"),

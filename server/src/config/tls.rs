@@ -240,6 +240,13 @@ pub(super) fn parse_side(
             ),
         ));
     }
+    if tls.crl_file.is_some() && tls.trusted_ca_file.is_none() {
+        warnings.push(format!(
+            "--{} has no effect without --{}: only {} certificates verified against a CA \
+             are checked for revocation",
+            side.crl_file, side.trusted_ca_file, side.word
+        ));
+    }
     Ok(tls)
 }
 

@@ -96,7 +96,7 @@ pub(crate) fn configure(config: &Config) -> Result<Option<TransportTls>, oxetcd_
         trusted_ca_file: flags.trusted_ca_file.clone(),
         skip_verify: self_signed,
         allowed: flags.allowed.clone(),
-        crl_file: None,
+        crl_file: flags.crl_file.clone(),
         versions: config.client_tls.versions,
         cipher_suites: config.client_tls.cipher_suites.clone(),
     };
@@ -134,7 +134,10 @@ pub(super) async fn connect<R: Runtime>(
         .map_err(|e| format!("cannot start a TLS session: {e}"))?;
     match timeout(runtime, HANDSHAKE_TIMEOUT, stream.handshake()).await {
         Some(Ok(())) => Ok(PeerIo::Tls(Box::new(stream))),
-        Some(Err(e)) => Err(format!("TLS handshake failed: {e}")),
+        Some(Err(e)) => Err(format!(
+            "TLS handshake failed: {}",
+            crate::tls_accept::handshake_error(&e)
+        )),
         None => Err(format!(
             "TLS handshake timed out after {HANDSHAKE_TIMEOUT:?}"
         )),

@@ -60,7 +60,7 @@ pub(crate) fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>
         cert_file: cert_file.clone(),
         key_file: key_file.clone(),
         client_ca_file: tls.trusted_ca_file.clone(),
-        crl_file: None,
+        crl_file: tls.crl_file.clone(),
         versions: tls.versions,
         cipher_suites: tls.cipher_suites.clone(),
     };

@@ -112,7 +112,7 @@ const FLAGS: &[Flag] = &[
         "1572864",
         "Maximum client request size in bytes the server will accept.",
     ),
-    not_yet(
+    wired(
         "max-concurrent-streams",
         Kind::Uint32,
         "4294967295",
