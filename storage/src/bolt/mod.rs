@@ -28,5 +28,5 @@ pub mod layout;
 pub mod read;
 pub mod write;
 
-pub use read::{BoltError, BoltReader, Bucket, ReadAt};
+pub use read::{BoltError, BoltReader, Bucket, ReadAt, Visit};
 pub use write::{BoltWriter, EntrySource, VecSource};

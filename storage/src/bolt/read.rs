@@ -112,6 +112,13 @@ fn corrupt(why: impl fmt::Display) -> BoltError {
     BoltError::Corrupt(why.to_string())
 }
 
+/// A visitor of a bucket's entries: key, and value (`None` for a nested
+/// bucket); an error stops the walk.
+pub type Visit<'a, E> = dyn FnMut(&[u8], Option<&[u8]>) -> Result<(), E> + 'a;
+
+/// A visitor of leaf elements: key, value, element flags; false stops.
+type RawVisit<'a, E> = dyn FnMut(&[u8], &[u8], u32) -> Result<bool, E> + 'a;
+
 /// Where a bucket's entries are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Bucket {
@@ -212,7 +219,7 @@ impl<F: ReadAt> BoltReader<F> {
     pub fn for_each<E: From<BoltError>>(
         &self,
         bucket: &Bucket,
-        visit: &mut dyn FnMut(&[u8], Option<&[u8]>) -> Result<(), E>,
+        visit: &mut Visit<'_, E>,
     ) -> Result<(), E> {
         self.walk(bucket, &mut |key, value, flags| {
             visit(key, (flags & BUCKET_LEAF == 0).then_some(value))?;
@@ -323,7 +330,7 @@ impl<F: ReadAt> BoltReader<F> {
     fn walk<E: From<BoltError>>(
         &self,
         bucket: &Bucket,
-        visit: &mut dyn FnMut(&[u8], &[u8], u32) -> Result<bool, E>,
+        visit: &mut RawVisit<'_, E>,
     ) -> Result<(), E> {
         let mut visited = HashSet::new();
         match bucket {
@@ -344,7 +351,7 @@ impl<F: ReadAt> BoltReader<F> {
         pgid: u64,
         depth: usize,
         visited: &mut HashSet<u64>,
-        visit: &mut dyn FnMut(&[u8], &[u8], u32) -> Result<bool, E>,
+        visit: &mut RawVisit<'_, E>,
     ) -> Result<bool, E> {
         if depth > DEPTH_MAX {
             return Err(corrupt(format!("tree deeper than {DEPTH_MAX} levels")).into());
@@ -361,7 +368,7 @@ impl<F: ReadAt> BoltReader<F> {
         page: &[u8],
         depth: usize,
         visited: &mut HashSet<u64>,
-        visit: &mut dyn FnMut(&[u8], &[u8], u32) -> Result<bool, E>,
+        visit: &mut RawVisit<'_, E>,
     ) -> Result<bool, E> {
         let header = PageHeader::decode(page).ok_or_else(|| corrupt("page cut short"))?;
         let count = usize::from(header.count);

@@ -358,12 +358,10 @@ fn plan_bucket(source: &mut dyn EntrySource) -> io::Result<BucketPlan> {
     source.rewind()?;
     let mut packer = Packer::default();
     let first = packer.next_page(source)?.unwrap_or_default();
-    if page_bytes(&first) <= INLINE_BYTES_MAX {
-        if packer.next_page(source)?.is_none() {
-            let mut value = vec![0u8; BUCKET_HEADER_BYTES];
-            value.extend_from_slice(&leaf_page(0, &first, 0, false));
-            return Ok(BucketPlan::Inline(value));
-        }
+    if page_bytes(&first) <= INLINE_BYTES_MAX && packer.next_page(source)?.is_none() {
+        let mut value = vec![0u8; BUCKET_HEADER_BYTES];
+        value.extend_from_slice(&leaf_page(0, &first, 0, false));
+        return Ok(BucketPlan::Inline(value));
     }
     // Not inline: plan it again from the start, as a tree.
     Ok(match plan_tree(source)? {
@@ -728,26 +726,23 @@ mod tests {
 
     #[test]
     fn sources_out_of_order_or_changing_are_refused() {
-        struct Unsorted;
+        /// Yields "b", then "a".
+        struct Unsorted(u8);
         impl EntrySource for Unsorted {
             fn rewind(&mut self) -> io::Result<()> {
+                self.0 = b'c';
                 Ok(())
             }
             fn next_entry(&mut self) -> io::Result<Option<Entry>> {
-                Ok(Some((b"b".to_vec(), Vec::new()))).and_then(|e| {
-                    static FLIP: std::sync::atomic::AtomicBool =
-                        std::sync::atomic::AtomicBool::new(false);
-                    let flip = FLIP.fetch_xor(true, std::sync::atomic::Ordering::Relaxed);
-                    Ok(if flip {
-                        Some((b"a".to_vec(), Vec::new()))
-                    } else {
-                        e
-                    })
-                })
+                self.0 -= 1;
+                Ok(Some((vec![self.0], Vec::new())))
             }
         }
-        let mut writer =
-            BoltWriter::new(vec![(b"x".to_vec(), Box::new(Unsorted) as Box<_>)], 4096).unwrap();
+        let mut writer = BoltWriter::new(
+            vec![(b"x".to_vec(), Box::new(Unsorted(b'c')) as Box<_>)],
+            4096,
+        )
+        .unwrap();
         let error = writer.next().unwrap().unwrap_err();
         assert!(error.to_string().contains("out of order"), "{error}");
         assert!(writer.next().is_none(), "a failed writer ends");
@@ -768,21 +763,19 @@ mod tests {
                 )
             }
         }
-        let writer = BoltWriter::new(
+        let mut writer = BoltWriter::new(
             vec![(b"x".to_vec(), Box::new(Growing(0, 0)) as Box<_>)],
             4096,
         )
         .unwrap();
-        let error = writer
-            .map(|c| c.map(drop))
-            .collect::<io::Result<()>>()
-            .unwrap_err();
+        let error = writer.try_for_each(|c| c.map(drop)).unwrap_err();
         assert!(error.to_string().contains("second pass"), "{error}");
     }
 
     #[test]
     fn random_buckets_round_trip() {
-        fn property(buckets: Vec<(Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>)>, big: u16) -> TestResult {
+        type Generated = Vec<(Vec<u8>, Vec<Entry>)>;
+        fn property(buckets: Generated, big: u16) -> TestResult {
             let mut model = Buckets::new();
             for (name, entries) in buckets.into_iter().take(6) {
                 if name.is_empty() {
@@ -800,6 +793,6 @@ mod tests {
         }
         QuickCheck::new()
             .tests(40)
-            .quickcheck(property as fn(Vec<(Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>)>, u16) -> TestResult);
+            .quickcheck(property as fn(Generated, u16) -> TestResult);
     }
 }
