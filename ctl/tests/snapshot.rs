@@ -2,7 +2,9 @@
 //! --data-dir`, used as a person would: keys written to a running oxetcd,
 //! the snapshot saved and inspected, new members started on the restored
 //! directories and read back with Debian's etcdctl; a stopped member
-//! defragmented and started again.
+//! defragmented and started again. Snapshots are etcd's bolt databases
+//! both ways: Debian's etcdctl inspects and restores oxetcd's, and etcd
+//! serves the result; oxetcdctl restores etcd's into oxetcd.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -131,6 +133,27 @@ fn start_member(
     cluster: &str,
     token: &str,
 ) -> Server {
+    start_kind(
+        ServerKind::Oxetcd,
+        name,
+        data_dir,
+        client_port,
+        peer_url,
+        cluster,
+        token,
+    )
+}
+
+/// Starts `kind` as `name` of the cluster `cluster` on `data_dir`.
+fn start_kind(
+    kind: ServerKind,
+    name: &str,
+    data_dir: &Path,
+    client_port: u16,
+    peer_url: &str,
+    cluster: &str,
+    token: &str,
+) -> Server {
     let client_url = format!("http://127.0.0.1:{client_port}");
     let args: Vec<String> = [
         "--name",
@@ -153,7 +176,7 @@ fn start_member(
     .iter()
     .map(|a| (*a).to_owned())
     .collect();
-    Server::start_args(ServerKind::Oxetcd, client_port, data_dir, &args)
+    Server::start_args(kind, client_port, data_dir, &args)
         .unwrap_or_else(|e| panic!("member {name} starts on the restored directory: {e}"))
 }
 
@@ -212,13 +235,22 @@ fn save_status_restore_and_serve_as_a_new_cluster() {
     let saved = ok(ours(&address, &["snapshot", "save", &file_name]), "save");
     assert_eq!(saved.stdout, format!("Snapshot saved at {file_name}\n"));
 
-    // meta, membership, one lease, six versions (a×3, b, c and its deletion)
+    // key: six versions (a×3, b, c and its deletion); meta: the
+    // consistent index; lease: one; members: one; cluster: its version;
+    // auth: its revision.
     let status = json(&ok(
         ours(&address, &["snapshot", "status", &file_name, "-w", "json"]),
         "status",
     ));
     assert_eq!(status["revision"], revision, "{status}");
-    assert_eq!(status["totalKey"], 9, "{status}");
+    assert_eq!(status["totalKey"], 11, "{status}");
+    // Debian's etcdctl reads the file as a bolt database, with the same
+    // hash and counts.
+    let etcdctl_status = json(&ok(
+        theirs(&address, &["snapshot", "status", &file_name, "-w", "json"]),
+        "etcdctl status",
+    ));
+    assert_eq!(etcdctl_status, status);
     let size = std::fs::metadata(&file).expect("file").len();
     assert_eq!(status["totalSize"].as_u64(), Some(size - 32), "{status}");
     let simple = ok(
@@ -229,7 +261,7 @@ fn save_status_restore_and_serve_as_a_new_cluster() {
     assert!(
         simple
             .stdout
-            .starts_with(&format!("{hash}, {revision}, 9, ")),
+            .starts_with(&format!("{hash}, {revision}, 11, ")),
         "{simple:?}"
     );
 
@@ -422,34 +454,15 @@ fn a_corrupt_or_foreign_snapshot_is_refused() {
     assert_eq!(cut.code, 1, "{cut:?}");
     assert!(cut.stderr.contains("integrity check failed"), "{cut:?}");
 
-    // etcd's snapshots are bolt databases, which oxetcd does not read.
-    let etcd = Server::start(ServerKind::Etcd).expect("etcd starts");
-    let bolt = scratch.path().join("etcd.db").display().to_string();
-    ok(
-        theirs(&etcd.address(), &["snapshot", "save", &bolt]),
-        "etcd save",
-    );
-    let status = ours(&address, &["snapshot", "status", &bolt]);
-    assert_eq!(status.code, 1, "{status:?}");
-    assert!(status.stderr.contains("etcd (bolt) snapshot"), "{status:?}");
-    let from_bolt = scratch.path().join("from-bolt");
-    let restore = ours(
+    // A file that is no bolt database is named as such.
+    let other = scratch.path().join("not-a-snapshot");
+    std::fs::write(&other, b"hello").expect("write");
+    let status = ours(
         &address,
-        &restore_args(
-            &bolt,
-            &from_bolt.display().to_string(),
-            "default",
-            cluster,
-            "t",
-            peer,
-        ),
+        &["snapshot", "status", &other.display().to_string()],
     );
-    assert_eq!(restore.code, 1, "{restore:?}");
-    assert!(
-        restore.stderr.contains("etcd (bolt) snapshot"),
-        "{restore:?}"
-    );
-    assert!(!from_bolt.exists());
+    assert_eq!(status.code, 1, "{status:?}");
+    assert!(status.stderr.contains("is not a snapshot"), "{status:?}");
 
     // Argument errors, as etcdctl reports them.
     let none = ours(&address, &["snapshot", "status"]);
@@ -468,6 +481,110 @@ fn a_corrupt_or_foreign_snapshot_is_refused() {
             "Error: snapshot restore requires exactly one argument\n"
         )
     );
+}
+
+/// etcd's own tools restore oxetcd's snapshot, and etcd serves it: the
+/// keys, their history, the revision and the lease are etcd's now.
+#[test]
+fn etcd_restores_and_serves_an_oxetcd_snapshot() {
+    let source = Server::start(ServerKind::Oxetcd).expect("oxetcd starts");
+    let address = source.address();
+    let (lease, revision) = write_history(&address);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let file = scratch.path().join("snap.db").display().to_string();
+    ok(
+        theirs(&address, &["snapshot", "save", &file]),
+        "etcdctl save",
+    );
+    drop(source);
+
+    let data_dir = scratch.path().join("etcd-restored");
+    let peer = format!("http://127.0.0.1:{}", free_port().expect("port"));
+    let cluster = format!("solo={peer}");
+    let restored = theirs(
+        &address,
+        &restore_args(
+            &file,
+            &data_dir.display().to_string(),
+            "solo",
+            &cluster,
+            "to-etcd",
+            &peer,
+        ),
+    );
+    assert_eq!(restored.code, 0, "{restored:?}");
+    assert!(
+        format!("{}{}", restored.stdout, restored.stderr).contains("added member"),
+        "{restored:?}"
+    );
+    let client_port = free_port().expect("port");
+    let etcd = start_kind(
+        ServerKind::Etcd,
+        "solo",
+        &data_dir,
+        client_port,
+        &peer,
+        &cluster,
+        "to-etcd",
+    );
+    check_restored(&etcd.address(), &lease, revision);
+    let put = json(&ok(
+        theirs(&etcd.address(), &["put", "d", "on-etcd", "-w", "json"]),
+        "put on etcd",
+    ));
+    assert_eq!(header(&put, "revision") as i64, revision + 1);
+}
+
+/// oxetcdctl reads and restores etcd's snapshot: the way in from etcd.
+#[test]
+fn an_etcd_snapshot_restores_into_oxetcd() {
+    let etcd = Server::start(ServerKind::Etcd).expect("etcd starts");
+    let address = etcd.address();
+    let (lease, revision) = write_history(&address);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let file = scratch.path().join("etcd.db").display().to_string();
+    ok(
+        theirs(&address, &["snapshot", "save", &file]),
+        "etcdctl save",
+    );
+    drop(etcd);
+
+    let status = json(&ok(
+        ours(&address, &["snapshot", "status", &file, "-w", "json"]),
+        "status",
+    ));
+    let etcdctl_status = json(&ok(
+        theirs(&address, &["snapshot", "status", &file, "-w", "json"]),
+        "etcdctl status",
+    ));
+    assert_eq!(status, etcdctl_status);
+    assert_eq!(status["revision"], revision, "{status}");
+
+    let data_dir = scratch.path().join("oxetcd-restored");
+    let peer = format!("http://127.0.0.1:{}", free_port().expect("port"));
+    let cluster = format!("solo={peer}");
+    ok(
+        ours(
+            &address,
+            &restore_args(
+                &file,
+                &data_dir.display().to_string(),
+                "solo",
+                &cluster,
+                "from-etcd",
+                &peer,
+            ),
+        ),
+        "restore",
+    );
+    let client_port = free_port().expect("port");
+    let member = start_member("solo", &data_dir, client_port, &peer, &cluster, "from-etcd");
+    check_restored(&member.address(), &lease, revision);
+    let put = json(&ok(
+        theirs(&member.address(), &["put", "d", "on-oxetcd", "-w", "json"]),
+        "put on oxetcd",
+    ));
+    assert_eq!(header(&put, "revision") as i64, revision + 1);
 }
 
 fn kv_file(data_dir: &Path) -> PathBuf {

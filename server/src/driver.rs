@@ -340,14 +340,18 @@ impl<K: KvStore> Handle<K> {
         .await
     }
 
-    /// The backend as a snapshot file (stream and checksum, see
-    /// [`FileExport`]) of a read view taken now, for the Maintenance
-    /// `Snapshot` call; [`Handle::next_file_chunk`] pulls its chunks.
-    pub async fn snapshot_file(&self) -> Result<FileChunks, Error> {
+    /// The backend as a snapshot file (an etcd bolt database and its
+    /// checksum, see [`FileExport`]) of a read view taken now, naming
+    /// `cluster_version` as the cluster's, for the Maintenance `Snapshot`
+    /// call; [`Handle::next_file_chunk`] pulls its chunks.
+    pub async fn snapshot_file(&self, cluster_version: String) -> Result<FileChunks, Error> {
         let kv = self.kv.clone();
         self.run_blocking(move || {
             let view = kv.read().map_err(fatal_storage)?;
-            Ok(Box::new(FileExport::new(view, CHUNK_BYTES_DEFAULT)) as FileChunks)
+            match FileExport::new(view, &cluster_version, CHUNK_BYTES_DEFAULT) {
+                Ok(export) => Ok(Box::new(export) as FileChunks),
+                Err(e) => fatal("exporting a snapshot", &e),
+            }
         })
         .await
     }

@@ -1,5 +1,6 @@
 //! `snapshot restore`: the data directory of a member of a new cluster,
-//! holding a snapshot file's data.
+//! holding a snapshot file's data (an etcd bolt snapshot, saved from oxetcd
+//! or from etcd: this is also how an etcd cluster's data moves to oxetcd).
 //!
 //! Design. The flags are checked exactly as the server checks them when it
 //! starts (name in `--initial-cluster`, advertised peer URLs matching), by

@@ -41,7 +41,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod bolt;
 mod codec;
+mod crc32c;
 pub mod defrag;
 mod error;
 mod format;

@@ -133,8 +133,13 @@ fn snapshot_status(ctx: &Context, args: &[String]) -> Result<(), Failure> {
             "snapshot status requires exactly one argument",
         ));
     }
-    let status =
-        oxetcd_storage::snapshot_file::status(Path::new(&args[0]), true).map_err(Failure::error)?;
+    // A checksum is verified when the file has one; a backend copied out
+    // of a data directory has none and is read as etcdctl reads it.
+    let status = oxetcd_storage::snapshot_file::status(
+        Path::new(&args[0]),
+        oxetcd_storage::snapshot_file::HashCheck::IfPresent,
+    )
+    .map_err(Failure::error)?;
     ctx.print(&View::DbStatus(DbStatus {
         hash: status.hash,
         revision: status.revision,
@@ -220,7 +225,7 @@ async fn snapshot_save(ctx: &Context, args: &[String]) -> Result<(), Failure> {
             size += chunk.blob.len() as u64;
         }
         // etcd's rule for a complete snapshot: a whole number of 512-byte
-        // sectors plus a 32-byte SHA-256 (oxetcd's snapshots follow it).
+        // sectors (bolt pages) plus a 32-byte SHA-256.
         if size % 512 != 32 {
             return Err(Error::Protocol(format!(
                 "sha256 checksum not found [bytes: {size}]"

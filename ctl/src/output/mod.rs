@@ -97,7 +97,7 @@ pub struct DbStatus {
     pub hash: u32,
     /// The revision the snapshot was taken at.
     pub revision: i64,
-    /// Records the snapshot holds.
+    /// Entries of all the snapshot's buckets.
     pub total_key: u64,
     /// Bytes of the snapshot, its checksum excluded.
     pub total_size: u64,

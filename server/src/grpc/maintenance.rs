@@ -1,9 +1,10 @@
 //! The `etcdserverpb.Maintenance` service. `Status` combines the node's raft
 //! state (leader, term, indexes, learner flag) with what only the server
 //! knows (version, database size); `MoveLeader` goes to the node;
-//! `Snapshot` streams the backend as oxetcd's snapshot file (see
-//! `oxetcd_storage::snapshot_file`); the other methods are not served yet
-//! and answer `Unimplemented`.
+//! `Snapshot` streams the backend as an etcd snapshot: a bolt database
+//! with etcd's schema and its SHA-256 (see `oxetcd_storage::snapshot_file`),
+//! so etcd's tools read it; the other methods are not served yet and
+//! answer `Unimplemented`.
 
 use std::path::Path;
 
@@ -135,19 +136,20 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         Err(unimplemented("HashKV"))
     }
 
-    /// The backend as oxetcd's snapshot file: the snapshot stream of a read
-    /// view taken now, padded to whole 512-byte sectors and followed by its
-    /// SHA-256, the layout etcd's clients check for, in messages of about a
-    /// megabyte. The total is not known
-    /// before the end, so `remaining_bytes` stays 0; clients read until the
-    /// stream ends, as etcd's do.
+    /// The backend as etcd's snapshot: the bolt image of a read view taken
+    /// now (whole 4096-byte pages) followed by its SHA-256, the layout
+    /// etcd's clients check for, in messages of about a megabyte, built
+    /// as it is sent. The image records the cluster version as etcd does,
+    /// `major.minor.0` of the version this server reports. The total is
+    /// not known before the first page is planned, so `remaining_bytes`
+    /// stays 0; clients read until the stream ends, as etcd's do.
     async fn snapshot(
         &self,
         _request: tonic::Request<SnapshotRequest>,
     ) -> Result<tonic::Response<Self::SnapshotStream>, Status> {
         let chunks = self
             .handle
-            .snapshot_file()
+            .snapshot_file(cluster_version(ETCD_VERSION))
             .await
             .map_err(|e| status_from_error(&e))?;
         let handle = self.handle.clone();
@@ -194,6 +196,15 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         _request: tonic::Request<DowngradeRequest>,
     ) -> Result<tonic::Response<DowngradeResponse>, Status> {
         Err(unimplemented("Downgrade"))
+    }
+}
+
+/// etcd's form of a cluster version: `major.minor.0`.
+fn cluster_version(version: &str) -> String {
+    let mut parts = version.split('.');
+    match (parts.next(), parts.next()) {
+        (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
+        _ => version.to_owned(),
     }
 }
 
