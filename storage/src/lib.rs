@@ -47,6 +47,7 @@ mod crc32c;
 pub mod defrag;
 mod error;
 mod format;
+pub mod go_json;
 pub mod kv;
 pub mod log;
 pub mod snapshot;

@@ -43,29 +43,9 @@ pub fn quote(bytes: &[u8]) -> String {
     out
 }
 
-/// `encoding/json`'s string encoding, HTML-safe as Go's default encoder is.
-pub fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+/// `encoding/json`'s string encoding, HTML-safe as Go's default encoder is
+/// (the one the bolt snapshot's member records use too).
+pub use oxetcd_storage::go_json::string as json_string;
 
 /// `time.Duration.String()`: `1.5ms`, `850µs`, `2m3.5s`, `0s`.
 pub fn duration(d: Duration) -> String {

@@ -38,8 +38,8 @@ pub struct ClientTls {
     /// `--auto-tls` with no certificate given: serve a self-signed
     /// certificate kept in `<data-dir>/fixtures/client`.
     pub auto_tls: bool,
-    /// `--client-crl-file`: revoked client certificates (read when the
-    /// server starts; not yet enforced).
+    /// `--client-crl-file`: revoked client certificates are refused (read
+    /// when the server starts).
     pub crl_file: Option<PathBuf>,
     /// Protocol versions.
     pub versions: oxetcd_tls::Versions,
@@ -68,7 +68,8 @@ pub struct PeerTls {
     /// certificate kept in `<data-dir>/fixtures/peer`, and peers'
     /// certificates not verified.
     pub auto_tls: bool,
-    /// `--peer-crl-file`: revoked peer certificates (not yet enforced).
+    /// `--peer-crl-file`: revoked certificates of dialing members are
+    /// refused.
     pub crl_file: Option<PathBuf>,
     /// `--peer-cert-allowed-cn` or `--peer-cert-allowed-hostname`.
     pub allowed: Option<oxetcd_tls::AllowedPeer>,

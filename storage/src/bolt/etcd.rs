@@ -285,7 +285,7 @@ fn key_value(version: &KeyVersion) -> mvccpb::KeyValue {
 /// etcd's JSON of a member (Go's `encoding/json` of membership.Member).
 fn member_json(member: &oxetcd_proto::etcdserverpb::Member) -> String {
     let list = |urls: &[String]| {
-        let quoted: Vec<String> = urls.iter().map(|u| json_string(u)).collect();
+        let quoted: Vec<String> = urls.iter().map(|u| crate::go_json::string(u)).collect();
         format!("[{}]", quoted.join(","))
     };
     let mut json = format!(
@@ -297,36 +297,16 @@ fn member_json(member: &oxetcd_proto::etcdserverpb::Member) -> String {
         json.push_str(r#","isLearner":true"#);
     }
     if !member.name.is_empty() {
-        json.push_str(&format!(r#","name":{}"#, json_string(&member.name)));
+        json.push_str(&format!(
+            r#","name":{}"#,
+            crate::go_json::string(&member.name)
+        ));
     }
     if !member.client_ur_ls.is_empty() {
         json.push_str(&format!(r#","clientURLs":{}"#, list(&member.client_ur_ls)));
     }
     json.push('}');
     json
-}
-
-/// A JSON string as Go's `encoding/json` writes it (HTML characters
-/// escaped too).
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                out.push_str(&format!("\\u{:04x}", u32::from(c)));
-            }
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 impl From<BoltError> for ImportError {
