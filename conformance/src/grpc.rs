@@ -12,12 +12,12 @@ use oxetcd_proto::etcdserverpb::lease_client::LeaseClient;
 use oxetcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest,
-    RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse, WatchRequest,
-    WatchResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest,
+    HashKvResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+    WatchRequest, WatchResponse,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tonic::codegen::tokio_stream::Stream;
@@ -145,6 +145,12 @@ impl Grpc {
     pub fn status(&mut self) -> Result<StatusResponse, Failure> {
         let mut maintenance = self.maintenance.clone();
         self.block_on(async move { maintenance.status(StatusRequest {}).await })
+    }
+
+    /// `Maintenance.HashKV`.
+    pub fn hash_kv(&mut self, revision: i64) -> Result<HashKvResponse, Failure> {
+        let mut maintenance = self.maintenance.clone();
+        self.block_on(async move { maintenance.hash_kv(HashKvRequest { revision }).await })
     }
 
     /// `Lease.LeaseGrant`.

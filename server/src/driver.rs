@@ -67,6 +67,7 @@ use oxetcd_proto::eraftpb::Message;
 use oxetcd_proto::etcdserverpb::{
     Member, RangeRequest, RangeResponse, ResponseHeader, WatchRequest,
 };
+use oxetcd_storage::bolt::hash::{hash_kv, KvHash};
 use oxetcd_storage::snapshot::{self as backend_snapshot, SnapshotExport, CHUNK_BYTES_DEFAULT};
 use oxetcd_storage::snapshot_file::FileExport;
 use slab::Slab;
@@ -336,6 +337,17 @@ impl<K: KvStore> Handle<K> {
         self.run_blocking(move || {
             let meta = kv.read().and_then(|view| view.meta());
             meta.map_err(fatal_storage)
+        })
+        .await
+    }
+
+    /// etcd's `HashKV` of this member's applied key space up to `revision`
+    /// (0: the current one), computed on a read view on a blocking thread.
+    pub async fn hash_kv(&self, revision: i64) -> Result<KvHash, Error> {
+        let kv = self.kv.clone();
+        self.run_blocking(move || {
+            let view = kv.read().map_err(fatal_storage)?;
+            hash_kv(&view, revision)
         })
         .await
     }

@@ -68,6 +68,8 @@ pub enum RunError {
     Tls(oxetcd_tls::TlsError),
     /// The peer links' TLS could not be set up.
     PeerTls(oxetcd_tls::TlsError),
+    /// A `--log-outputs` file could not be opened (as in etcd, fatal).
+    LogOutput(String),
 }
 
 impl fmt::Display for RunError {
@@ -79,6 +81,7 @@ impl fmt::Display for RunError {
             Self::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
             Self::Tls(e) => write!(f, "cannot set up client TLS: {e}"),
             Self::PeerTls(e) => write!(f, "cannot set up peer TLS: {e}"),
+            Self::LogOutput(message) => write!(f, "{message}"),
         }
     }
 }
@@ -88,7 +91,7 @@ impl std::error::Error for RunError {}
 /// Runs the server until SIGINT or SIGTERM: opens storage, starts the node,
 /// serves clients, and on a signal stops the node and syncs the backend.
 pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError> {
-    init_logging(&config.logging);
+    init_logging(&config.logging)?;
     for warning in &config.warnings {
         warn!("{warning}");
     }
@@ -272,7 +275,9 @@ pub fn exit_code(result: Result<(), RunError>) -> ExitCode {
 /// output gets every line. An output file that cannot be opened is
 /// reported on stderr, which then stands in for it. A second call (tests)
 /// keeps the first setup.
-fn init_logging(logging: &config::Logging) {
+/// A log file that cannot be opened is an error, as in etcd; logging is
+/// set up on stderr all the same, so the error can be said.
+fn init_logging(logging: &config::Logging) -> Result<(), RunError> {
     use std::io::IsTerminal;
     use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
     let mut writer: Option<BoxMakeWriter> = None;
@@ -310,8 +315,9 @@ fn init_logging(logging: &config::Logging) {
         config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
         config::LogFormat::Console => builder.try_init(),
     };
-    for failure in failures {
-        tracing::error!("{failure}");
+    match failures.is_empty() {
+        true => Ok(()),
+        false => Err(RunError::LogOutput(failures.join("; "))),
     }
 }
 

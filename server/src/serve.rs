@@ -88,8 +88,6 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         member_id: config.member_id(),
         cluster_id: config.running_cluster_id(),
         data_dir: config.data_dir.clone(),
-        bootstrapped_alone: config.initial_cluster.len() == 1
-            && config.initial_cluster_state == crate::config::ClusterState::New,
     };
     let mut builder = auto::Builder::new(HyperExecutor(runtime.clone()));
     builder.http1().timer(HyperTimer(runtime.clone()));

@@ -211,6 +211,12 @@ fn removed_and_refused_flags_say_why() {
             &["--config-file=/no/such/file.yaml"],
             "/no/such/file.yaml",
         );
+        // A log file that cannot be opened stops the start, as in etcd.
+        refused(
+            binary,
+            &["--log-outputs=/no/such/dir/oxetcd.log"],
+            "cannot open log output /no/such/dir/oxetcd.log",
+        );
     }
 }
 

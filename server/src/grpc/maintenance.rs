@@ -36,28 +36,6 @@ impl<K: KvStore> MaintenanceService<K> {
     }
 }
 
-impl<K: KvStore> MaintenanceService<K> {
-    /// True if this member is the cluster's only member, as it knows it
-    /// (in the first moments it knows none, until the bootstrap entries
-    /// are applied).
-    async fn is_single_member(&self) -> bool {
-        if !self.member.bootstrapped_alone {
-            return false;
-        }
-        let request = Request::MemberList(oxetcd_proto::etcdserverpb::MemberListRequest {
-            linearizable: false,
-        });
-        match self.handle.request(request).await {
-            Ok(Response::MemberList(list)) => match list.members.as_slice() {
-                [] => true,
-                [only] => only.id == self.member.member_id,
-                _ => false,
-            },
-            _ => false,
-        }
-    }
-}
-
 fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!(
         "unknown method {method} for service etcdserverpb.Maintenance"
@@ -83,12 +61,6 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         }
         let db_size = i64::try_from(dir_size(&self.member.data_dir)).unwrap_or(i64::MAX);
         status.db_size = db_size;
-        if status.leader == 0 && self.is_single_member().await {
-            // A lone voter elects itself right after it starts; a status
-            // asked in that instant reports it as the leader, as etcd's
-            // would (its client port opens only after the election).
-            status.leader = self.member.member_id;
-        }
         if status.db_size_in_use == 0 {
             status.db_size_in_use = db_size;
         }
@@ -129,11 +101,30 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         Err(unimplemented("Hash"))
     }
 
+    /// etcd's hash of this member's key space up to a revision, on its
+    /// own applied state (no consensus, as in etcd): members holding the
+    /// same history answer the same hash.
     async fn hash_kv(
         &self,
-        _request: tonic::Request<HashKvRequest>,
+        request: tonic::Request<HashKvRequest>,
     ) -> Result<tonic::Response<HashKvResponse>, Status> {
-        Err(unimplemented("HashKV"))
+        let revision = request.into_inner().revision;
+        let hashed = self
+            .handle
+            .hash_kv(revision)
+            .await
+            .map_err(|e| status_from_error(&e))?;
+        Ok(tonic::Response::new(HashKvResponse {
+            header: Some(ResponseHeader {
+                cluster_id: self.member.cluster_id,
+                member_id: self.member.member_id,
+                revision: hashed.revision,
+                ..Default::default()
+            }),
+            hash: hashed.hash,
+            compact_revision: hashed.compact_revision,
+            ..Default::default()
+        }))
     }
 
     /// The backend as etcd's snapshot: the bolt image of a read view taken

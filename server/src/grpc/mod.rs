@@ -80,8 +80,6 @@ pub struct Member {
     pub cluster_id: u64,
     /// The data directory, measured for `db_size`.
     pub data_dir: PathBuf,
-    /// The cluster was bootstrapped with this member alone.
-    pub bootstrapped_alone: bool,
 }
 
 /// Dispatches gRPC requests to the generated servers by service name.

@@ -265,7 +265,7 @@ impl<R: KvRead> EntrySource for VersionSource<R> {
 }
 
 /// A version as etcd stores it: a deletion is its key alone.
-fn key_value(version: &KeyVersion) -> mvccpb::KeyValue {
+pub(super) fn key_value(version: &KeyVersion) -> mvccpb::KeyValue {
     if version.tombstone {
         return mvccpb::KeyValue {
             key: version.key.clone(),

@@ -24,6 +24,7 @@
 //!   the image of a backend read view, its import, and `snapshot status`.
 
 pub mod etcd;
+pub mod hash;
 pub mod layout;
 pub mod read;
 pub mod write;
