@@ -1,0 +1,142 @@
+//! The driver's view of the peer links: raft messages and snapshots out,
+//! transport events in as node inputs, and the link's peer list kept equal
+//! to the node's member list.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use oxetcd_core::storage::KvStore;
+use oxetcd_core::{Input, Output};
+use oxetcd_proto::etcdserverpb::Member;
+use oxetcd_storage::snapshot::{SnapshotExport, CHUNK_BYTES_DEFAULT};
+use tracing::{debug, info, warn};
+
+use super::run::fatal;
+use super::{LogJob, PeerLink};
+use crate::peer::{PeerEvent, ReceivedSnapshot};
+
+/// The driver's side of the cluster: the peer link, snapshots received and
+/// not yet installed, and the peers the link was given.
+pub(super) struct ClusterLinks<K> {
+    pub(super) kv: K,
+    pub(super) peers: Option<Arc<dyn PeerLink>>,
+    /// Received snapshots by index, until a `Persist` installs one (older
+    /// ones go with it).
+    pub(super) received: BTreeMap<u64, ReceivedSnapshot>,
+    /// The peers handed to the link, with their URLs.
+    pub(super) known: HashMap<u64, Vec<String>>,
+    pub(super) member_id: u64,
+    /// A peer refused this member as removed from the cluster.
+    pub(super) refused_as_removed: bool,
+}
+
+impl<K: KvStore> ClusterLinks<K> {
+    /// Turns a transport event into the node's input, if it is one.
+    pub(super) fn peer_event(&mut self, event: PeerEvent) -> Option<Input> {
+        match event {
+            PeerEvent::Message(message) => Some(Input::Peer(message)),
+            PeerEvent::Snapshot { message, data } => {
+                let index = message.get_snapshot().get_metadata().index;
+                info!(
+                    from = message.from,
+                    index,
+                    bytes = data.len_bytes(),
+                    "received a snapshot"
+                );
+                self.received.insert(index, data);
+                Some(Input::SnapshotReceived { message })
+            }
+            PeerEvent::Unreachable { to } => Some(Input::Unreachable { to }),
+            // The run loop hands it to the node itself.
+            PeerEvent::ClusterId { .. } => None,
+            PeerEvent::SnapshotSent { to, delivered } => {
+                info!(to, delivered, "snapshot stream ended");
+                Some(Input::SnapshotSent { to, delivered })
+            }
+            PeerEvent::RemovedFromCluster { by } => {
+                warn!(
+                    by = %format_args!("{by:x}"),
+                    "this member was removed from the cluster"
+                );
+                self.refused_as_removed = true;
+                None
+            }
+        }
+    }
+
+    /// Executes what concerns peers; hands every other output back.
+    pub(super) fn execute(
+        &mut self,
+        output: Output,
+        persist: &Sender<LogJob>,
+        feedback: &mut Vec<Input>,
+    ) -> Option<Output> {
+        let Some(peers) = &self.peers else {
+            return Some(output);
+        };
+        match output {
+            Output::Send(message) => {
+                let to = message.to;
+                if let Err(e) = peers.send(message) {
+                    debug!(to, error = %e, "peer message dropped");
+                    feedback.push(Input::Unreachable { to });
+                }
+                None
+            }
+            Output::SendSnapshot { to, message } => {
+                // The view must be taken before the node applies anything
+                // more: it is the state at the snapshot index.
+                let view = match self.kv.read() {
+                    Ok(view) => view,
+                    Err(e) => fatal("reading the backend for a snapshot", &e),
+                };
+                let index = message.get_snapshot().get_metadata().index;
+                info!(to, index, "streaming a snapshot");
+                let chunks = SnapshotExport::new(view, CHUNK_BYTES_DEFAULT)
+                    .map(|chunk| chunk.map(bytes::Bytes::from));
+                peers.send_snapshot(message, Box::new(chunks));
+                None
+            }
+            Output::Persist(job) if job.snapshot.is_some() => {
+                let index = job.snapshot.as_ref().map_or(0, |m| m.index);
+                let data = self.received.remove(&index);
+                // Older snapshots are superseded; their files go.
+                self.received = self.received.split_off(&index);
+                let _ = persist.send(LogJob::Persist(job, data));
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// Gives the link the node's members (other than this one) and takes
+    /// away those that are gone.
+    pub(super) fn sync_members(&mut self, members: &[Member]) {
+        let Some(peers) = &self.peers else {
+            return;
+        };
+        let mut seen = HashMap::new();
+        for member in members {
+            if member.id == self.member_id || member.id == 0 {
+                continue;
+            }
+            if self.known.get(&member.id) != Some(&member.peer_ur_ls) {
+                info!(
+                    peer = %format_args!("{:x}", member.id),
+                    urls = ?member.peer_ur_ls,
+                    "peer added or updated"
+                );
+                peers.add_peer(member.id, member.peer_ur_ls.clone());
+            }
+            seen.insert(member.id, member.peer_ur_ls.clone());
+        }
+        for id in self.known.keys() {
+            if !seen.contains_key(id) {
+                info!(peer = %format_args!("{id:x}"), "peer removed");
+                peers.remove_peer(*id);
+            }
+        }
+        self.known = seen;
+    }
+}

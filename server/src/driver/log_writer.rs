@@ -1,0 +1,85 @@
+//! The log writer thread: appends (and fsyncs) the raft log for each
+//! `Persist` in order, installs received snapshots into the backend, and
+//! compacts the log, answering the driver once each write is durable.
+
+use std::sync::mpsc::{Receiver, Sender};
+
+use oxetcd_core::storage::{KvStore, KvWrite, LogStore};
+use oxetcd_storage::snapshot as backend_snapshot;
+use tracing::info;
+
+use super::run::fatal;
+use super::{Command, LogJob};
+use crate::peer::ReceivedSnapshot;
+
+/// The log writer thread's body: one fsynced append per persist,
+/// acknowledged in order; compactions after a backend sync.
+pub(super) fn write_log<L: LogStore, K: KvStore>(
+    log: L,
+    kv: K,
+    jobs: Receiver<LogJob>,
+    commands: Sender<Command>,
+) {
+    for job in jobs {
+        match job {
+            LogJob::Persist(persist, data) => {
+                if let Some(snapshot) = &persist.snapshot {
+                    let what = format!("installing snapshot {}", snapshot.index);
+                    let Some(data) = data else {
+                        fatal(&what, &"no snapshot data was received");
+                    };
+                    if let Err(e) = install_snapshot(&log, &kv, snapshot, &data) {
+                        fatal(&what, &e);
+                    }
+                }
+                if let Err(e) = log.append(&persist.entries, persist.hard_state.as_ref()) {
+                    fatal("appending to the raft log", &e);
+                }
+                if commands.send(Command::Persisted(persist.id)).is_err() {
+                    break;
+                }
+            }
+            LogJob::Compact(index) => {
+                // The log is the durable record of what the backend holds
+                // only as far as the backend is durable.
+                if let Err(e) = kv.sync() {
+                    fatal("syncing the backend", &e);
+                }
+                if let Err(e) = log.compact(index + 1) {
+                    fatal("compacting the raft log", &e);
+                }
+            }
+        }
+    }
+}
+
+/// Replaces the backend with a received snapshot, makes it durable, then
+/// resets the log to start after it.
+pub(super) fn install_snapshot<L: LogStore, K: KvStore>(
+    log: &L,
+    kv: &K,
+    snapshot: &oxetcd_proto::eraftpb::SnapshotMetadata,
+    data: &ReceivedSnapshot,
+) -> Result<(), String> {
+    let file = std::fs::File::open(data.path())
+        .map_err(|e| format!("opening {}: {e}", data.path().display()))?;
+    let mut write = kv.write().map_err(|e| e.to_string())?;
+    let meta = backend_snapshot::import(&mut write, std::io::BufReader::new(file))
+        .map_err(|e| e.to_string())?;
+    if meta.applied_index != snapshot.index {
+        return Err(format!(
+            "the data holds index {} but the snapshot is at {}",
+            meta.applied_index, snapshot.index
+        ));
+    }
+    write.commit().map_err(|e| e.to_string())?;
+    kv.sync().map_err(|e| e.to_string())?;
+    log.install_snapshot(snapshot.index, snapshot.term)
+        .map_err(|e| e.to_string())?;
+    info!(
+        index = snapshot.index,
+        revision = meta.revision,
+        "installed a snapshot into the backend"
+    );
+    Ok(())
+}
