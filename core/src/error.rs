@@ -108,6 +108,27 @@ pub enum Error {
     Unimplemented(&'static str),
     /// Storage failed; the node stops.
     Storage(StorageError),
+    /// `etcdserver: user name is empty`.
+    UserEmpty,
+    /// `etcdserver: user name already exists`.
+    UserAlreadyExists,
+    /// `etcdserver: user name not found`.
+    UserNotFound,
+    /// `etcdserver: role name is empty`.
+    RoleEmpty,
+    /// `etcdserver: role name already exists`.
+    RoleAlreadyExists,
+    /// `etcdserver: role name not found`.
+    RoleNotFound,
+    /// `etcdserver: role is not granted to the user`.
+    RoleNotGranted,
+    /// `etcdserver: permission is not granted to the role`.
+    PermissionNotGranted,
+    /// `etcdserver: invalid auth management`: root may not be deleted or
+    /// lose the root role while auth is enabled.
+    InvalidAuthManagement,
+    /// `etcdserver: authentication is not enabled`.
+    AuthNotEnabled,
 }
 
 impl Error {
@@ -144,6 +165,16 @@ impl Error {
             Self::MemberBadUrls => Code::InvalidArgument,
             Self::Unimplemented(_) => Code::Unimplemented,
             Self::Storage(_) => Code::Internal,
+            Self::UserEmpty | Self::RoleEmpty | Self::InvalidAuthManagement => {
+                Code::InvalidArgument
+            }
+            Self::UserAlreadyExists
+            | Self::UserNotFound
+            | Self::RoleAlreadyExists
+            | Self::RoleNotFound
+            | Self::RoleNotGranted
+            | Self::PermissionNotGranted
+            | Self::AuthNotEnabled => Code::FailedPrecondition,
         }
     }
 
@@ -184,6 +215,16 @@ impl Error {
             }
             Self::MemberBadUrls => "etcdserver: given member URLs are invalid",
             Self::BadLeaderTransferee => "etcdserver: bad leader transferee",
+            Self::UserEmpty => "etcdserver: user name is empty",
+            Self::UserAlreadyExists => "etcdserver: user name already exists",
+            Self::UserNotFound => "etcdserver: user name not found",
+            Self::RoleEmpty => "etcdserver: role name is empty",
+            Self::RoleAlreadyExists => "etcdserver: role name already exists",
+            Self::RoleNotFound => "etcdserver: role name not found",
+            Self::RoleNotGranted => "etcdserver: role is not granted to the user",
+            Self::PermissionNotGranted => "etcdserver: permission is not granted to the role",
+            Self::InvalidAuthManagement => "etcdserver: invalid auth management",
+            Self::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Self::Unimplemented(what) => return format!("unknown service {what}"),
             Self::Storage(e) => return format!("etcdserver: {e}"),
         };

@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod auth;
 pub mod error;
 pub mod ids;
 pub mod lease;
@@ -103,6 +104,9 @@ pub enum Request {
     MemberList(MemberListRequest),
     /// Hands leadership to another voter; answered once it leads.
     MoveLeader(MoveLeaderRequest),
+    /// A change to users, roles or permissions (through the log), or a
+    /// read of them (after a read barrier).
+    Auth(auth::AuthRequest),
 }
 
 /// The node's answer to a [`Request`].
@@ -142,4 +146,6 @@ pub enum Response {
     MemberList(MemberListResponse),
     /// Answer to a leader transfer.
     MoveLeader(MoveLeaderResponse),
+    /// Answer to an auth request.
+    Auth(auth::AuthResponse),
 }

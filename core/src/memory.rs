@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use raft_proto::eraftpb::{Entry, HardState};
 
 use crate::storage::{
-    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, LogState, LogStore, Membership,
-    RangeEnd, Revision, StorageError,
+    AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, LogState, LogStore,
+    Membership, RangeEnd, Revision, StorageError,
 };
 
 /// An in-memory MVCC backend.
@@ -52,6 +52,7 @@ struct KvState {
     /// Granted leases, by ID.
     leases: BTreeMap<i64, LeaseRecord>,
     membership: Option<Membership>,
+    auth: Option<AuthState>,
 }
 
 impl Default for KvState {
@@ -67,6 +68,7 @@ impl Default for KvState {
             by_revision: BTreeMap::new(),
             leases: BTreeMap::new(),
             membership: None,
+            auth: None,
         }
     }
 }
@@ -155,6 +157,10 @@ macro_rules! read_through_state {
             fn membership(&self) -> Result<Option<Membership>, StorageError> {
                 Ok(self.state.membership.clone())
             }
+
+            fn auth(&self) -> Result<Option<AuthState>, StorageError> {
+                Ok(self.state.auth.clone())
+            }
         }
     )+};
 }
@@ -199,6 +205,11 @@ impl KvWrite for MemoryKvWrite {
         if self.state.leases.contains_key(&id) {
             Arc::make_mut(&mut self.state).leases.remove(&id);
         }
+        Ok(())
+    }
+
+    fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError> {
+        Arc::make_mut(&mut self.state).auth = Some(auth.clone());
         Ok(())
     }
 

@@ -112,6 +112,48 @@ impl Membership {
     }
 }
 
+/// The auth store (users, roles, permissions) as the backend keeps it,
+/// beside the applied index and in the same transactions, like the
+/// membership: small, rewritten whole when it changes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AuthState {
+    /// Whether auth is enabled.
+    pub enabled: bool,
+    /// The auth revision: bumped by every change.
+    pub revision: u64,
+    /// Every user (passwords as bcrypt hashes), by name.
+    pub users: Vec<oxetcd_proto::authpb::User>,
+    /// Every role, by name.
+    pub roles: Vec<oxetcd_proto::authpb::Role>,
+}
+
+impl AuthState {
+    /// The stored form (a protobuf message of this crate's own schema).
+    pub fn encode(&self) -> Vec<u8> {
+        use prost::Message as _;
+        oxetcd_proto::oxetcdpb::AuthState {
+            enabled: self.enabled,
+            revision: self.revision,
+            users: self.users.clone(),
+            roles: self.roles.clone(),
+        }
+        .encode_to_vec()
+    }
+
+    /// Reads the stored form back.
+    pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
+        use prost::Message as _;
+        let stored = oxetcd_proto::oxetcdpb::AuthState::decode(bytes)
+            .map_err(|e| StorageError::new(format_args!("corrupt auth record: {e}")))?;
+        Ok(Self {
+            enabled: stored.enabled,
+            revision: stored.revision,
+            users: stored.users,
+            roles: stored.roles,
+        })
+    }
+}
+
 /// One lease as the backend stores it, beside the key space and in the same
 /// transactions, so lease state survives restarts and travels with the
 /// backend. The keys attached to a lease are not stored here: they are the
@@ -202,6 +244,9 @@ pub trait KvRead {
     /// The stored membership; `None` on a store that never recorded one (a
     /// fresh store, or one written before membership was stored).
     fn membership(&self) -> Result<Option<Membership>, StorageError>;
+
+    /// The stored auth store; `None` on a store that never recorded one.
+    fn auth(&self) -> Result<Option<AuthState>, StorageError>;
 }
 
 /// A write transaction on the MVCC backend. Reads through it see its own
@@ -224,6 +269,9 @@ pub trait KvWrite: KvRead {
 
     /// Replaces the membership record.
     fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError>;
+
+    /// Replaces the auth record.
+    fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError>;
 
     /// Makes the transaction visible to new readers. It need not be durable:
     /// the raft log is the durable record.

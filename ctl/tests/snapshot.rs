@@ -181,6 +181,33 @@ fn start_kind(
 }
 
 /// Checks the restored keys, revisions and lease through etcdctl.
+/// A user with a password and a role with a prefix permission.
+fn write_users(address: &str) {
+    for args in [
+        &["user", "add", "alice:pw-of-alice", "--interactive=false"][..],
+        &["role", "add", "readers"],
+        &[
+            "role",
+            "grant-permission",
+            "readers",
+            "read",
+            "a",
+            "--prefix=true",
+        ],
+        &["user", "grant-role", "alice", "readers"],
+    ] {
+        ok(theirs(address, args), &args.join(" "));
+    }
+}
+
+/// The user and role of [`write_users`], as etcdctl shows them.
+fn check_users(address: &str) {
+    let user = ok(theirs(address, &["user", "get", "alice"]), "user get");
+    assert!(user.stdout.contains("Roles: readers"), "{user:?}");
+    let role = ok(theirs(address, &["role", "get", "readers"]), "role get");
+    assert!(role.stdout.contains("[a, b) (prefix a)"), "{role:?}");
+}
+
 fn check_restored(address: &str, lease: &str, revision: i64) {
     let all = json(&ok(
         theirs(address, &["get", "", "--prefix", "-w", "json"]),
@@ -490,6 +517,7 @@ fn etcd_restores_and_serves_an_oxetcd_snapshot() {
     let source = Server::start(ServerKind::Oxetcd).expect("oxetcd starts");
     let address = source.address();
     let (lease, revision) = write_history(&address);
+    write_users(&address);
     let scratch = tempfile::tempdir().expect("tempdir");
     let file = scratch.path().join("snap.db").display().to_string();
     ok(
@@ -528,6 +556,7 @@ fn etcd_restores_and_serves_an_oxetcd_snapshot() {
         "to-etcd",
     );
     check_restored(&etcd.address(), &lease, revision);
+    check_users(&etcd.address());
     let put = json(&ok(
         theirs(&etcd.address(), &["put", "d", "on-etcd", "-w", "json"]),
         "put on etcd",
@@ -541,6 +570,7 @@ fn an_etcd_snapshot_restores_into_oxetcd() {
     let etcd = Server::start(ServerKind::Etcd).expect("etcd starts");
     let address = etcd.address();
     let (lease, revision) = write_history(&address);
+    write_users(&address);
     let scratch = tempfile::tempdir().expect("tempdir");
     let file = scratch.path().join("etcd.db").display().to_string();
     ok(
@@ -580,6 +610,7 @@ fn an_etcd_snapshot_restores_into_oxetcd() {
     let client_port = free_port().expect("port");
     let member = start_member("solo", &data_dir, client_port, &peer, &cluster, "from-etcd");
     check_restored(&member.address(), &lease, revision);
+    check_users(&member.address());
     let put = json(&ok(
         theirs(&member.address(), &["put", "d", "on-oxetcd", "-w", "json"]),
         "put on oxetcd",

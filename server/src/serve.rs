@@ -99,7 +99,12 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         .max_concurrent_streams(config.max_concurrent_streams);
     let app = Arc::new(App {
         runtime: runtime.clone(),
-        grpc: GrpcRouter::new(handle.clone(), member, config.max_request_bytes),
+        grpc: GrpcRouter::new(
+            handle.clone(),
+            member,
+            config.max_request_bytes,
+            config.bcrypt_cost,
+        ),
         http: HttpEndpoints::new(runtime.clone(), handle),
         builder,
     });

@@ -48,8 +48,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
-    KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, Membership, RangeEnd, Revision,
-    StorageError,
+    AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, Membership, RangeEnd,
+    Revision, StorageError,
 };
 use redb::{
     Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition,
@@ -78,6 +78,10 @@ const KV_META_KEY: &str = "kv_meta";
 /// The membership record ([`Membership::encode`]), written in the apply
 /// transaction that changes it, beside the applied index.
 const MEMBERSHIP_KEY: &str = "membership";
+
+/// The auth record ([`AuthState::encode`]), written in the apply
+/// transaction that changes it.
+const AUTH_KEY: &str = "auth";
 /// Meta record: the commit sequence of the last commit that changed the key
 /// index, so that a snapshot knows which index changes it contains.
 const COMMIT_SEQ_KEY: &str = "kv_commit_seq";
@@ -289,6 +293,10 @@ impl KvRead for RedbKvRead {
     fn membership(&self) -> Result<Option<Membership>, StorageError> {
         read_membership(&self.meta)
     }
+
+    fn auth(&self) -> Result<Option<AuthState>, StorageError> {
+        read_auth(&self.meta)
+    }
 }
 
 /// The backend's write transaction. Dropping it without
@@ -372,6 +380,10 @@ impl KvRead for RedbKvWrite {
 
     fn membership(&self) -> Result<Option<Membership>, StorageError> {
         read_membership(&self.txn.open_table(META).map_err(err("kv read"))?)
+    }
+
+    fn auth(&self) -> Result<Option<AuthState>, StorageError> {
+        read_auth(&self.txn.open_table(META).map_err(err("kv read"))?)
     }
 }
 
@@ -458,6 +470,14 @@ impl KvWrite for RedbKvWrite {
         table
             .insert(MEMBERSHIP_KEY, membership.encode().as_slice())
             .map_err(err("kv membership"))?;
+        Ok(())
+    }
+
+    fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError> {
+        let mut table = self.txn.open_table(META).map_err(err("kv auth"))?;
+        table
+            .insert(AUTH_KEY, auth.encode().as_slice())
+            .map_err(err("kv auth"))?;
         Ok(())
     }
 
@@ -650,6 +670,15 @@ fn read_membership(
 ) -> Result<Option<Membership>, StorageError> {
     match table.get(MEMBERSHIP_KEY).map_err(err("kv read"))? {
         Some(bytes) => Membership::decode(bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn read_auth(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<AuthState>, StorageError> {
+    match table.get(AUTH_KEY).map_err(err("kv read"))? {
+        Some(bytes) => AuthState::decode(bytes.value()).map(Some),
         None => Ok(None),
     }
 }

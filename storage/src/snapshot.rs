@@ -20,17 +20,18 @@
 //!   3 lease       ID i64, TTL i64, remaining TTL i64
 //!   4 version     main i64, sub i64, create i64, version i64, lease i64, tombstone u8,
 //!                 key length u32, key, value
+//!   5 auth        AuthState::encode
 //!   255 end       number of records before it, u64
 //! ```
 //!
-//! Records come in that order: meta, then membership if any, leases,
+//! Records come in that order: meta, then membership and auth if any, leases,
 //! versions in revision order, end. Every integer is little-endian.
 
 use std::io::{self, Read};
 use std::ops::ControlFlow;
 
 use oxetcd_core::storage::{
-    KeyVersion, KvMeta, KvRead, KvWrite, LeaseRecord, Membership, Revision, StorageError,
+    AuthState, KeyVersion, KvMeta, KvRead, KvWrite, LeaseRecord, Membership, Revision, StorageError,
 };
 
 /// First bytes of every snapshot stream; the digits are the format version.
@@ -48,6 +49,7 @@ pub const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 const TAG_META: u8 = 1;
 const TAG_MEMBERSHIP: u8 = 2;
 const TAG_LEASE: u8 = 3;
+const TAG_AUTH: u8 = 5;
 const TAG_VERSION: u8 = 4;
 const TAG_END: u8 = 255;
 
@@ -96,6 +98,9 @@ impl<R: KvRead> SnapshotExport<R> {
             self.record(&mut chunk, TAG_META, &encode_meta(&meta));
             if let Some(membership) = self.view.membership()? {
                 self.record(&mut chunk, TAG_MEMBERSHIP, &membership.encode());
+            }
+            if let Some(auth) = self.view.auth()? {
+                self.record(&mut chunk, TAG_AUTH, &auth.encode());
             }
             let mut leases = Vec::new();
             self.view.leases(&mut |lease| {
@@ -178,6 +183,8 @@ pub enum ImportError {
     Corrupt(String),
     /// The backend failed.
     Storage(StorageError),
+    /// The snapshot holds state this oxetcd cannot honour.
+    Unsupported(String),
 }
 
 impl std::fmt::Display for ImportError {
@@ -186,6 +193,7 @@ impl std::fmt::Display for ImportError {
             Self::Io(e) => write!(f, "reading the snapshot: {e}"),
             Self::Corrupt(why) => write!(f, "corrupt snapshot: {why}"),
             Self::Storage(e) => write!(f, "writing the snapshot: {e}"),
+            Self::Unsupported(why) => write!(f, "cannot restore this snapshot: {why}"),
         }
     }
 }
@@ -208,6 +216,7 @@ pub fn import<W: KvWrite>(write: &mut W, stream: impl Read) -> Result<KvMeta, Im
         match record {
             Record::Meta(meta) => write.set_meta(&meta)?,
             Record::Membership(membership) => write.set_membership(&membership)?,
+            Record::Auth(auth) => write.set_auth(&auth)?,
             Record::Lease(lease) => write.put_lease(&lease)?,
             Record::Version(version) => write.put_version(&version)?,
         }
@@ -222,6 +231,8 @@ pub enum Record {
     Meta(KvMeta),
     /// The stored membership.
     Membership(Membership),
+    /// The stored auth store.
+    Auth(AuthState),
     /// One lease.
     Lease(LeaseRecord),
     /// One version of a key (tombstones included).
@@ -291,6 +302,9 @@ impl<S: Read> Records<S> {
             }
             TAG_MEMBERSHIP => Record::Membership(
                 Membership::decode(&self.body).map_err(|e| ImportError::Corrupt(e.to_string()))?,
+            ),
+            TAG_AUTH => Record::Auth(
+                AuthState::decode(&self.body).map_err(|e| ImportError::Corrupt(e.to_string()))?,
             ),
             TAG_LEASE => Record::Lease(LeaseRecord {
                 id: fields.i64()?,
@@ -382,6 +396,10 @@ fn clear<W: KvWrite>(write: &mut W) -> Result<(), StorageError> {
     })?;
     for id in leases {
         write.remove_lease(id)?;
+    }
+    // A snapshot without an auth record comes from a store without one.
+    if write.auth()?.is_some() {
+        write.set_auth(&AuthState::default())?;
     }
     Ok(())
 }

@@ -170,6 +170,13 @@ pub enum SnapshotFileError {
         /// The directory.
         path: PathBuf,
     },
+    /// The snapshot holds state this oxetcd cannot honour.
+    Unsupported {
+        /// The snapshot file.
+        path: PathBuf,
+        /// What it holds.
+        detail: String,
+    },
     /// The new backend could not be created.
     Open(OpenError),
     /// Writing the new backend failed.
@@ -186,6 +193,9 @@ impl fmt::Display for SnapshotFileError {
                  restore it with the oxetcdctl that saved it",
                 path.display()
             ),
+            Self::Unsupported { path, detail } => {
+                write!(f, "cannot restore {}: {detail}", path.display())
+            }
             Self::NotASnapshot { path } => {
                 write!(f, "{} is not a snapshot (no bolt database)", path.display())
             }
@@ -276,6 +286,10 @@ fn write_backend(path: &Path, data_dir: &Path) -> Result<(), SnapshotFileError> 
         },
         ImportError::Storage(e) => SnapshotFileError::Storage(e),
         ImportError::Corrupt(detail) => SnapshotFileError::Corrupt {
+            path: path.to_path_buf(),
+            detail,
+        },
+        ImportError::Unsupported(detail) => SnapshotFileError::Unsupported {
             path: path.to_path_buf(),
             detail,
         },

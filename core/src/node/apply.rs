@@ -1,5 +1,5 @@
 //! Applying one committed proposal to the backend: key-space writes, lease
-//! grants, revokes and checkpoints. Membership entries and empty entries
+//! grants, revokes and checkpoints, auth changes. Membership entries and empty entries
 //! never reach this module (the node records membership itself, and an
 //! empty entry changes nothing).
 //!
@@ -14,6 +14,7 @@ use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 use prost::Message as _;
 
 use super::{Node, Ticket};
+use crate::auth::AuthStore;
 use crate::error::Error;
 use crate::lease::{self, Lessor};
 use crate::storage::{KvMeta, KvStore, KvWrite, LogStore, Membership, StorageError};
@@ -30,6 +31,8 @@ pub(super) struct ApplyContext<'a> {
     pub(super) identity: ResponseHeader,
     /// Leases revoked in the batch (parked keep-alives are answered).
     pub(super) revoked: &'a mut Vec<i64>,
+    /// Users, roles and permissions.
+    pub(super) auth: &'a mut AuthStore,
 }
 
 /// Applies one proposal at `index`. The outer error is a storage failure
@@ -74,6 +77,20 @@ pub(super) fn apply_proposal(
                 cx.lessor.checkpoint(txn, checkpoint, cx.now)?;
             }
             return Ok(Err(Error::Stopped));
+        }
+        proposal::Request::Auth(change) => {
+            let Some(change) = change.change else {
+                return Ok(Err(Error::Stopped));
+            };
+            let applied = cx.auth.apply(change);
+            if applied.is_ok() {
+                txn.set_auth(&cx.auth.state())?;
+            }
+            let header = ResponseHeader {
+                revision: meta.revision,
+                ..cx.identity
+            };
+            return Ok(applied.map(|r| Response::Auth(r.with_header(header))));
         }
         proposal::Request::MemberUpdate(_) | proposal::Request::MemberAttributes(_) => {
             // Recorded by the node with the membership, never here.
@@ -167,6 +184,7 @@ pub(super) fn stamp(response: &mut Response, identity: &ResponseHeader) {
         Response::MemberPromote(r) => &mut r.header,
         Response::MemberList(r) => &mut r.header,
         Response::MoveLeader(r) => &mut r.header,
+        Response::Auth(r) => r.header_mut(),
     };
     let header = header.get_or_insert(ResponseHeader {
         revision: identity.revision,
@@ -234,6 +252,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                                 cluster_id: self.config.cluster_id,
                                 identity,
                                 revoked: &mut revoked,
+                                auth: &mut self.auth,
                             };
                             apply_proposal(&mut txn, &mut meta, entry.index, request, &mut cx)?
                         }

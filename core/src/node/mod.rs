@@ -84,7 +84,7 @@ use oxetcd_proto::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Messag
 use oxetcd_proto::etcdserverpb::{
     LeaseCheckpointRequest, LeaseRevokeRequest, Member, ResponseHeader, StatusResponse,
 };
-use oxetcd_proto::oxetcdpb::{proposal, Proposal};
+use oxetcd_proto::oxetcdpb::{proposal, AuthChange as AuthChangeProposal, Proposal};
 
 pub use self::io::{ClusterState, Config, InitialMember, Input, Output};
 use self::lease_forward::{is_lease_forward, Forwarded};
@@ -93,6 +93,7 @@ use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
 use self::requests::{Leaderless, Requests};
+use crate::auth::{AuthRequest, AuthStore};
 use crate::error::Error;
 use crate::lease::Lessor;
 use crate::mvcc;
@@ -171,6 +172,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     now: Instant,
     /// Leases and their attached keys.
     lessor: Lessor,
+    /// Users, roles and permissions.
+    auth: AuthStore,
     /// Every watcher.
     watches: WatchRegistry,
     /// Keep-alives of expired leases, answered once the revoke applies.
@@ -222,6 +225,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             }
         };
         let lessor = Lessor::recover(config.lease, &view)?;
+        let auth = AuthStore::recover(view.auth()?);
         drop(view);
         let durable = DurableState {
             hard_state: state.hard_state.clone(),
@@ -278,6 +282,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             poisoned: false,
             now,
             lessor,
+            auth,
             watches,
             parked_renewals: HashMap::new(),
             publication: Publication::default(),
@@ -527,6 +532,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Request::Compact(r) => proposal::Request::Compaction(r),
             Request::LeaseGrant(r) => proposal::Request::LeaseGrant(r),
             Request::LeaseRevoke(r) => proposal::Request::LeaseRevoke(r),
+            Request::Auth(AuthRequest::Change(change)) => {
+                proposal::Request::Auth(AuthChangeProposal {
+                    change: Some(change),
+                })
+            }
             Request::MemberUpdate(r) => {
                 if let Err(e) = self.members.check_update(&r) {
                     return self.answer(ticket, Err(e));
@@ -540,6 +550,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 return match request {
                     Request::Range(range) => self.queue_read(ticket, ReadKind::Range(range)),
                     Request::MemberList(_) => self.queue_read(ticket, ReadKind::MemberList),
+                    Request::Auth(AuthRequest::Read(read)) => {
+                        self.queue_read(ticket, ReadKind::Auth(read))
+                    }
                     // Every member knows which leases exist (etcd lists
                     // them on the member asked, too).
                     Request::LeaseLeases => {

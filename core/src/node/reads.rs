@@ -24,6 +24,7 @@ use oxetcd_proto::oxetcdpb::proposal;
 use tracing::debug;
 
 use super::{Held, Leadership, Node, Origin, Output, Ticket};
+use crate::auth::AuthRead;
 use crate::error::Error;
 use crate::lease::Renewal;
 use crate::raft::{self, ReadState, Role};
@@ -40,6 +41,8 @@ pub(super) enum ReadKind {
     /// with the lease's keys from this member's applied state.
     LeaseKeys(LeaseTimeToLiveResponse),
     MemberList,
+    /// Users, roles, permissions or auth status.
+    Auth(AuthRead),
 }
 
 #[derive(Debug)]
@@ -230,6 +233,14 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 }
             }
             ReadKind::LeaseKeys(response) => self.answer_lease_keys(ticket, response),
+            ReadKind::Auth(read) => {
+                let header = self.header();
+                let answer = self
+                    .auth
+                    .read(&read)
+                    .map(|r| Response::Auth(r.with_header(header)));
+                self.answer(ticket, answer);
+            }
         }
     }
 

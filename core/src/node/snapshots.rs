@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::membership::Members;
 use super::{Node, Output};
+use crate::auth::AuthStore;
 use crate::error::Error;
 use crate::lease::Lessor;
 use crate::raft::{self, PersistId, Role};
@@ -68,6 +69,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         self.membership_unsaved = false;
         self.lessor = Lessor::recover(self.config.lease, &view)?;
+        self.auth = AuthStore::recover(view.auth()?);
         if self.raft.role() == Role::Leader {
             self.lessor.promote(self.now);
         }

@@ -126,6 +126,7 @@ fn build(
         strict_reconfig_check: settings.bool("strict-reconfig-check"),
         max_concurrent_streams: u32::try_from(settings.uint("max-concurrent-streams"))
             .unwrap_or(u32::MAX),
+        bcrypt_cost: super::settings::bcrypt_cost(&settings)?,
         logging,
         pending,
         settings,

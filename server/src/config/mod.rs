@@ -110,6 +110,8 @@ pub struct Config {
     /// HTTP/2 streams one client connection may have open at once
     /// (`--max-concurrent-streams`; etcd's default: no practical limit).
     pub max_concurrent_streams: u32,
+    /// bcrypt's cost for hashing user passwords (`--bcrypt-cost`).
+    pub bcrypt_cost: u32,
     /// `--logger`, `--log-level`, `--log-format`, `--log-outputs`.
     pub logging: Logging,
     /// Settings of features oxetcd does not have yet.

@@ -84,8 +84,6 @@ pub struct Pending {
     pub auto_compaction: AutoCompaction,
     /// `--auth-token`, as given (`simple`, or `jwt,...`).
     pub auth_token: String,
-    /// `--bcrypt-cost`, 4 to 31.
-    pub bcrypt_cost: u32,
     /// `--auth-token-ttl`.
     pub auth_token_ttl: Duration,
     /// `--grpc-keepalive-min-time`.
@@ -124,19 +122,24 @@ pub enum AutoCompaction {
 const BCRYPT_COST_MIN: u64 = 4;
 const BCRYPT_COST_MAX: u64 = 31;
 
+/// `--bcrypt-cost`, checked against Go's bcrypt bounds.
+pub(super) fn bcrypt_cost(settings: &Settings) -> Result<u32, ConfigError> {
+    let cost = settings.uint("bcrypt-cost");
+    if !(BCRYPT_COST_MIN..=BCRYPT_COST_MAX).contains(&cost) {
+        return Err(invalid(
+            "bcrypt-cost",
+            &cost.to_string(),
+            format!("must be between {BCRYPT_COST_MIN} and {BCRYPT_COST_MAX}"),
+        ));
+    }
+    Ok(cost as u32)
+}
+
 impl Pending {
     pub(super) fn new(
         settings: &Settings,
         feature_gates: BTreeMap<String, bool>,
     ) -> Result<Self, ConfigError> {
-        let bcrypt_cost = settings.uint("bcrypt-cost");
-        if !(BCRYPT_COST_MIN..=BCRYPT_COST_MAX).contains(&bcrypt_cost) {
-            return Err(invalid(
-                "bcrypt-cost",
-                &bcrypt_cost.to_string(),
-                format!("must be between {BCRYPT_COST_MIN} and {BCRYPT_COST_MAX}"),
-            ));
-        }
         Ok(Self {
             quota_backend_bytes: settings.uint("quota-backend-bytes"),
             auto_compaction: auto_compaction(
@@ -144,7 +147,6 @@ impl Pending {
                 &settings.text("auto-compaction-retention"),
             )?,
             auth_token: settings.text("auth-token"),
-            bcrypt_cost: bcrypt_cost as u32,
             auth_token_ttl: Duration::from_secs(settings.uint("auth-token-ttl")),
             grpc_keepalive_min_time: settings.duration("grpc-keepalive-min-time"),
             grpc_keepalive_interval: settings.duration("grpc-keepalive-interval"),

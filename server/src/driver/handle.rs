@@ -204,7 +204,9 @@ impl<K: KvStore> Handle<K> {
             .await
     }
 
-    async fn run_blocking<T: Send + 'static>(
+    /// Runs `work` on the runtime's blocking threads (CPU-heavy work, such
+    /// as hashing a password, never runs on an async worker).
+    pub(crate) async fn run_blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {

@@ -26,6 +26,7 @@ macro_rules! ask {
     };
 }
 
+mod auth;
 mod cluster;
 mod kv;
 mod lease;
@@ -42,6 +43,7 @@ use futures_util::future::{poll_fn, Either};
 use hyper::body::Incoming;
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::Error;
+use oxetcd_proto::etcdserverpb::auth_server::AuthServer;
 use oxetcd_proto::etcdserverpb::cluster_server::ClusterServer;
 use oxetcd_proto::etcdserverpb::kv_server::KvServer;
 use oxetcd_proto::etcdserverpb::lease_server::LeaseServer;
@@ -49,6 +51,7 @@ use oxetcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use tonic::body::Body;
 use tonic::codegen::Service;
 
+pub use auth::AuthService;
 pub use cluster::ClusterService;
 pub use kv::KvService;
 pub use lease::{KeepAliveStream, LeaseService};
@@ -89,12 +92,18 @@ pub struct GrpcRouter<K: KvStore> {
     watch: WatchServer<K>,
     lease: LeaseServer<LeaseService<K>>,
     cluster: ClusterServer<ClusterService<K>>,
+    auth: AuthServer<AuthService<K>>,
 }
 
 impl<K: KvStore> GrpcRouter<K> {
     /// Builds every service over `handle`; messages up to
     /// `max_request_bytes` plus [`GRPC_OVERHEAD_BYTES`] are decoded.
-    pub fn new(handle: Handle<K>, member: Member, max_request_bytes: usize) -> Self {
+    pub fn new(
+        handle: Handle<K>,
+        member: Member,
+        max_request_bytes: usize,
+        bcrypt_cost: u32,
+    ) -> Self {
         let decode_max = max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
         // Responses are as large as the data asked for, as in etcd.
         let encode_max = usize::MAX;
@@ -110,6 +119,9 @@ impl<K: KvStore> GrpcRouter<K> {
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
             lease: LeaseServer::new(LeaseService::new(handle.clone()))
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
+            auth: AuthServer::new(AuthService::new(handle.clone(), bcrypt_cost))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
             maintenance: MaintenanceServer::new(MaintenanceService::new(handle, member))
@@ -137,6 +149,7 @@ impl<K: KvStore> GrpcRouter<K> {
             "etcdserverpb.Watch" => call(self.watch.clone(), request),
             "etcdserverpb.Lease" => call(self.lease.clone(), request),
             "etcdserverpb.Cluster" => call(self.cluster.clone(), request),
+            "etcdserverpb.Auth" => call(self.auth.clone(), request),
             _ => {
                 let status = tonic::Status::unimplemented(format!("unknown service {service}"));
                 return Either::Right(ready(status.into_http()));

@@ -13,8 +13,10 @@
 //! members          member ID in hex -> JSON {id, peerURLs, isLearner, name, clientURLs}
 //! members_removed  member ID in hex -> "removed"
 //! cluster          clusterVersion -> "3.4.0"
-//! alarm, authUsers, authRoles   (empty here)
-//! auth             authRevision -> 8 bytes BE
+//! alarm            (empty here)
+//! auth             authEnabled -> 1 byte, authRevision -> 8 bytes BE
+//! authUsers        name -> authpb.User (password: its bcrypt hash)
+//! authRoles        name -> authpb.Role
 //! ```
 //!
 //! The image of a backend read view holds every stored version (each key
@@ -22,8 +24,9 @@
 //! members and the consistent index (the view's applied index), so that
 //! etcd's `snapshot restore` and an etcd member started on the result see
 //! oxetcd's data at the same revisions. oxetcd keeps no alarms, no record
-//! of removed members and no auth state in its backend, so those buckets
-//! are empty (auth: disabled, revision 1, as a fresh etcd writes it).
+//! of removed members in its backend, so those buckets are empty; users and
+//! roles are written as etcd writes them (a fresh store: auth disabled,
+//! revision 1).
 //! The `key` bucket is paged out of the view in bounded batches, twice
 //! (see [`super::write`]); everything else is small and read once.
 //!
@@ -36,8 +39,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::ops::ControlFlow;
 
-use oxetcd_core::storage::{KeyVersion, KvMeta, KvRead, KvWrite, LeaseRecord, Revision};
-use oxetcd_proto::mvccpb;
+use oxetcd_core::storage::{AuthState, KeyVersion, KvMeta, KvRead, KvWrite, LeaseRecord, Revision};
+use oxetcd_proto::{authpb, mvccpb};
 use prost::Message;
 
 use super::read::{BoltError, BoltReader, Bucket, ReadAt};
@@ -71,6 +74,7 @@ const SCHEDULED_COMPACT_KEY: &[u8] = b"scheduledCompactRev";
 const FINISHED_COMPACT_KEY: &[u8] = b"finishedCompactRev";
 const CLUSTER_VERSION_KEY: &[u8] = b"clusterVersion";
 const AUTH_REVISION_KEY: &[u8] = b"authRevision";
+const AUTH_ENABLED_KEY: &[u8] = b"authEnabled";
 
 /// Bytes of a revision key: main, '_', sub.
 const REVISION_KEY_BYTES: usize = 17;
@@ -166,6 +170,26 @@ pub fn image<R: KvRead + Send + 'static>(
             ));
         }
     }
+    let auth = view.auth().map_err(io::Error::other)?.unwrap_or_default();
+    // etcd writes authEnabled once auth was ever switched; a store that
+    // never enabled it has only the revision.
+    let mut auth_entries = vec![(
+        AUTH_REVISION_KEY.to_vec(),
+        auth.revision.max(1).to_be_bytes().to_vec(),
+    )];
+    if auth.enabled {
+        auth_entries.insert(0, (AUTH_ENABLED_KEY.to_vec(), vec![1]));
+    }
+    let users = auth
+        .users
+        .iter()
+        .map(|u| (u.name.clone(), u.encode_to_vec()))
+        .collect();
+    let roles = auth
+        .roles
+        .iter()
+        .map(|r| (r.name.clone(), r.encode_to_vec()))
+        .collect();
     let bucket = |entries: Vec<Entry>| Box::new(VecSource::new(entries)) as Box<_>;
     let buckets: Vec<(Vec<u8>, Box<dyn EntrySource + Send>)> = vec![
         (
@@ -184,15 +208,9 @@ pub fn image<R: KvRead + Send + 'static>(
             )]),
         ),
         (ALARM_BUCKET.to_vec(), bucket(Vec::new())),
-        (
-            AUTH_BUCKET.to_vec(),
-            bucket(vec![(
-                AUTH_REVISION_KEY.to_vec(),
-                1u64.to_be_bytes().to_vec(),
-            )]),
-        ),
-        (AUTH_USERS_BUCKET.to_vec(), bucket(Vec::new())),
-        (AUTH_ROLES_BUCKET.to_vec(), bucket(Vec::new())),
+        (AUTH_BUCKET.to_vec(), bucket(auth_entries)),
+        (AUTH_USERS_BUCKET.to_vec(), bucket(users)),
+        (AUTH_ROLES_BUCKET.to_vec(), bucket(roles)),
     ];
     BoltWriter::new(buckets, chunk_bytes)
 }
@@ -374,6 +392,7 @@ pub fn import<F: ReadAt, W: KvWrite>(
             Ok(())
         })?;
     }
+    write.set_auth(&import_auth(reader)?)?;
     let meta = KvMeta {
         applied_index: 0,
         applied_term: 0,
@@ -382,6 +401,53 @@ pub fn import<F: ReadAt, W: KvWrite>(
     };
     write.set_meta(&meta)?;
     Ok(meta)
+}
+
+/// The users, roles and auth state of an etcd (or oxetcd) bolt backend.
+fn import_auth<F: ReadAt>(reader: &BoltReader<F>) -> Result<AuthState, ImportError> {
+    let root = reader.root();
+    let mut auth = AuthState::default();
+    if let Some(bucket) = reader.bucket(&root, AUTH_BUCKET)? {
+        reader.for_each::<ImportError>(&bucket, &mut |key, value| {
+            let value = value.unwrap_or_default();
+            if key == AUTH_ENABLED_KEY {
+                auth.enabled = value == [1];
+            } else if key == AUTH_REVISION_KEY {
+                let bytes: [u8; 8] = value
+                    .try_into()
+                    .map_err(|_| ImportError::Corrupt("authRevision is not 8 bytes".into()))?;
+                auth.revision = u64::from_be_bytes(bytes);
+            }
+            Ok(())
+        })?;
+    }
+    if let Some(bucket) = reader.bucket(&root, AUTH_USERS_BUCKET)? {
+        reader.for_each::<ImportError>(&bucket, &mut |key, value| {
+            let user = value
+                .and_then(|v| authpb::User::decode(v).ok())
+                .ok_or_else(|| ImportError::Corrupt(format!("user entry {key:?}")))?;
+            auth.users.push(user);
+            Ok(())
+        })?;
+    }
+    if let Some(bucket) = reader.bucket(&root, AUTH_ROLES_BUCKET)? {
+        reader.for_each::<ImportError>(&bucket, &mut |key, value| {
+            let role = value
+                .and_then(|v| authpb::Role::decode(v).ok())
+                .ok_or_else(|| ImportError::Corrupt(format!("role entry {key:?}")))?;
+            auth.roles.push(role);
+            Ok(())
+        })?;
+    }
+    if auth.enabled {
+        // Restoring it with auth off would open the data to everyone.
+        return Err(ImportError::Unsupported(
+            "auth is enabled in it, and this oxetcd does not enforce permissions yet; \
+             disable auth (etcdctl auth disable) before taking the snapshot"
+                .into(),
+        ));
+    }
+    Ok(auth)
 }
 
 /// What `snapshot status` reports about a bolt backend, computed as

@@ -195,7 +195,7 @@ const AUTH_FLAGS: &[Flag] = &[
         "Specify a v3 authentication token type and token specific options, especially for JWT. \
          Its format is \"type,var1=val1,var2=val2,...\".",
     ),
-    not_yet(
+    wired(
         "bcrypt-cost",
         Kind::Uint,
         "10",

@@ -1,0 +1,464 @@
+//! The auth store: users, roles and their key permissions, as etcd keeps
+//! them.
+//!
+//! Design. [`AuthStore`] is a sub-state-machine of the node: changes
+//! ([`AuthChange`]) arrive only through the log and are applied in log
+//! order on every member, each with etcd's checks and errors, and every
+//! change bumps the auth revision; reads ([`AuthRead`]) answer from the
+//! applied state. Passwords never reach it in plain text: the member that
+//! receives a user add or password change stores a bcrypt hash in the
+//! request before proposing it, so the log, the backend and snapshots only
+//! ever hold hashes. The node writes [`AuthStore::state`] in the apply
+//! transaction of every change, so the store survives restarts and
+//! travels in snapshots with the applied index it belongs to.
+//!
+//! Invariants: users' role lists are sorted and hold no duplicates; roles'
+//! permissions are sorted by key, with at most one permission per
+//! (key, range end); the revision grows by one per successful change and
+//! never otherwise.
+//!
+//! Enabling auth, authentication and permission checks are not here yet:
+//! [`AuthStore::enabled`] stays false, and the rules that depend on it
+//! (root may not be deleted or lose the root role while auth is on) are
+//! written against it already.
+
+use std::collections::BTreeMap;
+
+use oxetcd_proto::authpb::{Permission, Role, User, UserAddOptions};
+use oxetcd_proto::etcdserverpb::{
+    AuthRoleAddResponse, AuthRoleDeleteResponse, AuthRoleGetRequest, AuthRoleGetResponse,
+    AuthRoleGrantPermissionResponse, AuthRoleListResponse, AuthRoleRevokePermissionResponse,
+    AuthStatusResponse, AuthUserAddResponse, AuthUserChangePasswordResponse,
+    AuthUserDeleteResponse, AuthUserGetRequest, AuthUserGetResponse, AuthUserGrantRoleResponse,
+    AuthUserListResponse, AuthUserRevokeRoleResponse, ResponseHeader,
+};
+use oxetcd_proto::oxetcdpb::auth_change::Change as AuthChange;
+
+use crate::error::Error;
+use crate::storage::AuthState;
+
+/// The user and the role that administer the cluster once auth is on.
+pub const ROOT: &str = "root";
+
+/// A read of the auth store, answered from the applied state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AuthRead {
+    /// Whether auth is enabled, and the revision.
+    Status,
+    /// One user's roles.
+    UserGet(AuthUserGetRequest),
+    /// Every user's name.
+    UserList,
+    /// One role's permissions.
+    RoleGet(AuthRoleGetRequest),
+    /// Every role's name.
+    RoleList,
+}
+
+/// A request to the auth store: a change through the log, or a read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AuthRequest {
+    /// Through the log (a password only as a hash).
+    Change(AuthChange),
+    /// From the applied state, after a read barrier.
+    Read(AuthRead),
+}
+
+/// An answer of the auth store, one variant per etcd response.
+#[allow(missing_docs)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum AuthResponse {
+    Status(AuthStatusResponse),
+    UserAdd(AuthUserAddResponse),
+    UserGet(AuthUserGetResponse),
+    UserList(AuthUserListResponse),
+    UserDelete(AuthUserDeleteResponse),
+    UserChangePassword(AuthUserChangePasswordResponse),
+    UserGrantRole(AuthUserGrantRoleResponse),
+    UserRevokeRole(AuthUserRevokeRoleResponse),
+    RoleAdd(AuthRoleAddResponse),
+    RoleGet(AuthRoleGetResponse),
+    RoleList(AuthRoleListResponse),
+    RoleDelete(AuthRoleDeleteResponse),
+    RoleGrantPermission(AuthRoleGrantPermissionResponse),
+    RoleRevokePermission(AuthRoleRevokePermissionResponse),
+}
+
+impl AuthResponse {
+    /// Sets the response header.
+    pub fn with_header(mut self, header: ResponseHeader) -> Self {
+        *self.header_mut() = Some(header);
+        self
+    }
+
+    /// The response's header.
+    pub fn header_mut(&mut self) -> &mut Option<ResponseHeader> {
+        match self {
+            Self::Status(r) => &mut r.header,
+            Self::UserAdd(r) => &mut r.header,
+            Self::UserGet(r) => &mut r.header,
+            Self::UserList(r) => &mut r.header,
+            Self::UserDelete(r) => &mut r.header,
+            Self::UserChangePassword(r) => &mut r.header,
+            Self::UserGrantRole(r) => &mut r.header,
+            Self::UserRevokeRole(r) => &mut r.header,
+            Self::RoleAdd(r) => &mut r.header,
+            Self::RoleGet(r) => &mut r.header,
+            Self::RoleList(r) => &mut r.header,
+            Self::RoleDelete(r) => &mut r.header,
+            Self::RoleGrantPermission(r) => &mut r.header,
+            Self::RoleRevokePermission(r) => &mut r.header,
+        }
+    }
+}
+
+/// Users, roles and permissions of one member, as applied.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AuthStore {
+    enabled: bool,
+    revision: u64,
+    users: BTreeMap<String, User>,
+    roles: BTreeMap<String, Role>,
+}
+
+impl AuthStore {
+    /// The store as the backend recorded it (empty if it never did).
+    pub fn recover(state: Option<AuthState>) -> Self {
+        let Some(state) = state else {
+            return Self::default();
+        };
+        let name = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        Self {
+            enabled: state.enabled,
+            revision: state.revision,
+            users: state
+                .users
+                .into_iter()
+                .map(|u| (name(&u.name), u))
+                .collect(),
+            roles: state
+                .roles
+                .into_iter()
+                .map(|r| (name(&r.name), r))
+                .collect(),
+        }
+    }
+
+    /// What the backend stores.
+    pub fn state(&self) -> AuthState {
+        AuthState {
+            enabled: self.enabled,
+            revision: self.revision,
+            users: self.users.values().cloned().collect(),
+            roles: self.roles.values().cloned().collect(),
+        }
+    }
+
+    /// Whether auth is enabled.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The auth revision.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Applies one change from the log. On success the revision is bumped
+    /// and the caller stores [`AuthStore::state`]; on an error nothing
+    /// changed.
+    pub fn apply(&mut self, change: AuthChange) -> Result<AuthResponse, Error> {
+        let before = self.revision;
+        let response = match change {
+            AuthChange::UserAdd(r) => {
+                if r.name.is_empty() {
+                    return Err(Error::UserEmpty);
+                }
+                if self.users.contains_key(&r.name) {
+                    return Err(Error::UserAlreadyExists);
+                }
+                let no_password = r.options.as_ref().is_some_and(|o| o.no_password);
+                let user = User {
+                    name: r.name.clone().into_bytes(),
+                    password: if no_password {
+                        Vec::new()
+                    } else {
+                        r.hashed_password.into_bytes()
+                    },
+                    roles: Vec::new(),
+                    options: Some(UserAddOptions { no_password }),
+                };
+                self.users.insert(r.name, user);
+                AuthResponse::UserAdd(AuthUserAddResponse::default())
+            }
+            AuthChange::UserDelete(r) => {
+                if self.enabled && r.name == ROOT {
+                    return Err(Error::InvalidAuthManagement);
+                }
+                if self.users.remove(&r.name).is_none() {
+                    return Err(Error::UserNotFound);
+                }
+                AuthResponse::UserDelete(AuthUserDeleteResponse::default())
+            }
+            AuthChange::UserChangePassword(r) => {
+                let user = self.users.get_mut(&r.name).ok_or(Error::UserNotFound)?;
+                user.password = r.hashed_password.into_bytes();
+                AuthResponse::UserChangePassword(AuthUserChangePasswordResponse::default())
+            }
+            AuthChange::UserGrantRole(r) => {
+                if r.role != ROOT && !self.roles.contains_key(&r.role) {
+                    if !self.users.contains_key(&r.user) {
+                        return Err(Error::UserNotFound);
+                    }
+                    return Err(Error::RoleNotFound);
+                }
+                let user = self.users.get_mut(&r.user).ok_or(Error::UserNotFound)?;
+                match user.roles.binary_search(&r.role) {
+                    // Granted already: etcd answers success and changes
+                    // nothing, the revision included.
+                    Ok(_) => return Ok(AuthResponse::UserGrantRole(Default::default())),
+                    Err(at) => user.roles.insert(at, r.role),
+                }
+                AuthResponse::UserGrantRole(AuthUserGrantRoleResponse::default())
+            }
+            AuthChange::UserRevokeRole(r) => {
+                if self.enabled && r.name == ROOT && r.role == ROOT {
+                    return Err(Error::InvalidAuthManagement);
+                }
+                let user = self.users.get_mut(&r.name).ok_or(Error::UserNotFound)?;
+                let at = user
+                    .roles
+                    .binary_search(&r.role)
+                    .map_err(|_| Error::RoleNotGranted)?;
+                user.roles.remove(at);
+                AuthResponse::UserRevokeRole(AuthUserRevokeRoleResponse::default())
+            }
+            AuthChange::RoleAdd(r) => {
+                if r.name.is_empty() {
+                    return Err(Error::RoleEmpty);
+                }
+                if self.roles.contains_key(&r.name) {
+                    return Err(Error::RoleAlreadyExists);
+                }
+                let role = Role {
+                    name: r.name.clone().into_bytes(),
+                    key_permission: Vec::new(),
+                };
+                self.roles.insert(r.name, role);
+                AuthResponse::RoleAdd(AuthRoleAddResponse::default())
+            }
+            AuthChange::RoleDelete(r) => {
+                if self.enabled && r.role == ROOT {
+                    return Err(Error::InvalidAuthManagement);
+                }
+                if self.roles.remove(&r.role).is_none() {
+                    return Err(Error::RoleNotFound);
+                }
+                for user in self.users.values_mut() {
+                    user.roles.retain(|role| *role != r.role);
+                }
+                AuthResponse::RoleDelete(AuthRoleDeleteResponse::default())
+            }
+            AuthChange::RoleGrantPermission(r) => {
+                let role = self.roles.get_mut(&r.name).ok_or(Error::RoleNotFound)?;
+                let perm = r.perm.unwrap_or_default();
+                grant(&mut role.key_permission, perm);
+                AuthResponse::RoleGrantPermission(AuthRoleGrantPermissionResponse::default())
+            }
+            AuthChange::RoleRevokePermission(r) => {
+                let role = self.roles.get_mut(&r.role).ok_or(Error::RoleNotFound)?;
+                let before = role.key_permission.len();
+                role.key_permission
+                    .retain(|p| p.key != r.key || p.range_end != r.range_end);
+                if role.key_permission.len() == before {
+                    return Err(Error::PermissionNotGranted);
+                }
+                AuthResponse::RoleRevokePermission(AuthRoleRevokePermissionResponse::default())
+            }
+        };
+        self.revision += 1;
+        debug_assert_eq!(self.revision, before + 1);
+        Ok(response)
+    }
+
+    /// Answers a read from the applied state.
+    pub fn read(&self, read: &AuthRead) -> Result<AuthResponse, Error> {
+        Ok(match read {
+            AuthRead::Status => AuthResponse::Status(AuthStatusResponse {
+                header: None,
+                enabled: self.enabled,
+                auth_revision: self.revision,
+            }),
+            AuthRead::UserGet(r) => {
+                let user = self.users.get(&r.name).ok_or(Error::UserNotFound)?;
+                AuthResponse::UserGet(AuthUserGetResponse {
+                    header: None,
+                    roles: user.roles.clone(),
+                })
+            }
+            AuthRead::UserList => AuthResponse::UserList(AuthUserListResponse {
+                header: None,
+                users: self.users.keys().cloned().collect(),
+            }),
+            AuthRead::RoleGet(r) => {
+                let role = self.roles.get(&r.role).ok_or(Error::RoleNotFound)?;
+                AuthResponse::RoleGet(AuthRoleGetResponse {
+                    header: None,
+                    perm: role.key_permission.clone(),
+                })
+            }
+            AuthRead::RoleList => AuthResponse::RoleList(AuthRoleListResponse {
+                header: None,
+                roles: self.roles.keys().cloned().collect(),
+            }),
+        })
+    }
+}
+
+/// Grants `perm` as etcd does: a permission on the same key and range end
+/// changes type; another is inserted in key order.
+fn grant(perms: &mut Vec<Permission>, perm: Permission) {
+    if let Some(existing) = perms
+        .iter_mut()
+        .find(|p| p.key == perm.key && p.range_end == perm.range_end)
+    {
+        existing.perm_type = perm.perm_type;
+        return;
+    }
+    let at = perms.partition_point(|p| p.key <= perm.key);
+    perms.insert(at, perm);
+}
+
+#[cfg(test)]
+mod tests {
+    use oxetcd_proto::etcdserverpb::{
+        AuthRoleAddRequest, AuthRoleDeleteRequest, AuthRoleGrantPermissionRequest,
+        AuthRoleRevokePermissionRequest, AuthUserAddRequest, AuthUserChangePasswordRequest,
+        AuthUserDeleteRequest, AuthUserGrantRoleRequest, AuthUserRevokeRoleRequest,
+    };
+
+    use super::*;
+
+    fn user_add(name: &str) -> AuthChange {
+        AuthChange::UserAdd(AuthUserAddRequest {
+            name: name.to_owned(),
+            hashed_password: format!("hash of {name}"),
+            ..Default::default()
+        })
+    }
+
+    fn role_add(name: &str) -> AuthChange {
+        AuthChange::RoleAdd(AuthRoleAddRequest {
+            name: name.to_owned(),
+        })
+    }
+
+    fn perm(key: &str, end: &str, perm_type: i32) -> Permission {
+        Permission {
+            perm_type,
+            key: key.as_bytes().to_vec(),
+            range_end: end.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn users_get_etcds_checks_and_every_change_bumps_the_revision() {
+        let mut store = AuthStore::default();
+        assert_eq!(store.apply(user_add("")), Err(Error::UserEmpty));
+        store.apply(user_add("b")).unwrap();
+        store.apply(user_add("a")).unwrap();
+        assert_eq!(store.apply(user_add("a")), Err(Error::UserAlreadyExists));
+        assert_eq!(store.revision(), 2, "failures change nothing");
+        let Ok(AuthResponse::UserList(list)) = store.read(&AuthRead::UserList) else {
+            panic!("list")
+        };
+        assert_eq!(list.users, ["a", "b"]);
+        let change = AuthChange::UserChangePassword(AuthUserChangePasswordRequest {
+            name: "nobody".into(),
+            hashed_password: "x".into(),
+            ..Default::default()
+        });
+        assert_eq!(store.apply(change), Err(Error::UserNotFound));
+        let delete = |name: &str| {
+            AuthChange::UserDelete(AuthUserDeleteRequest {
+                name: name.to_owned(),
+            })
+        };
+        store.apply(delete("a")).unwrap();
+        assert_eq!(store.apply(delete("a")), Err(Error::UserNotFound));
+        assert_eq!(store.revision(), 3);
+    }
+
+    #[test]
+    fn roles_are_granted_revoked_and_removed_from_users_with_their_deletion() {
+        let mut store = AuthStore::default();
+        store.apply(user_add("u")).unwrap();
+        let grant_role = |role: &str| {
+            AuthChange::UserGrantRole(AuthUserGrantRoleRequest {
+                user: "u".into(),
+                role: role.to_owned(),
+            })
+        };
+        assert_eq!(store.apply(grant_role("r")), Err(Error::RoleNotFound));
+        assert_eq!(store.apply(role_add("")), Err(Error::RoleEmpty));
+        store.apply(role_add("r")).unwrap();
+        assert_eq!(store.apply(role_add("r")), Err(Error::RoleAlreadyExists));
+        store.apply(grant_role("r")).unwrap();
+        store.apply(grant_role(ROOT)).unwrap();
+        let revision = store.revision();
+        store.apply(grant_role("r")).unwrap();
+        assert_eq!(store.revision(), revision, "a second grant changes nothing");
+        let get = AuthRead::UserGet(AuthUserGetRequest { name: "u".into() });
+        let Ok(AuthResponse::UserGet(user)) = store.read(&get) else {
+            panic!("get")
+        };
+        assert_eq!(user.roles, ["r", ROOT]);
+        let revoke = |role: &str| {
+            AuthChange::UserRevokeRole(AuthUserRevokeRoleRequest {
+                name: "u".into(),
+                role: role.to_owned(),
+            })
+        };
+        store.apply(revoke(ROOT)).unwrap();
+        assert_eq!(store.apply(revoke(ROOT)), Err(Error::RoleNotGranted));
+        let delete = AuthChange::RoleDelete(AuthRoleDeleteRequest { role: "r".into() });
+        store.apply(delete.clone()).unwrap();
+        assert_eq!(store.apply(delete), Err(Error::RoleNotFound));
+        let Ok(AuthResponse::UserGet(user)) = store.read(&get) else {
+            panic!("get")
+        };
+        assert!(user.roles.is_empty());
+    }
+
+    #[test]
+    fn permissions_merge_by_key_and_range_and_stay_sorted() {
+        let mut store = AuthStore::default();
+        store.apply(role_add("r")).unwrap();
+        for p in [perm("b", "", 0), perm("a", "c", 1), perm("b", "", 2)] {
+            let change = AuthChange::RoleGrantPermission(AuthRoleGrantPermissionRequest {
+                name: "r".into(),
+                perm: Some(p),
+            });
+            store.apply(change).unwrap();
+        }
+        let get = AuthRead::RoleGet(AuthRoleGetRequest { role: "r".into() });
+        let Ok(AuthResponse::RoleGet(role)) = store.read(&get) else {
+            panic!("get")
+        };
+        assert_eq!(role.perm, [perm("a", "c", 1), perm("b", "", 2)]);
+        let revoke = |key: &str, end: &str| {
+            AuthChange::RoleRevokePermission(AuthRoleRevokePermissionRequest {
+                role: "r".into(),
+                key: key.as_bytes().to_vec(),
+                range_end: end.as_bytes().to_vec(),
+            })
+        };
+        assert_eq!(
+            store.apply(revoke("a", "")),
+            Err(Error::PermissionNotGranted)
+        );
+        store.apply(revoke("a", "c")).unwrap();
+        let recovered = AuthStore::recover(Some(store.state()));
+        assert_eq!(recovered, store, "the stored form holds everything");
+    }
+}
