@@ -656,6 +656,58 @@ fn move_leader_hands_over_and_members_can_be_removed() {
     c.call(leader, put("k", "two members")).unwrap();
 }
 
+/// Auth changes go through the log from any member; a member that was
+/// down while the log was compacted gets the users and roles with the
+/// snapshot that catches it up.
+#[test]
+fn auth_changes_replicate_and_travel_in_snapshots() {
+    use crate::auth::{AuthRead, AuthRequest, AuthResponse};
+    use oxetcd_proto::etcdserverpb::{AuthRoleAddRequest, AuthUserAddRequest};
+    use oxetcd_proto::oxetcdpb::auth_change::Change;
+
+    let mut c = Cluster::with(3, |config| {
+        config.snapshot_count = 20;
+        config.snapshot_catch_up_entries = 5;
+    });
+    let leader = c.leader().unwrap();
+    let [follower, late] = c.followers()[..] else {
+        panic!("three members")
+    };
+    c.crash(late);
+    let role = Change::RoleAdd(AuthRoleAddRequest {
+        name: "readers".into(),
+    });
+    let user = Change::UserAdd(AuthUserAddRequest {
+        name: "alice".into(),
+        hashed_password: "$2b$10$hash".into(),
+        ..Default::default()
+    });
+    for change in [role, user] {
+        let asked = Request::Auth(AuthRequest::Change(change));
+        assert!(matches!(c.call(follower, asked), Ok(Response::Auth(_))));
+    }
+    for i in 0..60 {
+        c.call(leader, put(&format!("k{i:02}"), "v")).unwrap();
+    }
+    assert!(c.members[&leader].log.state().unwrap().first_index > 1);
+    c.restart(late);
+    assert!(c.run_until(Duration::from_secs(5), |c| {
+        c.node(late).applied_index() >= c.node(leader).applied_index()
+    }));
+    for id in [leader, follower, late] {
+        let list = Request::Auth(AuthRequest::Read(AuthRead::UserList));
+        let Ok(Response::Auth(AuthResponse::UserList(users))) = c.call(id, list) else {
+            panic!("user list on {id}")
+        };
+        assert_eq!(users.users, ["alice"], "member {id}");
+        let list = Request::Auth(AuthRequest::Read(AuthRead::RoleList));
+        let Ok(Response::Auth(AuthResponse::RoleList(roles))) = c.call(id, list) else {
+            panic!("role list on {id}")
+        };
+        assert_eq!(roles.roles, ["readers"], "member {id}");
+    }
+}
+
 #[test]
 fn a_learner_catches_up_by_snapshot_refuses_clients_and_is_promoted() {
     let mut c = Cluster::with(3, |config| {
