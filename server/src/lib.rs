@@ -29,6 +29,7 @@ pub mod config;
 pub mod driver;
 pub mod grpc;
 pub mod http;
+mod log_format;
 pub mod peer;
 pub mod restore;
 pub mod runtime;
@@ -312,7 +313,7 @@ fn init_logging(logging: &config::Logging) -> Result<(), RunError> {
         .with_writer(writer)
         .with_ansi(ansi);
     let _ = match logging.format {
-        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        config::LogFormat::Json => builder.event_format(log_format::EtcdJson).try_init(),
         config::LogFormat::Console => builder.try_init(),
     };
     match failures.is_empty() {
