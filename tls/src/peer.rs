@@ -194,8 +194,11 @@ impl ClientCertVerifier for AllowedOnly {
         if allowed {
             Ok(verified)
         } else {
+            // A bad_certificate alert, as Go's TLS sends when a peer's name
+            // is refused: the dialing member reads `remote error: tls: bad
+            // certificate`, the line etcd's tooling looks for.
             Err(rustls::Error::InvalidCertificate(
-                CertificateError::ApplicationVerificationFailure,
+                CertificateError::NotValidForName,
             ))
         }
     }

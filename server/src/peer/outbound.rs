@@ -406,7 +406,7 @@ async fn handshake<R: Runtime>(
         // Under TLS 1.3 a listener refuses our certificate only after our
         // side of the handshake is done: its alert arrives here.
         Some(Err(e)) if oxetcd_tls::tls_cause(&e).is_some() => {
-            return Err(DialError::Tls(e.to_string()))
+            return Err(DialError::Tls(crate::tls_accept::handshake_error(&e)))
         }
         Some(Err(e)) => return Err(DialError::Io(e)),
         Some(Ok(answer)) => answer,
