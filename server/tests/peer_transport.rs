@@ -906,3 +906,74 @@ fn tls_members_exchange_messages_and_snapshots_and_refuse_strangers() {
     assert!(!a.transport.stats(5).unwrap().connected);
     assert_still_serving(&a, &b, 79);
 }
+
+/// Idle connections held open against `addr`, each reopened (after a
+/// millisecond) as soon as the member closes it, until `stop` — an
+/// attacker that never sends a byte. Returns how many it reopened.
+fn flood(
+    addr: SocketAddr,
+    connections: usize,
+    opened: mpsc::Sender<()>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> usize {
+    use std::sync::atomic::Ordering;
+    let open = || {
+        let stream = TcpStream::connect(addr).ok()?;
+        stream.set_nonblocking(true).ok()?;
+        Some(stream)
+    };
+    let mut streams: Vec<Option<TcpStream>> = (0..connections).map(|_| open()).collect();
+    let _ = opened.send(());
+    let mut reopened = 0;
+    let deadline = Instant::now() + 2 * WAIT;
+    while !stop.load(Ordering::Acquire) && Instant::now() < deadline {
+        for slot in &mut streams {
+            let closed = match slot {
+                None => true,
+                Some(stream) => match stream.read(&mut [0u8; 64]) {
+                    Ok(_) => true,
+                    Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+                },
+            };
+            if closed {
+                std::thread::sleep(Duration::from_millis(1));
+                *slot = open();
+                reopened += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    reopened
+}
+
+/// More idle connections than the member accepts, reopened as soon as
+/// they are closed, do not keep a member out: pending handshakes make way
+/// for newer ones, so a member's quick handshake gets through.
+#[test]
+fn a_flood_of_idle_connections_does_not_keep_a_member_out() {
+    use oxetcd_server::peer::{HANDSHAKES_MAX, INBOUND_CONNECTIONS_MAX};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let rt = tokio_runtime();
+    let target = member(&rt, 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let idle = INBOUND_CONNECTIONS_MAX + HANDSHAKES_MAX + 16;
+    let (opened, flooded) = mpsc::channel();
+    let attacker = {
+        let (addr, stop) = (target.addr, stop.clone());
+        std::thread::spawn(move || flood(addr, idle, opened, stop))
+    };
+    // The flood fills every queue first.
+    flooded
+        .recv_timeout(WAIT)
+        .expect("the flood opened its connections");
+    std::thread::sleep(Duration::from_millis(200));
+    let other = member(&rt, 2);
+    connect_all(&[&target, &other]);
+    assert_still_serving(&target, &other, 77);
+    stop.store(true, Ordering::Release);
+    let reopened = attacker.join().expect("flood thread");
+    assert!(
+        reopened >= idle - HANDSHAKES_MAX,
+        "the flood was not pushed out ({reopened} reopened)"
+    );
+}

@@ -13,6 +13,7 @@ use oxetcd_tls::rustls::ServerConfig;
 use protobuf::Message as _;
 use tracing::{debug, info, warn};
 
+use super::admission::HANDSHAKES_MAX;
 use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
 use super::tls::PeerIo;
 use super::wire::{Answer, FrameKind, Hello, Reject, StreamKind, HELLO_BYTES, PROTOCOL_VERSION};
@@ -43,16 +44,9 @@ pub(super) async fn accept_loop<R: Runtime>(
         };
         match accepted {
             Ok((io, remote)) => {
-                let Some(slot) = ConnectionSlot::take(&shared) else {
-                    warn!(
-                        limit = INBOUND_CONNECTIONS_MAX,
-                        "too many peer connections; closing a new one"
-                    );
-                    continue;
-                };
                 shared
                     .runtime
-                    .spawn(serve(shared.clone(), io, remote, slot, tls.clone()));
+                    .spawn(serve(shared.clone(), io, remote, tls.clone()));
             }
             Err(e) => {
                 warn!(error = %e, "accepting a peer connection failed");
@@ -117,24 +111,76 @@ impl<R> Drop for SnapshotSlot<R> {
     }
 }
 
-/// One inbound connection: TLS (on a TLS listener), handshake, then its
-/// stream. The slot is held from accept, so TLS handshakes in progress
-/// count against the connection limit too.
+/// Log lines about evicted handshakes and refused connections, per second
+/// at most (see [`crate::tls_accept::Rejections`]).
+static CROWDED: crate::tls_accept::Rejections = crate::tls_accept::Rejections::new();
+
+/// One inbound connection: its handshake (TLS on a TLS listener, then our
+/// hello) while it waits in the transport's [`Handshakes`] queue, then its
+/// stream, holding a slot of the established limit.
 async fn serve<R: Runtime>(
     shared: Arc<Shared<R>>,
     io: R::Io,
     remote: std::net::SocketAddr,
-    _slot: ConnectionSlot<R>,
     tls: Option<Arc<ServerConfig>>,
 ) {
+    let (mut pending, evicted_older) = shared.handshakes.admit();
+    if evicted_older {
+        CROWDED.log(std::time::Instant::now(), |held_back| {
+            warn!(
+                limit = HANDSHAKES_MAX,
+                held_back, "too many pending peer handshakes; closed the oldest"
+            );
+        });
+    }
+    let evicted = pending.evicted();
+    let shaken = {
+        let handshake = pin!(handshake(&shared, io, remote, tls));
+        match select(handshake, evicted).await {
+            Either::Left((shaken, _)) => shaken,
+            Either::Right(_) => {
+                debug!(%remote, "peer handshake pushed out by newer connections");
+                return;
+            }
+        }
+    };
+    drop(pending);
+    let Some(shaken) = shaken else {
+        return;
+    };
+    match (shaken.hello.kind, shaken.snapshot_slot) {
+        (StreamKind::Snapshot, Some(slot)) => {
+            snapshot::receive(shared.clone(), shaken.io, shaken.hello.from, slot).await
+        }
+        _ => read_messages(shared.clone(), shaken.io, shaken.hello.from).await,
+    }
+    drop(shaken.slot);
+}
+
+/// A connection whose hello was accepted.
+struct Shaken<R: Runtime> {
+    io: PeerIo<R::Io>,
+    hello: Hello,
+    snapshot_slot: Option<SnapshotSlot<R>>,
+    /// Counts it against the established limit while it lives.
+    slot: ConnectionSlot<R>,
+}
+
+/// TLS (on a TLS listener), then our hello and its answer. `None` when
+/// the connection failed or was refused (and told why).
+async fn handshake<R: Runtime>(
+    shared: &Arc<Shared<R>>,
+    io: R::Io,
+    remote: std::net::SocketAddr,
+    tls: Option<Arc<ServerConfig>>,
+) -> Option<Shaken<R>> {
     let mut io = match tls {
         None => PeerIo::Plain(io),
         Some(config) => {
             let port = crate::tls_accept::Port::Peer;
-            match crate::tls_accept::accept(&shared.runtime, io, remote, config, port).await {
-                Some(stream) => PeerIo::Tls(Box::new(stream)),
-                None => return,
-            }
+            let stream =
+                crate::tls_accept::accept(&shared.runtime, io, remote, config, port).await?;
+            PeerIo::Tls(Box::new(stream))
         }
     };
     let mut hello = [0u8; HELLO_BYTES];
@@ -147,11 +193,11 @@ async fn serve<R: Runtime>(
     {
         None => {
             debug!("peer connection sent no handshake in time; closed");
-            return;
+            return None;
         }
         Some(Err(e)) => {
             debug!(error = %e, "peer connection ended before its handshake");
-            return;
+            return None;
         }
         Some(Ok(())) => {}
     }
@@ -160,19 +206,34 @@ async fn serve<R: Runtime>(
         Err(e) => {
             // Client requests land here too: the peer port serves none.
             warn!(error = %e, "closed a connection on the peer port");
-            return;
+            return None;
         }
     };
     let mut snapshot_slot = None;
-    let reject = check(&shared, &hello).or_else(|| {
-        if hello.kind == StreamKind::Snapshot {
-            snapshot_slot = SnapshotSlot::take(&shared);
-            if snapshot_slot.is_none() {
+    let mut slot = None;
+    let reject = check(shared, &hello)
+        .or_else(|| {
+            if hello.kind == StreamKind::Snapshot {
+                snapshot_slot = SnapshotSlot::take(shared);
+                if snapshot_slot.is_none() {
+                    return Some(Reject::Busy);
+                }
+            }
+            None
+        })
+        .or_else(|| {
+            slot = ConnectionSlot::take(shared);
+            if slot.is_none() {
+                CROWDED.log(std::time::Instant::now(), |held_back| {
+                    warn!(
+                        limit = INBOUND_CONNECTIONS_MAX,
+                        held_back, "too many peer connections; refused a new one"
+                    );
+                });
                 return Some(Reject::Busy);
             }
-        }
-        None
-    });
+            None
+        });
     let answer = Answer {
         reject,
         version: PROTOCOL_VERSION,
@@ -195,23 +256,25 @@ async fn serve<R: Runtime>(
             reason = %reason,
             "refused a peer connection"
         );
-        return;
+        return None;
     }
     match answered {
         Some(Ok(())) => {}
         Some(Err(e)) => {
             debug!(from = %Id(hello.from), error = %e, "peer connection failed during the handshake");
-            return;
+            return None;
         }
         None => {
             debug!(from = %Id(hello.from), "peer handshake answer timed out");
-            return;
+            return None;
         }
     }
-    match (hello.kind, snapshot_slot) {
-        (StreamKind::Snapshot, Some(slot)) => snapshot::receive(shared, io, hello.from, slot).await,
-        _ => read_messages(shared, io, hello.from).await,
-    }
+    Some(Shaken {
+        io,
+        hello,
+        snapshot_slot,
+        slot: slot?,
+    })
 }
 
 /// Whether `hello` may open a stream here. A joining member's cluster ID

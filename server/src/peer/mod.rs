@@ -30,6 +30,7 @@
 //! This module never blocks a runtime thread: file writes for incoming
 //! snapshots and pulls from a snapshot's chunk iterator run as blocking work.
 
+mod admission;
 mod inbound;
 mod outbound;
 mod queue;
@@ -55,6 +56,7 @@ use tracing::warn;
 use crate::runtime::Runtime;
 use queue::{PushError, SendQueue};
 
+pub use admission::HANDSHAKES_MAX;
 pub use snapshot::ReceivedSnapshot;
 pub use tls::TransportTls;
 
@@ -296,6 +298,8 @@ struct Shared<R> {
     /// Dropping these stops the accept loops.
     listeners: Mutex<Vec<oneshot::Sender<()>>>,
     inbound_connections: AtomicUsize,
+    /// Inbound connections whose handshake is not done yet.
+    handshakes: admission::Handshakes,
     inbound_snapshots: AtomicUsize,
     next_connection: AtomicU64,
     stopped: AtomicBool,
@@ -329,6 +333,7 @@ impl<R: Runtime> PeerTransport<R> {
                 inbound_streams: Mutex::new(HashMap::new()),
                 listeners: Mutex::new(Vec::new()),
                 inbound_connections: AtomicUsize::new(0),
+                handshakes: admission::Handshakes::default(),
                 inbound_snapshots: AtomicUsize::new(0),
                 next_connection: AtomicU64::new(1),
                 stopped: AtomicBool::new(false),
