@@ -109,23 +109,9 @@ impl Visit for Fields {
     }
 }
 
-/// Appends `text` as a JSON string.
+/// Appends `text` as a JSON string, as zap writes it.
 fn string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    oxetcd_storage::go_json::write(out, text, false);
 }
 
 #[cfg(test)]
