@@ -224,7 +224,7 @@ impl<K: KvStore> Handle<K> {
         rx.await.map_err(|_| Error::Stopped)?
     }
 
-    pub(super) fn admit(&self) -> Result<InFlight<'_>, Error> {
+    fn admit(&self) -> Result<InFlight<'_>, Error> {
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
         let slot = InFlight(&self.in_flight);
         if before >= IN_FLIGHT_REQUESTS_MAX {
@@ -236,7 +236,7 @@ impl<K: KvStore> Handle<K> {
 
 /// One admitted request; gives its slot back when dropped (answered, or the
 /// client went away).
-pub(super) struct InFlight<'a>(&'a AtomicUsize);
+struct InFlight<'a>(&'a AtomicUsize);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
@@ -244,7 +244,7 @@ impl Drop for InFlight<'_> {
     }
 }
 
-pub(super) fn range_on_snapshot<K: KvStore>(
+fn range_on_snapshot<K: KvStore>(
     kv: &K,
     request: &RangeRequest,
     mut header: ResponseHeader,

@@ -19,19 +19,31 @@ use crate::peer::{PeerEvent, ReceivedSnapshot};
 /// The driver's side of the cluster: the peer link, snapshots received and
 /// not yet installed, and the peers the link was given.
 pub(super) struct ClusterLinks<K> {
-    pub(super) kv: K,
-    pub(super) peers: Option<Arc<dyn PeerLink>>,
+    kv: K,
+    peers: Option<Arc<dyn PeerLink>>,
     /// Received snapshots by index, until a `Persist` installs one (older
     /// ones go with it).
-    pub(super) received: BTreeMap<u64, ReceivedSnapshot>,
+    received: BTreeMap<u64, ReceivedSnapshot>,
     /// The peers handed to the link, with their URLs.
-    pub(super) known: HashMap<u64, Vec<String>>,
-    pub(super) member_id: u64,
+    known: HashMap<u64, Vec<String>>,
+    member_id: u64,
     /// A peer refused this member as removed from the cluster.
     pub(super) refused_as_removed: bool,
 }
 
 impl<K: KvStore> ClusterLinks<K> {
+    /// Links for member `member_id`, reaching its peers through `peers`.
+    pub(super) fn new(kv: K, peers: Option<Arc<dyn PeerLink>>, member_id: u64) -> Self {
+        Self {
+            kv,
+            peers,
+            received: BTreeMap::new(),
+            known: HashMap::new(),
+            member_id,
+            refused_as_removed: false,
+        }
+    }
+
     /// Turns a transport event into the node's input, if it is one.
     pub(super) fn peer_event(&mut self, event: PeerEvent) -> Option<Input> {
         match event {

@@ -8,7 +8,6 @@
 //! member's exit end the loop; the log writer then finishes what it was
 //! given and the backend is synced.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -26,7 +25,7 @@ use crate::peer::PeerEvent;
 use crate::watch_routes::WatchRoutes;
 
 /// Why the driver loop ended.
-pub(super) enum Ending {
+enum Ending {
     /// Asked to stop; answer here once stopped.
     Stop(oneshot::Sender<()>),
     /// This member was removed from the cluster.
@@ -36,10 +35,10 @@ pub(super) enum Ending {
 }
 
 /// A stop that waits for leadership to move first.
-pub(super) struct HandOver {
-    pub(super) done: oneshot::Sender<()>,
+struct HandOver {
+    done: oneshot::Sender<()>,
     /// Stop anyway at this time.
-    pub(super) deadline: Instant,
+    deadline: Instant,
 }
 
 /// What the driver tells the runtime besides answers: whether the node
@@ -94,14 +93,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     let mut pending: Slab<oneshot::Sender<Reply>> = Slab::new();
     let mut routes = WatchRoutes::default();
     let mut feedback: Vec<Input> = Vec::new();
-    let mut cluster = ClusterLinks {
-        kv: kv.clone(),
-        peers,
-        received: BTreeMap::new(),
-        known: HashMap::new(),
-        member_id: node.member_id(),
-        refused_as_removed: false,
-    };
+    let mut cluster = ClusterLinks::new(kv.clone(), peers, node.member_id());
     cluster.sync_members(&node.members());
     let mut synced_at = node.applied_index();
     let mut hand_over: Option<HandOver> = None;
@@ -253,7 +245,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     }
 }
 
-pub(super) fn execute(
+fn execute(
     output: Output,
     pending: &mut Slab<oneshot::Sender<Reply>>,
     persist: &Sender<LogJob>,
@@ -302,7 +294,7 @@ pub(super) fn execute(
     }
 }
 
-pub(super) fn answer(pending: &mut Slab<oneshot::Sender<Reply>>, id: RequestId, reply: Reply) {
+fn answer(pending: &mut Slab<oneshot::Sender<Reply>>, id: RequestId, reply: Reply) {
     let waiter = usize::try_from(id)
         .ok()
         .and_then(|key| pending.try_remove(key));
@@ -327,18 +319,18 @@ pub(super) fn fatal(what: &str, error: &dyn std::fmt::Display) -> ! {
 
 /// The driver's monotonic clock, as the node's [`Instant`]: nanoseconds
 /// since the driver started.
-pub(super) struct Clock {
-    pub(super) origin: std::time::Instant,
+struct Clock {
+    origin: std::time::Instant,
 }
 
 impl Clock {
-    pub(super) fn new() -> Self {
+    fn new() -> Self {
         Self {
             origin: std::time::Instant::now(),
         }
     }
 
-    pub(super) fn now(&self) -> Instant {
+    fn now(&self) -> Instant {
         let nanos = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         Instant::from_nanos(nanos)
     }
