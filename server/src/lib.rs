@@ -29,6 +29,7 @@ pub mod config;
 pub mod driver;
 pub mod grpc;
 pub mod http;
+mod log_budget;
 mod log_format;
 pub mod peer;
 pub mod restore;

@@ -9,31 +9,23 @@
 //! because runbooks and test harnesses match on it (`tls: bad
 //! certificate` for a certificate the other side or we refused). A flood
 //! of bad handshakes must not become a flood of log lines: each port keeps
-//! a [`Rejections`] budget of [`REJECTIONS_PER_WINDOW`] lines per
-//! [`REJECTION_WINDOW`] and reports how many it held back when the next
-//! window opens.
+//! its own [`LogBudget`].
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxetcd_tls::rustls::{self, AlertDescription, CertificateError, ServerConfig};
 use oxetcd_tls::TlsStream;
 use tracing::warn;
 
+use crate::log_budget::LogBudget;
 use crate::runtime::{timeout, Runtime};
 
 /// Longest a client may take over its TLS handshake. Generous for any
 /// real client; it bounds what a connection that never speaks can hold.
 /// (A peer has the peer transport's shorter handshake timeout.)
 const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Lines logged per window and port before further rejections are counted
-/// instead.
-pub(crate) const REJECTIONS_PER_WINDOW: u32 = 10;
-
-/// The length of one logging window.
-pub(crate) const REJECTION_WINDOW: Duration = Duration::from_secs(1);
 
 /// Which listener a connection came to, for the log.
 #[derive(Clone, Copy, Debug)]
@@ -57,9 +49,9 @@ impl Port {
         }
     }
 
-    fn rejections(self) -> &'static Rejections {
-        static CLIENT: Rejections = Rejections::new();
-        static PEER: Rejections = Rejections::new();
+    fn rejections(self) -> &'static LogBudget {
+        static CLIENT: LogBudget = LogBudget::new();
+        static PEER: LogBudget = LogBudget::new();
         match self {
             Self::Client => &CLIENT,
             Self::Peer => &PEER,
@@ -133,73 +125,9 @@ fn go_reason(error: &rustls::Error) -> String {
     format!("{go} ({error})")
 }
 
-/// A per-port budget of log lines.
-pub(crate) struct Rejections {
-    window: Mutex<Window>,
-}
-
-struct Window {
-    started: Option<Instant>,
-    logged: u32,
-    held_back: u64,
-}
-
-impl Rejections {
-    pub(crate) const fn new() -> Self {
-        Self {
-            window: Mutex::new(Window {
-                started: None,
-                logged: 0,
-                held_back: 0,
-            }),
-        }
-    }
-
-    /// Calls `log` with the number of lines held back since the last one
-    /// logged, unless this window's budget is spent.
-    pub(crate) fn log(&self, now: Instant, log: impl FnOnce(u64)) {
-        let held_back = {
-            let mut window = match self.window.lock() {
-                Ok(window) => window,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            if window
-                .started
-                .is_none_or(|started| now.saturating_duration_since(started) >= REJECTION_WINDOW)
-            {
-                window.started = Some(now);
-                window.logged = 0;
-            }
-            if window.logged >= REJECTIONS_PER_WINDOW {
-                window.held_back += 1;
-                return;
-            }
-            window.logged += 1;
-            std::mem::take(&mut window.held_back)
-        };
-        log(held_back);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_window_logs_its_budget_then_counts() {
-        let rejections = Rejections::new();
-        let start = Instant::now();
-        let mut lines = Vec::new();
-        for k in 0..25u64 {
-            let at = start + Duration::from_millis(k * 10);
-            rejections.log(at, |held| lines.push(held));
-        }
-        assert_eq!(lines, vec![0; REJECTIONS_PER_WINDOW as usize]);
-        // The next window logs again and reports what the last held back.
-        rejections.log(start + REJECTION_WINDOW, |held| lines.push(held));
-        assert_eq!(lines.len(), REJECTIONS_PER_WINDOW as usize + 1);
-        assert_eq!(lines.last(), Some(&(25 - REJECTIONS_PER_WINDOW as u64)));
-    }
 
     #[test]
     fn reasons_use_gos_words_for_certificates() {

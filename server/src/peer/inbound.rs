@@ -111,9 +111,8 @@ impl<R> Drop for SnapshotSlot<R> {
     }
 }
 
-/// Log lines about evicted handshakes and refused connections, per second
-/// at most (see [`crate::tls_accept::Rejections`]).
-static CROWDED: crate::tls_accept::Rejections = crate::tls_accept::Rejections::new();
+/// The log lines about evicted handshakes and refused connections.
+static CROWDED: crate::log_budget::LogBudget = crate::log_budget::LogBudget::new();
 
 /// One inbound connection: its handshake (TLS on a TLS listener, then our
 /// hello) while it waits in the transport's [`Handshakes`] queue, then its
