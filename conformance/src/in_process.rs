@@ -6,9 +6,8 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use oxetcd_core::memory::{MemoryKv, MemoryLog};
-use oxetcd_core::storage::{KvRead, KvStore, LogStore};
-use oxetcd_core::watch::{self, CatchUpOutcome};
-use oxetcd_core::{Config, Error, Input, Instant, Node, Output, Request, RequestId, Response};
+use oxetcd_core::testing::{Effect, Member};
+use oxetcd_core::{Config, Error, Input, Instant, Request, RequestId, Response};
 use oxetcd_proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -19,27 +18,17 @@ use oxetcd_proto::etcdserverpb::{
 
 use crate::target::{Failure, WATCH_PROGRESS_NOTIFY_INTERVAL};
 
-/// Where a fragmenting watcher's responses are split: etcd's default
-/// `--max-request-bytes` plus its allowance for gRPC overhead, as the
-/// servers split them.
-const FRAGMENT_BYTES: usize = 1_572_864 + 512 * 1024;
-
 /// Rounds of "drain outputs, then let time pass" before a request counts as
 /// never answered. A single member elects itself within a few election
 /// timeouts; this leaves a wide margin while still bounding a stuck node.
 const ROUNDS_MAX: usize = 10_000;
 
-/// Outputs drained per round before the driver declares a livelock.
-const OUTPUTS_PER_ROUND_MAX: usize = 100_000;
-
 /// How far virtual time moves when the node has no timer pending.
 const IDLE_STEP: Duration = Duration::from_millis(10);
 
-/// A node and its in-memory storage, driven by this struct.
+/// A node and its in-memory storage on the core's reference driver.
 pub struct InProcess {
-    node: Node<MemoryLog, MemoryKv>,
-    log: MemoryLog,
-    kv: MemoryKv,
+    member: Member,
     now: Instant,
     next_id: RequestId,
     answers: HashMap<RequestId, Result<Response, Failure>>,
@@ -57,12 +46,9 @@ impl InProcess {
             watch_progress_notify_interval: WATCH_PROGRESS_NOTIFY_INTERVAL,
             ..Config::single("default")
         };
-        let node = Node::new(config, log.clone(), kv.clone(), now)
-            .map_err(|e| format!("Node::new: {e}"))?;
+        let member = Member::start(config, log, kv, now).map_err(|e| format!("Node::new: {e}"))?;
         Ok(Self {
-            node,
-            log,
-            kv,
+            member,
             now,
             next_id: 1,
             answers: HashMap::new(),
@@ -184,7 +170,7 @@ impl InProcess {
         if stream >= self.watch_streams.len() {
             return Err(Failure::new(13, format!("no watch stream {stream}")));
         }
-        self.node.handle(
+        self.member.node.handle(
             self.now,
             Input::Watch {
                 stream: stream as u64,
@@ -214,16 +200,16 @@ impl InProcess {
         let until = self.now + duration;
         for _ in 0..ROUNDS_MAX {
             let _ = self.drain();
-            match self.node.poll_timeout() {
+            match self.member.node.poll_timeout() {
                 Some(deadline) if deadline <= until => {
                     self.now = self.now.max(deadline);
-                    self.node.handle_timeout(self.now);
+                    self.member.node.handle_timeout(self.now);
                 }
                 _ => break,
             }
         }
         self.now = until;
-        self.node.handle_timeout(self.now);
+        self.member.node.handle_timeout(self.now);
         let _ = self.drain();
     }
 
@@ -236,17 +222,19 @@ impl InProcess {
     fn call(&mut self, request: Request) -> Result<Response, Failure> {
         let id = self.next_id;
         self.next_id += 1;
-        self.node.handle(self.now, Input::Client(id, request));
+        self.member
+            .node
+            .handle(self.now, Input::Client(id, request));
         for _ in 0..ROUNDS_MAX {
             self.drain()?;
             if let Some(answer) = self.answers.remove(&id) {
                 return answer;
             }
-            self.now = match self.node.poll_timeout() {
+            self.now = match self.member.node.poll_timeout() {
                 Some(deadline) if deadline > self.now => deadline,
                 _ => self.now + IDLE_STEP,
             };
-            self.node.handle_timeout(self.now);
+            self.member.node.handle_timeout(self.now);
         }
         Err(Failure::new(
             4,
@@ -254,118 +242,33 @@ impl InProcess {
         ))
     }
 
-    /// Executes every pending output, as a runtime would.
+    /// Executes every pending output on the reference driver and keeps
+    /// what comes out of it.
     fn drain(&mut self) -> Result<(), Failure> {
-        for _ in 0..OUTPUTS_PER_ROUND_MAX {
-            let Some(output) = self.node.poll_output() else {
-                return Ok(());
-            };
-            #[allow(unreachable_patterns)]
-            match output {
-                Output::Persist(persist) => {
-                    self.log
-                        .append(&persist.entries, persist.hard_state.as_ref())
-                        .map_err(|e| storage_failure(&e))?;
-                    self.node
-                        .handle(self.now, Input::Persisted { id: persist.id });
-                }
-                Output::CompactLog { index } => {
-                    self.log
-                        .compact(index + 1)
-                        .map_err(|e| storage_failure(&e))?;
-                }
-                Output::Read {
-                    id,
-                    request,
-                    mut header,
-                } => {
-                    let answer = self.read(&request).map(|mut response| {
-                        header.revision = response.header.take().map_or(0, |h| h.revision);
-                        response.header = Some(header);
-                        Response::Range(response)
-                    });
-                    self.answers.insert(id, answer);
-                }
-                Output::Respond(id, answer) => {
+        let effects = self
+            .member
+            .drain(self.now)
+            .map_err(|e| Failure::new(13, format!("etcdserver: {e}")))?;
+        for effect in effects {
+            match effect {
+                Effect::Answer(id, answer) => {
                     self.answers.insert(id, answer.map_err(|e| failure(&e)));
                 }
-                Output::Watch {
-                    stream,
-                    response,
-                    fragment,
-                } => {
-                    let max_bytes = FRAGMENT_BYTES;
-                    let parts = if fragment {
-                        watch::fragments(response, max_bytes)
-                    } else {
-                        vec![response]
-                    };
+                Effect::Watch(stream, response) => {
                     if let Some(queue) = self.watch_streams.get_mut(stream as usize) {
-                        queue.extend(parts);
+                        queue.push_back(response);
                     }
                 }
-                Output::WatchEvents { stream, deliveries } => {
-                    let max_bytes = FRAGMENT_BYTES;
-                    if let Some(queue) = self.watch_streams.get_mut(stream as usize) {
-                        for delivery in &deliveries {
-                            if delivery.fragment {
-                                queue.extend(watch::fragments(delivery.response(), max_bytes));
-                            } else {
-                                queue.push_back(delivery.response());
-                            }
-                        }
-                    }
-                }
-                Output::WatchCatchUp(job) => {
-                    let view = self.kv.read().map_err(|e| storage_failure(&e))?;
-                    let outcome = watch::catch_up(&view, &job).map_err(|e| storage_failure(&e))?;
-                    let response = match &outcome {
-                        CatchUpOutcome::Events { response, .. } => response.clone(),
-                        CatchUpOutcome::Compacted { response } => Some(response.clone()),
-                    };
-                    if let (Some(response), Some(queue)) =
-                        (response, self.watch_streams.get_mut(job.stream as usize))
-                    {
-                        let fragment = job.spec.fragment && response.compact_revision == 0;
-                        if fragment {
-                            queue.extend(watch::fragments(response, FRAGMENT_BYTES));
-                        } else {
-                            queue.push_back(response);
-                        }
-                    }
-                    self.node.handle(self.now, outcome.input(&job));
-                }
-                _ => {}
+                // A single member has no one to send to.
+                Effect::Send(_) | Effect::SendSnapshot { .. } => {}
             }
         }
-        Err(Failure::new(
-            13,
-            format!(
-                "in-process node produced more than {OUTPUTS_PER_ROUND_MAX} outputs in one round"
-            ),
-        ))
-    }
-
-    /// Runs a range on a fresh snapshot; the returned header carries only
-    /// the snapshot's revision.
-    fn read(&self, request: &RangeRequest) -> Result<RangeResponse, Failure> {
-        let snapshot = self.kv.read().map_err(|e| storage_failure(&e))?;
-        let revision = snapshot.meta().map_err(|e| storage_failure(&e))?.revision;
-        let mut response = oxetcd_core::mvcc::range(&snapshot, request).map_err(|e| failure(&e))?;
-        response.header = Some(oxetcd_proto::etcdserverpb::ResponseHeader {
-            revision,
-            ..Default::default()
-        });
-        Ok(response)
+        Ok(())
     }
 }
 
 fn failure(e: &Error) -> Failure {
     Failure::new(e.code() as i32, e.message())
-}
-
-fn storage_failure(e: &oxetcd_core::storage::StorageError) -> Failure {
-    Failure::new(13, format!("etcdserver: {e}"))
 }
 
 fn unexpected(call: &str, response: &Response) -> Failure {

@@ -47,11 +47,15 @@ pub mod mvcc;
 mod node;
 pub mod raft;
 pub mod storage;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod time;
 pub mod watch;
 
 pub use error::{Code, Error};
-pub use node::{ClusterState, Config, InitialMember, Input, Node, Output, RequestId};
+pub use node::{
+    ClusterState, Config, InitialMember, Input, Node, Output, RequestId, GRPC_OVERHEAD_BYTES,
+};
 pub use time::Instant;
 
 use oxetcd_proto::etcdserverpb::{

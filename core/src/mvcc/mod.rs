@@ -40,7 +40,7 @@ mod model_tests;
 #[cfg(test)]
 mod tests;
 
-use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse};
+use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 
 use crate::error::Error;
 use crate::storage::{KeyVersion, KvMeta, KvRead, KvWrite};
@@ -92,6 +92,19 @@ pub fn range(view: &impl KvRead, request: &RangeRequest) -> Result<RangeResponse
         compacted: meta.compact_revision,
     };
     range::execute(&snapshot, request)
+}
+
+/// Runs an admitted range ([`crate::Output::Read`]) on a read view: the
+/// answer is headed by the node's `header`, with the view's revision.
+pub fn read(
+    view: &impl KvRead,
+    request: &RangeRequest,
+    mut header: ResponseHeader,
+) -> Result<RangeResponse, Error> {
+    let mut response = range(view, request)?;
+    header.revision = response.header.as_ref().map_or(1, |h| h.revision);
+    response.header = Some(header);
+    Ok(response)
 }
 
 /// Applies one request inside `txn` with no leases granted; see

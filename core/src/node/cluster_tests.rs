@@ -17,6 +17,7 @@ use oxetcd_proto::etcdserverpb::{
 
 use super::*;
 use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
+use crate::testing::{self as driver, Effect};
 
 /// Virtual time a call may take before the harness gives up.
 const CALL_TIME_MAX: Duration = Duration::from_secs(60);
@@ -43,11 +44,10 @@ enum Packet {
 
 struct Member {
     config: Config,
-    node: Option<Node<MemoryLog, MemoryKv>>,
+    /// The running member on the reference driver; `None` while crashed.
+    running: Option<driver::Member>,
     log: MemoryLog,
     kv: MemoryKv,
-    /// Snapshots received and not yet installed, by index.
-    received: BTreeMap<u64, MemoryKvRead>,
     answers: HashMap<RequestId, Result<Response, Error>>,
     watched: Vec<WatchResponse>,
 }
@@ -143,15 +143,14 @@ impl Cluster {
     fn start(&mut self, id: u64, config: Config) {
         let log = MemoryLog::default();
         let kv = MemoryKv::default();
-        let node = Node::new(config.clone(), log.clone(), kv.clone(), self.now).unwrap();
+        let running = driver::Member::start(config.clone(), log.clone(), kv.clone(), self.now);
         self.members.insert(
             id,
             Member {
                 config,
-                node: Some(node),
+                running: Some(running.unwrap()),
                 log,
                 kv,
-                received: BTreeMap::new(),
                 answers: HashMap::new(),
                 watched: Vec::new(),
             },
@@ -159,20 +158,26 @@ impl Cluster {
     }
 
     fn node(&self, id: u64) -> &Node<MemoryLog, MemoryKv> {
-        self.members[&id].node.as_ref().expect("member is running")
+        &self.members[&id]
+            .running
+            .as_ref()
+            .expect("member is running")
+            .node
     }
 
     fn node_mut(&mut self, id: u64) -> &mut Node<MemoryLog, MemoryKv> {
-        self.members
+        &mut self
+            .members
             .get_mut(&id)
-            .and_then(|m| m.node.as_mut())
+            .and_then(|m| m.running.as_mut())
             .expect("member is running")
+            .node
     }
 
     fn running(&self) -> Vec<u64> {
         self.members
             .iter()
-            .filter(|(_, m)| m.node.is_some())
+            .filter(|(_, m)| m.running.is_some())
             .map(|(id, _)| *id)
             .collect()
     }
@@ -207,18 +212,18 @@ impl Cluster {
     }
 
     fn crash(&mut self, id: u64) {
-        self.members.get_mut(&id).unwrap().node = None;
+        self.members.get_mut(&id).unwrap().running = None;
     }
 
     fn restart(&mut self, id: u64) {
         let member = self.members.get_mut(&id).unwrap();
-        let node = Node::new(
+        let running = driver::Member::start(
             member.config.clone(),
             member.log.clone(),
             member.kv.clone(),
             self.now,
         );
-        member.node = Some(node.unwrap());
+        member.running = Some(running.unwrap());
     }
 
     /// Feeds a request to member `id`; returns its request ID.
@@ -300,105 +305,46 @@ impl Cluster {
         }
     }
 
-    /// Executes member `id`'s outputs as a runtime would; returns whether
-    /// there were any.
+    /// Executes member `id`'s outputs on the reference driver and carries
+    /// what leaves it; returns whether there was anything.
     fn drain(&mut self, id: u64) -> bool {
-        let Cluster {
-            members,
-            network,
-            cut,
-            message_bytes_max,
-            now,
-            ..
-        } = self;
-        let message_bytes_max = *message_bytes_max;
-        let now = *now;
-        let member = members.get_mut(&id).unwrap();
-        let mut any = false;
-        while let Some(output) = member.node.as_mut().and_then(|n| n.poll_output()) {
-            any = true;
-            match output {
-                Output::Send(m) => {
-                    let fits = protobuf::Message::compute_size(&m) as usize <= message_bytes_max;
-                    if fits && !cut.contains(&(id, m.to)) {
-                        network.push_back(Packet::Message(m));
+        let now = self.now;
+        let member = self.members.get_mut(&id).unwrap();
+        let Some(running) = member.running.as_mut() else {
+            return false;
+        };
+        let effects = running
+            .drain(now)
+            .unwrap_or_else(|e| panic!("member {id}: {e}"));
+        let any = !effects.is_empty();
+        for effect in effects {
+            match effect {
+                Effect::Send(m) => {
+                    let fits =
+                        protobuf::Message::compute_size(&m) as usize <= self.message_bytes_max;
+                    if fits && !self.cut.contains(&(id, m.to)) {
+                        self.network.push_back(Packet::Message(m));
                     }
                 }
-                Output::Persist(persist) => {
-                    if let Some(meta) = &persist.snapshot {
-                        let view = member
-                            .received
-                            .remove(&meta.index)
-                            .expect("installing a snapshot that was received");
-                        member.kv.restore(&view);
-                        member.log.install_snapshot(meta.index, meta.term).unwrap();
-                        member.received = member.received.split_off(&(meta.index + 1));
-                    }
-                    member
-                        .log
-                        .append(&persist.entries, persist.hard_state.as_ref())
-                        .unwrap();
-                    let node = member.node.as_mut().unwrap();
-                    node.handle(now, Input::Persisted { id: persist.id });
-                }
-                Output::Respond(request_id, result) => {
-                    member.answers.insert(request_id, result);
-                }
-                Output::Read {
-                    id: request_id,
-                    request,
-                    mut header,
-                } => {
-                    let view = member.kv.read().unwrap();
-                    header.revision = view.meta().unwrap().revision.max(1);
-                    let result = mvcc::range(&view, &request).map(|mut r| {
-                        r.header = Some(header);
-                        Response::Range(r)
-                    });
-                    member.answers.insert(request_id, result);
-                }
-                Output::Fatal(e) => panic!("member {id}: fatal: {e}"),
-                Output::Watch { response, .. } => member.watched.push(response),
-                Output::WatchEvents { deliveries, .. } => member
-                    .watched
-                    .extend(deliveries.iter().map(watch::WatchDelivery::response)),
-                Output::WatchCatchUp(job) => {
-                    let view = member.kv.read().unwrap();
-                    let outcome = watch::catch_up(&view, &job).unwrap();
-                    match &outcome {
-                        watch::CatchUpOutcome::Events {
-                            response: Some(response),
-                            ..
-                        }
-                        | watch::CatchUpOutcome::Compacted { response } => {
-                            member.watched.push(response.clone());
-                        }
-                        watch::CatchUpOutcome::Events { response: None, .. } => {}
-                    }
-                    let node = member.node.as_mut().unwrap();
-                    node.handle(now, outcome.input(&job));
-                }
-                Output::SendSnapshot { to, message } => {
-                    // The view is taken before the node is polled again.
-                    let view = member.kv.read().unwrap();
-                    if cut.contains(&(id, to)) {
-                        network.push_back(Packet::SnapshotReport {
+                Effect::SendSnapshot { to, message, view } => {
+                    if self.cut.contains(&(id, to)) {
+                        self.network.push_back(Packet::SnapshotReport {
                             sender: id,
                             to,
                             delivered: false,
                         });
                     } else {
-                        network.push_back(Packet::Snapshot {
+                        self.network.push_back(Packet::Snapshot {
                             from: id,
                             message,
                             view,
                         });
                     }
                 }
-                Output::CompactLog { index } => {
-                    member.kv.sync().unwrap();
-                    member.log.compact(index + 1).unwrap();
+                Effect::Answer(request_id, result) => {
+                    member.answers.insert(request_id, result);
                 }
+                Effect::Watch(_, response) => member.watched.push(response),
             }
         }
         any
@@ -416,8 +362,10 @@ impl Cluster {
                     if self.cut.contains(&(from, to)) {
                         continue;
                     }
-                    if let Some(node) = self.members.get_mut(&to).and_then(|m| m.node.as_mut()) {
-                        node.handle(now, Input::Peer(m));
+                    if let Some(running) =
+                        self.members.get_mut(&to).and_then(|m| m.running.as_mut())
+                    {
+                        running.node.handle(now, Input::Peer(m));
                     }
                 }
                 Packet::Snapshot {
@@ -426,15 +374,10 @@ impl Cluster {
                     view,
                 } => {
                     let to = message.to;
-                    let receiver = self.members.get_mut(&to);
+                    let receiver = self.members.get_mut(&to).and_then(|m| m.running.as_mut());
                     let delivered = match receiver {
-                        Some(member)
-                            if member.node.is_some() && !self.cut.contains(&(from, to)) =>
-                        {
-                            let index = message.get_snapshot().get_metadata().index;
-                            member.received.insert(index, view);
-                            let node = member.node.as_mut().unwrap();
-                            node.handle(now, Input::SnapshotReceived { message });
+                        Some(running) if !self.cut.contains(&(from, to)) => {
+                            running.receive_snapshot(now, message, view);
                             true
                         }
                         _ => false,
@@ -450,9 +393,14 @@ impl Cluster {
                     to,
                     delivered,
                 } => {
-                    if let Some(node) = self.members.get_mut(&sender).and_then(|m| m.node.as_mut())
+                    if let Some(running) = self
+                        .members
+                        .get_mut(&sender)
+                        .and_then(|m| m.running.as_mut())
                     {
-                        node.handle(now, Input::SnapshotSent { to, delivered });
+                        running
+                            .node
+                            .handle(now, Input::SnapshotSent { to, delivered });
                     }
                 }
             }

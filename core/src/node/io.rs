@@ -15,6 +15,11 @@ use crate::storage::StorageError;
 use crate::watch::{self, CatchUp, StreamId};
 use crate::{Request, Response};
 
+/// What a gRPC message may carry beyond the largest request (headers,
+/// framing, a response's own fields): etcd's allowance, on top of
+/// `--max-request-bytes`, for what it sends and receives.
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
 /// Static configuration of a node.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -122,6 +127,12 @@ impl Config {
             cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
         }
+    }
+
+    /// Where a watcher that asked for fragments has its responses split:
+    /// the largest request plus gRPC's allowance, as etcd splits them.
+    pub fn watch_fragment_bytes(&self) -> usize {
+        self.max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES)
     }
 }
 

@@ -86,7 +86,7 @@ use oxetcd_proto::etcdserverpb::{
 };
 use oxetcd_proto::oxetcdpb::{proposal, AuthChange as AuthChangeProposal, Proposal};
 
-pub use self::io::{ClusterState, Config, InitialMember, Input, Output};
+pub use self::io::{ClusterState, Config, InitialMember, Input, Output, GRPC_OVERHEAD_BYTES};
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::Members;
 use self::proposals::Proposals;

@@ -9,17 +9,30 @@ use oxetcd_proto::etcdserverpb::{
 
 use super::*;
 use crate::memory::{MemoryKv, MemoryLog};
+use crate::testing::{Effect, Member};
 use crate::watch::StreamId;
 
+/// A single member on the reference driver, with persists held so that
+/// tests can see group commit; answers and watch responses collected.
 struct Harness {
-    node: Node<MemoryLog, MemoryKv>,
-    log: MemoryLog,
-    kv: MemoryKv,
-    /// Persist outputs not yet acknowledged, oldest first.
-    unpersisted: VecDeque<raft::Persist>,
+    member: Member,
     answers: Vec<(RequestId, Result<Response, Error>)>,
     watched: Vec<(StreamId, WatchResponse)>,
     now: Instant,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Member;
+
+    fn deref(&self) -> &Member {
+        &self.member
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Member {
+        &mut self.member
+    }
 }
 
 impl Harness {
@@ -32,12 +45,10 @@ impl Harness {
 
     /// A node just built on these stores; nothing drained or persisted yet.
     fn started(config: Config, log: MemoryLog, kv: MemoryKv) -> Self {
-        let node = Node::new(config, log.clone(), kv.clone(), Instant::ZERO).unwrap();
+        let mut member = Member::start(config, log, kv, Instant::ZERO).unwrap();
+        member.hold_persists();
         Self {
-            node,
-            log,
-            kv,
-            unpersisted: VecDeque::new(),
+            member,
             answers: Vec::new(),
             watched: Vec::new(),
             now: Instant::ZERO,
@@ -46,74 +57,34 @@ impl Harness {
 
     /// Drains outputs without acknowledging persists.
     fn drain(&mut self) {
-        while let Some(output) = self.node.poll_output() {
-            match output {
-                Output::Persist(persist) => self.unpersisted.push_back(persist),
-                Output::Respond(id, result) => self.answers.push((id, result)),
-                Output::Read {
-                    id,
-                    request,
-                    mut header,
-                } => {
-                    let view = self.kv.read().unwrap();
-                    header.revision = view.meta().unwrap().revision.max(1);
-                    let result = mvcc::range(&view, &request).map(|mut r| {
-                        r.header = Some(header);
-                        Response::Range(r)
-                    });
-                    self.answers.push((id, result));
+        let effects = self.member.drain(self.now).unwrap();
+        self.collect(effects);
+    }
+
+    fn collect(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Answer(id, result) => self.answers.push((id, result)),
+                Effect::Watch(stream, response) => self.watched.push((stream, response)),
+                Effect::Send(m) => panic!("a single member sends nothing: {m:?}"),
+                Effect::SendSnapshot { to, .. } => {
+                    panic!("snapshot to {to} from a single member")
                 }
-                Output::Fatal(e) => panic!("fatal: {e}"),
-                Output::Watch {
-                    stream, response, ..
-                } => self.watched.push((stream, response)),
-                Output::WatchEvents { stream, deliveries } => self
-                    .watched
-                    .extend(deliveries.iter().map(|d| (stream, d.response()))),
-                Output::WatchCatchUp(job) => {
-                    let view = self.kv.read().unwrap();
-                    let outcome = watch::catch_up(&view, &job).unwrap();
-                    match &outcome {
-                        watch::CatchUpOutcome::Events { response, .. } => {
-                            if let Some(response) = response {
-                                self.watched.push((job.stream, response.clone()));
-                            }
-                        }
-                        watch::CatchUpOutcome::Compacted { response } => {
-                            self.watched.push((job.stream, response.clone()));
-                        }
-                    }
-                    self.node.handle(self.now, outcome.input(&job));
-                }
-                Output::CompactLog { index } => self.log.compact(index + 1).unwrap(),
-                Output::Send(m) => panic!("a single member sends nothing: {m:?}"),
-                Output::SendSnapshot { to, .. } => panic!("snapshot to {to} from a single member"),
             }
         }
     }
 
     /// Persists the oldest outstanding batch; returns its entry count.
     fn persist_one(&mut self) -> usize {
-        let Some(persist) = self.unpersisted.pop_front() else {
-            return 0;
-        };
-        assert!(
-            persist.snapshot.is_none(),
-            "a single member never receives a snapshot"
-        );
-        self.log
-            .append(&persist.entries, persist.hard_state.as_ref())
-            .unwrap();
-        self.node
-            .handle(Instant::ZERO, Input::Persisted { id: persist.id });
+        let persisted = self.member.persist_next(self.now).unwrap();
         self.drain();
-        persist.entries.len()
+        persisted.unwrap_or(0)
     }
 
     fn settle(&mut self) {
         self.drain();
         for _ in 0..1_000 {
-            if self.persist_one() == 0 && self.unpersisted.is_empty() {
+            if self.persist_one() == 0 && self.held_persists() == 0 {
                 break;
             }
         }
@@ -154,20 +125,24 @@ impl Harness {
 
     /// Feeds a request at the harness's time and settles.
     fn call(&mut self, id: RequestId, request: Request) -> Result<Response, Error> {
-        self.node.handle(self.now, Input::Client(id, request));
+        self.member
+            .node
+            .handle(self.now, Input::Client(id, request));
         self.settle();
         self.answer(id).expect("request answered")
     }
 
     fn watch(&mut self, stream: StreamId, request: WatchRequest) {
-        self.node.handle(self.now, Input::Watch { stream, request });
+        self.member
+            .node
+            .handle(self.now, Input::Watch { stream, request });
         self.settle();
     }
 
     /// Lets time pass and fires due timers.
     fn advance(&mut self, by: Duration) {
         self.now = self.now + by;
-        self.node.handle_timeout(self.now);
+        self.member.node.handle_timeout(self.now);
         self.settle();
     }
 
@@ -393,12 +368,12 @@ fn put_is_answered_after_persist_and_apply() {
 fn writes_during_an_fsync_share_the_next_one() {
     let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
     h.put(1, "a", "1");
-    assert_eq!(h.unpersisted.len(), 1, "first write goes out at once");
+    assert_eq!(h.held_persists(), 1, "first write goes out at once");
     for id in 2..=100 {
         h.put(id, "a", "x");
     }
     assert_eq!(
-        h.unpersisted.len(),
+        h.held_persists(),
         1,
         "no second persist while one is in flight"
     );
@@ -504,12 +479,9 @@ fn a_read_between_an_election_and_its_report_is_answered() {
     h.drain();
     // A read right after every acknowledgement, before the node drains.
     let mut reads = Vec::new();
-    while let Some(persist) = h.unpersisted.pop_front() {
-        h.log
-            .append(&persist.entries, persist.hard_state.as_ref())
-            .unwrap();
-        h.node
-            .handle(Instant::ZERO, Input::Persisted { id: persist.id });
+    while h.held_persists() > 0 {
+        let now = h.now;
+        h.member.persist_next(now).unwrap();
         let id = 100 + reads.len() as RequestId;
         let range = RangeRequest {
             key: b"k".to_vec(),

@@ -247,15 +247,11 @@ impl Drop for InFlight<'_> {
 fn range_on_snapshot<K: KvStore>(
     kv: &K,
     request: &RangeRequest,
-    mut header: ResponseHeader,
+    header: ResponseHeader,
 ) -> Result<RangeResponse, Error> {
     let view = kv.read().map_err(fatal_storage)?;
-    let meta = view.meta().map_err(fatal_storage)?;
-    let mut response = match mvcc::range(&view, request) {
-        Err(Error::Storage(e)) => return Err(fatal_storage(e)),
-        other => other?,
-    };
-    header.revision = meta.revision;
-    response.header = Some(header);
-    Ok(response)
+    match mvcc::read(&view, request, header) {
+        Err(Error::Storage(e)) => Err(fatal_storage(e)),
+        other => other,
+    }
 }

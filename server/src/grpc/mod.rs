@@ -60,11 +60,10 @@ pub use watch::{WatchCodec, WatchMessage, WatchResponses, WatchServer, WatchServ
 
 use crate::driver::Handle;
 
-/// What etcd lets a gRPC message carry beyond `--max-request-bytes` (its
-/// gRPC overhead allowance), so that a request just over the limit reaches
-/// the node and gets `etcdserver: request is too large` rather than a
-/// transport error.
-pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+/// What a gRPC message may carry beyond `--max-request-bytes`, so that a
+/// request just over the limit reaches the node and gets `etcdserver:
+/// request is too large` rather than a transport error.
+pub use oxetcd_core::GRPC_OVERHEAD_BYTES;
 
 /// The etcd API version this server reports.
 pub const ETCD_VERSION: &str = "3.6.0";
