@@ -306,6 +306,7 @@ struct LogInner {
     first_index: u64,
     /// Term of the entry at `first_index - 1`.
     snapshot_term: u64,
+    cluster_id: u64,
     entries: Vec<Entry>,
 }
 
@@ -315,6 +316,7 @@ impl Default for LogInner {
             hard_state: HardState::default(),
             first_index: 1,
             snapshot_term: 0,
+            cluster_id: 0,
             entries: Vec::new(),
         }
     }
@@ -334,6 +336,7 @@ impl LogStore for MemoryLog {
             first_index: inner.first_index,
             last_index: inner.last_index(),
             snapshot_term: inner.snapshot_term,
+            cluster_id: inner.cluster_id,
         })
     }
 
@@ -401,6 +404,11 @@ impl LogStore for MemoryLog {
         inner.entries.clear();
         inner.first_index = index + 1;
         inner.snapshot_term = term;
+        Ok(())
+    }
+
+    fn store_cluster_id(&self, cluster_id: u64) -> Result<(), StorageError> {
+        lock(&self.inner).cluster_id = cluster_id;
         Ok(())
     }
 }

@@ -310,6 +310,10 @@ pub struct LogState {
     /// the backend stores it with its applied index, which is never below
     /// the snapshot point.
     pub snapshot_term: u64,
+    /// The cluster ID this member learned from its peers when it joined an
+    /// existing cluster ([`LogStore::store_cluster_id`]); 0 if it never
+    /// had to (a member of a new cluster computes it from its flags).
+    pub cluster_id: u64,
 }
 
 /// The raft log and hard state.
@@ -338,4 +342,9 @@ pub trait LogStore: Clone + Send + Sync + 'static {
     /// Durable when it returns. Used to install a snapshot received from
     /// the leader, after the backend holds the snapshot's state.
     fn install_snapshot(&self, index: u64, term: u64) -> Result<(), StorageError>;
+
+    /// Durably records the cluster ID learned from the peers
+    /// (`Output::StoreClusterId`), read back as [`LogState::cluster_id`].
+    /// Called before any entry from that cluster is appended.
+    fn store_cluster_id(&self, cluster_id: u64) -> Result<(), StorageError>;
 }

@@ -187,6 +187,7 @@ impl Member {
                 Some(held) => held.push_back(persist),
                 None => self.persist(now, persist)?,
             },
+            Output::StoreClusterId(id) => self.log.store_cluster_id(id)?,
             Output::CompactLog { index } => {
                 self.kv.sync()?;
                 self.log.compact(index + 1)?;

@@ -42,6 +42,7 @@ use std::fmt;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use oxetcd_core::storage::{LogStore, StorageError};
 use tracing::{info, warn};
 
 pub use config::Config;
@@ -117,21 +118,12 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     let removal = mailbox.removal();
     let readiness = mailbox.readiness();
     // A member that joined an existing cluster stored the ID it learned.
-    let id_path = config.data_dir.join("member").join("cluster_id");
     let mut transport_config = config.peer_transport_config();
-    let mut node_config = config.node_config();
     if transport_config.cluster_id == 0 {
-        let stored = read_cluster_id(&id_path)
-            .map_err(|e| RunError::DataDir(format!("{}: {e}", id_path.display())))?;
-        transport_config.cluster_id = stored;
-        node_config.cluster_id = stored;
+        transport_config.cluster_id = stored_cluster_id(&log, &config.data_dir)?;
     }
     transport_config.tls = peer_tls;
-    let transport = peer::PeerTransport::new(
-        runtime.clone(),
-        transport_config,
-        store_cluster_id(id_path, mailbox.deliver()),
-    );
+    let transport = peer::PeerTransport::new(runtime.clone(), transport_config, mailbox.deliver());
     for (url, listener) in peer_listeners {
         let listening = if url.starts_with("https://") {
             transport.listen_tls(listener)
@@ -146,6 +138,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         transport.add_peer(id, urls);
     }
     let link: Arc<dyn driver::PeerLink> = Arc::new(transport.clone());
+    let node_config = config.node_config();
     let handle = driver::start_with_peers(node_config, log, kv, blocking, mailbox, Some(link))
         .await
         .map_err(RunError::Node)?;
@@ -206,43 +199,24 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     Ok(())
 }
 
-/// The cluster ID a joining member stored at `path` (hex); 0 if none.
-fn read_cluster_id(path: &std::path::Path) -> Result<u64, String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => u64::from_str_radix(text.trim(), 16).map_err(|e| e.to_string()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(e.to_string()),
+/// The cluster ID a joining member learned and stored in its log; 0 if
+/// none. A data directory written before the log kept it has it in
+/// `member/cluster_id` (hex), which is copied into the log.
+fn stored_cluster_id(log: &impl LogStore, data_dir: &std::path::Path) -> Result<u64, RunError> {
+    let storage = |e: StorageError| RunError::DataDir(format!("{}: {e}", data_dir.display()));
+    let stored = log.state().map_err(storage)?.cluster_id;
+    if stored != 0 {
+        return Ok(stored);
     }
-}
-
-/// Forwards peer events to `deliver`, first writing a learned cluster ID
-/// durably to `path`. Before the node sees it, so before any entry from the
-/// cluster is logged: a member with entries always finds the ID at restart
-/// and applies them with it. (The backend's commits are not durable one by
-/// one, so it is not the place.) A failed write is final, as a failed fsync
-/// is anywhere else.
-fn store_cluster_id(path: std::path::PathBuf, deliver: peer::Deliver) -> peer::Deliver {
-    Arc::new(move |event| {
-        if let peer::PeerEvent::ClusterId { id } = event {
-            if let Err(e) = write_cluster_id(&path, id) {
-                tracing::error!(path = %path.display(), error = %e, "storing the cluster ID failed");
-                std::process::exit(1);
-            }
-        }
-        deliver(event);
-    })
-}
-
-fn write_cluster_id(path: &std::path::Path, id: u64) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let part = path.with_extension("part");
-    let mut file = std::fs::File::create(&part)?;
-    file.write_all(format!("{id:016x}\n").as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&part, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    let path = data_dir.join("member").join("cluster_id");
+    let id = match std::fs::read_to_string(&path) {
+        Ok(text) => u64::from_str_radix(text.trim(), 16)
+            .map_err(|e| RunError::DataDir(format!("{}: {e}", path.display())))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(RunError::DataDir(format!("{}: {e}", path.display()))),
+    };
+    log.store_cluster_id(id).map_err(storage)?;
+    Ok(id)
 }
 
 /// Binds every peer URL (`--listen-peer-urls`).

@@ -122,16 +122,16 @@ impl WatchRoutes {
         }
     }
 
-    /// Routes a stream's deliveries of one apply batch as one item; adds
-    /// to `stalls` the input for each watcher whose delivery did not fit.
+    /// Routes a stream's deliveries of one apply batch as one item;
+    /// returns the input for each watcher whose delivery did not fit.
     pub(crate) fn deliver_events(
         &mut self,
         stream: StreamId,
         deliveries: Vec<WatchDelivery>,
-        stalls: &mut Vec<Input>,
-    ) {
+    ) -> Vec<Input> {
+        let mut stalls = Vec::new();
         let Some(route) = self.streams.get_mut(&stream) else {
-            return;
+            return stalls;
         };
         let mut queued = route.queued.load(Ordering::Acquire);
         let mut cost = 0;
@@ -175,6 +175,7 @@ impl WatchRoutes {
             // A closed channel: see `deliver`.
             let _ = route.items.unbounded_send(StreamItem::Events(accepted));
         }
+        stalls
     }
 
     /// Queues a catch-up; the watcher's live responses flow again after it.

@@ -7,6 +7,7 @@
 //! meta     "hard_state"  -> eraftpb::HardState (protobuf)
 //!          "first_index" -> u64 LE, index of the first entry kept (1 when absent)
 //!          "snapshot_term" -> u64 LE, term of entry first_index - 1 (0 when absent)
+//!          "cluster_id"    -> u64 LE, the cluster ID learned from peers (0 when absent)
 //! ```
 //!
 //! Every write is one transaction committed with
@@ -32,6 +33,7 @@ const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 const HARD_STATE_KEY: &str = "hard_state";
 const FIRST_INDEX_KEY: &str = "first_index";
 const SNAPSHOT_TERM_KEY: &str = "snapshot_term";
+const CLUSTER_ID_KEY: &str = "cluster_id";
 pub(crate) const CONTENTS: &str = "raft-log";
 
 /// The raft log in its own redb database. Cloning shares the database.
@@ -89,11 +91,16 @@ impl LogStore for RedbLog {
             Some(bytes) => decode_u64("snapshot term", bytes.value())?,
             None => 0,
         };
+        let cluster_id = match meta.get(CLUSTER_ID_KEY).map_err(err("log read"))? {
+            Some(bytes) => decode_u64("cluster ID", bytes.value())?,
+            None => 0,
+        };
         Ok(LogState {
             hard_state,
             first_index,
             last_index,
             snapshot_term,
+            cluster_id,
         })
     }
 
@@ -255,6 +262,16 @@ impl LogStore for RedbLog {
         }
         txn.commit().map_err(err("log install commit"))
     }
+
+    fn store_cluster_id(&self, cluster_id: u64) -> Result<(), StorageError> {
+        let txn = self.begin_durable_write()?;
+        {
+            let mut meta = txn.open_table(META).map_err(err("log write"))?;
+            meta.insert(CLUSTER_ID_KEY, cluster_id.to_le_bytes().as_slice())
+                .map_err(err("log write"))?;
+        }
+        txn.commit().map_err(err("log write commit"))
+    }
 }
 
 fn first_index(
@@ -327,10 +344,23 @@ mod tests {
                 first_index: 1,
                 last_index: 0,
                 snapshot_term: 0,
+                cluster_id: 0,
             }
         );
         assert_eq!(log.entries(1, 1).unwrap(), vec![]);
         assert!(log.entries(1, 2).is_err());
+    }
+
+    #[test]
+    fn the_learned_cluster_id_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.redb");
+        let log = RedbLog::open(&path).unwrap();
+        log.store_cluster_id(0xc1_u64 << 40).unwrap();
+        drop(log);
+        let log = RedbLog::open(&path).unwrap();
+        assert_eq!(log.state().unwrap().cluster_id, 0xc1_u64 << 40);
+        assert_eq!(log.state().unwrap().first_index, 1);
     }
 
     #[test]

@@ -228,33 +228,19 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                         StorageError::new(format!("entry {} does not decode: {e}", entry.index))
                     })?;
                     let result = match proposal.request {
-                        Some(proposal::Request::MemberUpdate(update)) => {
-                            membership_changed = true;
-                            self.members.apply_update(&update);
-                            Ok(Response::MemberUpdate(MemberUpdateResponse {
-                                header: Some(ResponseHeader {
-                                    revision: meta.revision,
-                                    ..identity
-                                }),
-                                members: self.members.list(),
-                            }))
-                        }
-                        Some(proposal::Request::MemberAttributes(attributes)) => {
-                            membership_changed = true;
-                            self.members.apply_attributes(&attributes);
-                            Err(Error::Stopped)
-                        }
                         Some(request) => {
-                            let mut cx = ApplyContext {
-                                lessor: &mut self.lessor,
-                                watches: &mut self.watches,
-                                now: self.now,
-                                cluster_id: self.config.cluster_id,
-                                identity,
-                                revoked: &mut revoked,
-                                auth: &mut self.auth,
-                            };
-                            apply_proposal(&mut txn, &mut meta, entry.index, request, &mut cx)?
+                            membership_changed |= matches!(
+                                request,
+                                proposal::Request::MemberUpdate(_)
+                                    | proposal::Request::MemberAttributes(_)
+                            );
+                            self.apply_request(
+                                &mut txn,
+                                &mut meta,
+                                entry.index,
+                                request,
+                                &mut revoked,
+                            )?
                         }
                         None => Err(Error::Stopped),
                     };
@@ -294,6 +280,55 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.answer(ticket, result);
         }
         self.watches.flush_events(&mut self.outputs);
+        self.answer_parked_renewals(revoked);
+        debug_assert_eq!(self.meta.applied_index, last_index);
+        self.release_reads();
+        self.maybe_compact();
+        Ok(())
+    }
+
+    /// Applies one decoded request of a normal entry at `index`.
+    fn apply_request(
+        &mut self,
+        txn: &mut K::Write,
+        meta: &mut KvMeta,
+        index: u64,
+        request: proposal::Request,
+        revoked: &mut Vec<i64>,
+    ) -> Result<Result<Response, Error>, StorageError> {
+        let identity = self.header();
+        Ok(match request {
+            proposal::Request::MemberUpdate(update) => {
+                self.members.apply_update(&update);
+                Ok(Response::MemberUpdate(MemberUpdateResponse {
+                    header: Some(ResponseHeader {
+                        revision: meta.revision,
+                        ..identity
+                    }),
+                    members: self.members.list(),
+                }))
+            }
+            proposal::Request::MemberAttributes(attributes) => {
+                self.members.apply_attributes(&attributes);
+                Err(Error::Stopped)
+            }
+            request => {
+                let mut cx = ApplyContext {
+                    lessor: &mut self.lessor,
+                    watches: &mut self.watches,
+                    now: self.now,
+                    cluster_id: self.config.cluster_id,
+                    identity,
+                    revoked,
+                    auth: &mut self.auth,
+                };
+                apply_proposal(txn, meta, index, request, &mut cx)?
+            }
+        })
+    }
+
+    /// Keep-alives parked on leases the batch revoked learn they are gone.
+    fn answer_parked_renewals(&mut self, revoked: Vec<i64>) {
         for lease_id in revoked {
             let header = Some(self.header());
             for ticket in self.parked_renewals.remove(&lease_id).unwrap_or_default() {
@@ -305,10 +340,6 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 self.answer(ticket, Ok(Response::LeaseKeepAlive(response)));
             }
         }
-        debug_assert_eq!(self.meta.applied_index, last_index);
-        self.release_reads();
-        self.maybe_compact();
-        Ok(())
     }
 
     /// Matches an applied entry to the proposal waiting for it. A proposal

@@ -28,7 +28,8 @@ pub struct Config {
     /// This member's ID.
     pub member_id: u64,
     /// The cluster's ID. A member joining an existing cluster starts with 0
-    /// until its peers tell it the ID ([`Node::set_cluster_id`]).
+    /// until its peers tell it the ID ([`Input::ClusterId`]); a restarted
+    /// member finds the one it stored in its log store.
     pub cluster_id: u64,
     /// The client URLs this member publishes (`--advertise-client-urls`).
     pub client_urls: Vec<String>,
@@ -144,6 +145,14 @@ pub enum Input {
     Client(RequestId, Request),
     /// A raft message from a peer.
     Peer(Message),
+    /// A joining member's peers told it the cluster's ID. It must arrive
+    /// before any message from the cluster, so every entry is applied with
+    /// it (lease IDs derive from it). A known ID is never replaced; a new
+    /// one is stored first (`Output::StoreClusterId`).
+    ClusterId {
+        /// The ID the peers gave.
+        id: u64,
+    },
     /// The runtime made the `Output::Persist` with this ID durable (and
     /// every earlier one). Each is answered once, in order.
     Persisted {
@@ -217,6 +226,11 @@ pub enum Output {
     /// append the entries, store the hard state — then answer
     /// `Input::Persisted` with its ID. One is outstanding at a time.
     Persist(raft::Persist),
+    /// Store the cluster ID the peers gave with
+    /// [`LogStore::store_cluster_id`](crate::storage::LogStore::store_cluster_id),
+    /// before any later `Persist`: a member with entries from the cluster
+    /// always finds the ID at restart.
+    StoreClusterId(u64),
     /// The answer to a client request.
     Respond(RequestId, Result<Response, Error>),
     /// A range may now run: everything it must observe is applied. The

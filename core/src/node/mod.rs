@@ -184,30 +184,41 @@ pub struct Node<L: LogStore, K: KvStore> {
     removed: bool,
 }
 
+/// The log and the backend must describe one history: the backend has
+/// applied no entry the log never held, and the log still holds every
+/// entry the backend has not applied.
+fn check_stores_agree(state: &crate::storage::LogState, meta: &KvMeta) -> Result<(), Error> {
+    if meta.applied_index > state.last_index {
+        return Err(Error::Storage(StorageError::new(format!(
+            "backend applied index {} is past the last log index {}",
+            meta.applied_index, state.last_index
+        ))));
+    }
+    if state.first_index > meta.applied_index + 1 {
+        return Err(Error::Storage(StorageError::new(format!(
+            "log starts at {} but the backend has applied only up to {}",
+            state.first_index, meta.applied_index
+        ))));
+    }
+    Ok(())
+}
+
 impl<L: LogStore, K: KvStore> Node<L, K> {
     /// Starts a node on what `log` and `kv` hold. Entries the backend has
     /// not applied are applied again as the raft hands them out. An empty
     /// member of a new cluster bootstraps it from the initial members.
-    pub fn new(config: Config, log: L, kv: K, now: Instant) -> Result<Self, Error> {
+    pub fn new(mut config: Config, log: L, kv: K, now: Instant) -> Result<Self, Error> {
         let state = log.state()?;
+        if config.cluster_id == 0 {
+            config.cluster_id = state.cluster_id;
+        }
         let view = kv.read()?;
         let meta = view.meta()?;
         let meta = KvMeta {
             revision: meta.revision.max(1),
             ..meta
         };
-        if meta.applied_index > state.last_index {
-            return Err(Error::Storage(StorageError::new(format!(
-                "backend applied index {} is past the last log index {}",
-                meta.applied_index, state.last_index
-            ))));
-        }
-        if state.first_index > meta.applied_index + 1 {
-            return Err(Error::Storage(StorageError::new(format!(
-                "log starts at {} but the backend has applied only up to {}",
-                state.first_index, meta.applied_index
-            ))));
-        }
+        check_stores_agree(&state, &meta)?;
         let fresh = state.last_index == 0 && state.hard_state.term == 0;
         let initial_voters: Vec<u64> = config.initial_members.iter().map(|m| m.id).collect();
         let (conf_state, members, membership_unsaved) = match view.membership()? {
@@ -309,6 +320,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 self.dispatch(ticket, request);
             }
             Input::Peer(message) => self.handle_peer(message),
+            Input::ClusterId { id } => self.learn_cluster_id(id),
             Input::Persisted { id } => self.handle_persisted(id),
             Input::SnapshotReceived { message } => self.raft.step(self.now, message),
             Input::SnapshotSent { to, delivered } => self.raft.report_snapshot(to, delivered),
@@ -432,11 +444,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.config.cluster_id
     }
 
-    /// Sets the cluster ID a joining member learned from its peers (see
-    /// [`Config::cluster_id`]); the caller stores it. It must arrive before
-    /// any message from the cluster, so every entry is applied with it
-    /// (lease IDs derive from the cluster ID). A known ID is never replaced.
-    pub fn set_cluster_id(&mut self, cluster_id: u64) {
+    /// Takes the cluster ID a joining member learned from its peers
+    /// ([`Input::ClusterId`]) and has it stored.
+    fn learn_cluster_id(&mut self, cluster_id: u64) {
         if self.config.cluster_id != 0 || cluster_id == 0 {
             if self.config.cluster_id != cluster_id {
                 warn!(
@@ -449,6 +459,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         info!(cluster_id = %format_args!("{cluster_id:x}"), "learned the cluster ID from a peer");
         self.config.cluster_id = cluster_id;
+        self.outputs.push_back(Output::StoreClusterId(cluster_id));
     }
 
     /// Index of the last applied entry.

@@ -3,17 +3,18 @@
 //! to the node's member list.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
+use oxetcd_core::raft::Persist;
 use oxetcd_core::storage::KvStore;
-use oxetcd_core::{Input, Output};
+use oxetcd_core::Input;
+use oxetcd_proto::eraftpb::Message;
 use oxetcd_proto::etcdserverpb::Member;
 use oxetcd_storage::snapshot::{SnapshotExport, CHUNK_BYTES_DEFAULT};
 use tracing::{debug, info, warn};
 
 use super::run::fatal;
-use super::{LogJob, PeerLink};
+use super::PeerLink;
 use crate::peer::{PeerEvent, ReceivedSnapshot};
 
 /// The driver's side of the cluster: the peer link, snapshots received and
@@ -60,8 +61,7 @@ impl<K: KvStore> ClusterLinks<K> {
                 Some(Input::SnapshotReceived { message })
             }
             PeerEvent::Unreachable { to } => Some(Input::Unreachable { to }),
-            // The run loop hands it to the node itself.
-            PeerEvent::ClusterId { .. } => None,
+            PeerEvent::ClusterId { id } => Some(Input::ClusterId { id }),
             PeerEvent::SnapshotSent { to, delivered } => {
                 info!(to, delivered, "snapshot stream ended");
                 Some(Input::SnapshotSent { to, delivered })
@@ -77,49 +77,54 @@ impl<K: KvStore> ClusterLinks<K> {
         }
     }
 
-    /// Executes what concerns peers; hands every other output back.
-    pub(super) fn execute(
-        &mut self,
-        output: Output,
-        persist: &Sender<LogJob>,
-        feedback: &mut Vec<Input>,
-    ) -> Option<Output> {
+    /// Sends a raft message; a refused send comes back as the node's
+    /// `Unreachable` input. With no link the message is dropped.
+    pub(super) fn send(&self, message: Message) -> Option<Input> {
+        let to = message.to;
         let Some(peers) = &self.peers else {
-            return Some(output);
+            debug!(to, msg_type = ?message.msg_type, "no peer transport; message dropped");
+            return None;
         };
-        match output {
-            Output::Send(message) => {
-                let to = message.to;
-                if let Err(e) = peers.send(message) {
-                    debug!(to, error = %e, "peer message dropped");
-                    feedback.push(Input::Unreachable { to });
-                }
-                None
+        match peers.send(message) {
+            Ok(()) => None,
+            Err(e) => {
+                debug!(to, error = %e, "peer message dropped");
+                Some(Input::Unreachable { to })
             }
-            Output::SendSnapshot { to, message } => {
-                // The view must be taken before the node applies anything
-                // more: it is the state at the snapshot index.
-                let view = match self.kv.read() {
-                    Ok(view) => view,
-                    Err(e) => fatal("reading the backend for a snapshot", &e),
-                };
-                let index = message.get_snapshot().get_metadata().index;
-                info!(to, index, "streaming a snapshot");
-                let chunks = SnapshotExport::new(view, CHUNK_BYTES_DEFAULT)
-                    .map(|chunk| chunk.map(bytes::Bytes::from));
-                peers.send_snapshot(message, Box::new(chunks));
-                None
-            }
-            Output::Persist(job) if job.snapshot.is_some() => {
-                let index = job.snapshot.as_ref().map_or(0, |m| m.index);
-                let data = self.received.remove(&index);
-                // Older snapshots are superseded; their files go.
-                self.received = self.received.split_off(&index);
-                let _ = persist.send(LogJob::Persist(job, data));
-                None
-            }
-            other => Some(other),
         }
+    }
+
+    /// Streams the backend as it is now to member `to`, then `message`.
+    /// The view must be taken before the node applies anything more: it is
+    /// the state at the snapshot index. With no link the snapshot is
+    /// reported undelivered at once.
+    pub(super) fn send_snapshot(&self, to: u64, message: Message) -> Option<Input> {
+        let Some(peers) = &self.peers else {
+            debug!(to, "no peer transport; snapshot not sent");
+            return Some(Input::SnapshotSent {
+                to,
+                delivered: false,
+            });
+        };
+        let view = match self.kv.read() {
+            Ok(view) => view,
+            Err(e) => fatal("reading the backend for a snapshot", &e),
+        };
+        let index = message.get_snapshot().get_metadata().index;
+        info!(to, index, "streaming a snapshot");
+        let chunks = SnapshotExport::new(view, CHUNK_BYTES_DEFAULT)
+            .map(|chunk| chunk.map(bytes::Bytes::from));
+        peers.send_snapshot(message, Box::new(chunks));
+        None
+    }
+
+    /// The received data a `Persist` installs, if it installs a snapshot;
+    /// older received snapshots are superseded and their files go.
+    pub(super) fn take_snapshot(&mut self, persist: &Persist) -> Option<ReceivedSnapshot> {
+        let index = persist.snapshot.as_ref()?.index;
+        let data = self.received.remove(&index);
+        self.received = self.received.split_off(&index);
+        data
     }
 
     /// Gives the link the node's members (other than this one) and takes

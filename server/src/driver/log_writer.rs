@@ -39,6 +39,11 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
                     break;
                 }
             }
+            LogJob::ClusterId(id) => {
+                if let Err(e) = log.store_cluster_id(id) {
+                    fatal("storing the cluster ID", &e);
+                }
+            }
             LogJob::Compact(index) => {
                 // The log is the durable record of what the backend holds
                 // only as far as the backend is durable.

@@ -15,7 +15,9 @@
 //!   in order. The node asks for the next write only after the previous one
 //!   is acknowledged, so writes that arrive during an fsync share the next
 //!   one (group commit). Log compactions (`Output::CompactLog`) go to the
-//!   same thread, after a sync of the backend.
+//!   same thread, after a sync of the backend, and so does a cluster ID
+//!   learned from the peers (`Output::StoreClusterId`), stored in the log
+//!   before any entry from that cluster.
 //! - Peers are reached through a [`PeerLink`] (the TCP transport in
 //!   [`crate::peer`]). Raft messages go out with `send`; a refused send is
 //!   reported back as `Input::Unreachable`. The transport's events arrive on
@@ -52,6 +54,7 @@
 use self::run::drive;
 use self::run::Signals;
 
+mod execute;
 mod handle;
 mod links;
 mod log_writer;
@@ -219,6 +222,9 @@ enum LogJob {
     /// Drop the log up to and including this index, once the backend that
     /// holds it is durable.
     Compact(u64),
+    /// Store the cluster ID learned from the peers, before any later
+    /// persist.
+    ClusterId(u64),
 }
 
 /// Starts the node on `log` and `kv` on its own thread; returns once the

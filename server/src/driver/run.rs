@@ -1,12 +1,11 @@
 //! The driver thread's loop: wait for commands or the node's next timer,
 //! feed a batch of commands, drain the node's outputs and carry each out.
 //!
-//! Design. See the module above for the rules; here they are executed:
-//! answers go to their oneshots, persists and compactions to the log
-//! writer, raft messages and snapshots to the peer links, watch outputs to
-//! their streams. Stopping (a hand-over first for a leader) and a removed
-//! member's exit end the loop; the log writer then finishes what it was
-//! given and the backend is synced.
+//! Design. See the module above for the rules. Each output is carried out
+//! by the [`Executor`] as it is polled, and what it hands back is fed to
+//! the node at once. Stopping (a hand-over first for a leader) and a
+//! removed member's exit end the loop; the log writer then finishes what
+//! it was given and the backend is synced.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{mpsc, Arc};
@@ -14,14 +13,14 @@ use std::thread;
 
 use futures_channel::oneshot;
 use oxetcd_core::storage::{KvStore, LogStore, StorageError};
-use oxetcd_core::{Config, Error, Input, Instant, Node, Output, RequestId};
+use oxetcd_core::{Config, Error, Input, Instant, Node, RequestId};
 use slab::Slab;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
+use super::execute::Executor;
 use super::links::ClusterLinks;
 use super::log_writer::write_log;
 use super::{Command, LogJob, PeerLink, Reply, INPUT_BATCH_MAX};
-use crate::peer::PeerEvent;
 use crate::watch_routes::WatchRoutes;
 
 /// Why the driver loop ended.
@@ -63,170 +62,47 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     let Signals {
         started,
         removed,
-        mut ready,
+        ready,
     } = signals;
     let clock = Clock::new();
     // etcd waits about this long for a leadership transfer on stop.
     let hand_over_time = config.election_timeout;
-    let mut node = match Node::new(config, log.clone(), kv.clone(), clock.now()) {
-        Ok(node) => node,
+    let Started {
+        node,
+        writer,
+        log_jobs,
+    } = match start(config, log, kv.clone(), commands, &clock) {
+        Ok(started_node) => started_node,
         Err(e) => {
             let _ = started.send(Err(e));
             return;
         }
     };
-    let (persist, jobs) = mpsc::channel();
-    let writer_kv = kv.clone();
-    let writer = match thread::Builder::new()
-        .name("oxetcd-log".into())
-        .spawn(move || write_log(log, writer_kv, jobs, commands))
-    {
-        Ok(writer) => writer,
-        Err(e) => {
-            let message = format!("spawning the log writer: {e}");
-            let _ = started.send(Err(Error::Storage(StorageError::new(message))));
-            return;
-        }
-    };
     let _ = started.send(Ok(()));
-
-    let mut pending: Slab<oneshot::Sender<Reply>> = Slab::new();
-    let mut routes = WatchRoutes::default();
-    let mut feedback: Vec<Input> = Vec::new();
-    let mut cluster = ClusterLinks::new(kv.clone(), peers, node.member_id());
-    cluster.sync_members(&node.members());
-    let mut synced_at = node.applied_index();
-    let mut hand_over: Option<HandOver> = None;
-    // The first round drains what the node has to do at once (a sole
-    // voter campaigns at start) before waiting for anything.
-    let mut first_round = true;
-    let ending = loop {
-        let wake_at = [node.poll_timeout(), hand_over.as_ref().map(|h| h.deadline)]
-            .into_iter()
-            .flatten()
-            .min();
-        let first = match wake_at {
-            _ if std::mem::take(&mut first_round) => None,
-            Some(deadline) => match inbox.recv_timeout(deadline.saturating_since(clock.now())) {
-                Ok(command) => Some(command),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break Ending::Abandoned,
-            },
-            None => match inbox.recv() {
-                Ok(command) => Some(command),
-                Err(_) => break Ending::Abandoned,
-            },
-        };
-        let now = clock.now();
-        let mut stop = None;
-        let mut next = first;
-        let mut fed = 0;
-        while let Some(command) = next {
-            match command {
-                Command::Client(request, reply) => {
-                    let slot = pending.vacant_entry();
-                    let id = slot.key() as RequestId;
-                    slot.insert(reply);
-                    node.handle(now, Input::Client(id, request));
-                }
-                Command::Persisted(id) => node.handle(now, Input::Persisted { id }),
-                Command::Stop(done) => {
-                    if hand_over.is_some() {
-                        // Stopping already; this caller waits no longer.
-                        let _ = done.send(());
-                    } else if let Some(to) = node.transfer_leadership_for_shutdown(now) {
-                        info!(to = %format_args!("{to:x}"), "stopping: handing leadership over first");
-                        hand_over = Some(HandOver {
-                            done,
-                            deadline: now + hand_over_time,
-                        });
-                    } else {
-                        stop = Some(done);
-                        break;
-                    }
-                }
-                Command::WatchOpen {
-                    stream,
-                    items,
-                    queued,
-                } => routes.open(stream, items, queued),
-                Command::WatchClosed(stream) => {
-                    routes.close(stream);
-                    node.handle(now, Input::WatchClosed { stream });
-                }
-                Command::Watch(input) => node.handle(now, input),
-                // Before any message of the connection that taught it.
-                Command::Peer(PeerEvent::ClusterId { id }) => node.set_cluster_id(id),
-                Command::Peer(event) => {
-                    if let Some(input) = cluster.peer_event(event) {
-                        node.handle(now, input);
-                    }
-                }
-            }
-            fed += 1;
-            next = if fed < INPUT_BATCH_MAX {
-                inbox.try_recv().ok()
-            } else {
-                None
-            };
-        }
-        if node.poll_timeout().is_some_and(|deadline| deadline <= now) {
-            node.handle_timeout(now);
-        }
-        loop {
-            while let Some(output) = node.poll_output() {
-                let output = match cluster.execute(output, &persist, &mut feedback) {
-                    Some(output) => output,
-                    None => continue,
-                };
-                execute(output, &mut pending, &persist, &mut routes, &mut feedback);
-            }
-            // Stalled watchers: the node moves them to catch-up.
-            if feedback.is_empty() {
-                break;
-            }
-            for input in feedback.drain(..) {
-                node.handle(now, input);
-            }
-        }
-        // Membership changes are applied entries (or an installed
-        // snapshot); between them the member list cannot change.
-        if node.applied_index() != synced_at {
-            synced_at = node.applied_index();
-            cluster.sync_members(&node.members());
-        }
-        if ready.is_some() && node.is_ready() {
-            if let Some(ready) = ready.take() {
-                let _ = ready.send(node.cluster_id());
-            }
-        }
-        if let Some(done) = stop {
-            break Ending::Stop(done);
-        }
-        if node.is_removed() || cluster.refused_as_removed {
-            error!("the member has been permanently removed from the cluster; stopping");
-            break Ending::Removed;
-        }
-        if let Some(h) = hand_over.take() {
-            let leader = node.leader();
-            if leader.is_some_and(|l| l != node.member_id()) {
-                info!(leader = ?leader.map(|l| format!("{l:x}")), "leadership handed over; stopping");
-                break Ending::Stop(h.done);
-            }
-            if clock.now() >= h.deadline {
-                warn!("leadership was not handed over in time; stopping anyway");
-                break Ending::Stop(h.done);
-            }
-            hand_over = Some(h);
-        }
+    let links = ClusterLinks::new(kv.clone(), peers, node.member_id());
+    let mut driver = Driver {
+        synced_at: node.applied_index(),
+        node,
+        clock,
+        executor: Executor {
+            pending: Slab::new(),
+            log: log_jobs,
+            routes: WatchRoutes::default(),
+            links,
+        },
+        hand_over: None,
+        hand_over_time,
+        ready,
     };
+    let ending = driver.run(&inbox);
 
-    for reply in pending.drain() {
+    let Driver { executor, .. } = driver;
+    for (_, reply) in executor.pending {
         let _ = reply.send(Reply::Done(Err(Error::Stopped)));
     }
     // Let the log writer finish what it was given, so nothing acknowledged to
     // the node is half written.
-    drop(persist);
+    drop(executor.log);
     let _ = writer.join();
     if let Err(e) = kv.sync() {
         fatal("syncing the backend", &e);
@@ -245,65 +121,204 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     }
 }
 
-fn execute(
-    output: Output,
-    pending: &mut Slab<oneshot::Sender<Reply>>,
-    persist: &Sender<LogJob>,
-    routes: &mut WatchRoutes,
-    feedback: &mut Vec<Input>,
-) {
-    match output {
-        Output::Persist(job) => {
-            // The writer only stops after this thread drops `persist`.
-            let _ = persist.send(LogJob::Persist(job, None));
-        }
-        Output::CompactLog { index } => {
-            let _ = persist.send(LogJob::Compact(index));
-        }
-        Output::Send(message) => {
-            debug!(to = message.to, msg_type = ?message.msg_type, "no peer transport; message dropped");
-        }
-        Output::SendSnapshot { to, .. } => {
-            debug!(to, "no peer transport; snapshot not sent");
-            feedback.push(Input::SnapshotSent {
-                to,
-                delivered: false,
-            });
-        }
-        Output::Respond(id, result) => {
-            if let Err(Error::Storage(e)) = &result {
-                fatal("applying entries", e);
-            }
-            answer(pending, id, Reply::Done(result));
-        }
-        Output::Read {
-            id,
-            request,
-            header,
-        } => answer(pending, id, Reply::Read { request, header }),
-        Output::Fatal(e) => fatal("the node's storage", &e),
-        Output::Watch {
-            stream,
-            response,
-            fragment,
-        } => feedback.extend(routes.deliver(stream, response, fragment)),
-        Output::WatchEvents { stream, deliveries } => {
-            routes.deliver_events(stream, deliveries, feedback)
-        }
-        Output::WatchCatchUp(job) => routes.catch_up(job),
-    }
+/// A node built, with its log writer running.
+struct Started<L: LogStore, K: KvStore> {
+    node: Node<L, K>,
+    writer: thread::JoinHandle<()>,
+    /// The log writer's queue.
+    log_jobs: Sender<LogJob>,
 }
 
-fn answer(pending: &mut Slab<oneshot::Sender<Reply>>, id: RequestId, reply: Reply) {
-    let waiter = usize::try_from(id)
-        .ok()
-        .and_then(|key| pending.try_remove(key));
-    match waiter {
-        // The client may have gone away; its answer is simply dropped.
-        Some(waiter) => {
-            let _ = waiter.send(reply);
+/// Builds the node and starts the log writer thread on its stores.
+fn start<L: LogStore, K: KvStore>(
+    config: Config,
+    log: L,
+    kv: K,
+    commands: Sender<Command>,
+    clock: &Clock,
+) -> Result<Started<L, K>, Error> {
+    let node = Node::new(config, log.clone(), kv.clone(), clock.now())?;
+    let (log_jobs, jobs) = mpsc::channel();
+    let writer = thread::Builder::new()
+        .name("oxetcd-log".into())
+        .spawn(move || write_log(log, kv, jobs, commands))
+        .map_err(|e| Error::Storage(StorageError::new(format!("spawning the log writer: {e}"))))?;
+    Ok(Started {
+        node,
+        writer,
+        log_jobs,
+    })
+}
+
+/// The driver thread's state between rounds.
+struct Driver<L: LogStore, K: KvStore> {
+    node: Node<L, K>,
+    clock: Clock,
+    executor: Executor<K>,
+    /// The applied index the peer links' member list was last synced at.
+    synced_at: u64,
+    hand_over: Option<HandOver>,
+    hand_over_time: std::time::Duration,
+    /// Told once, when the member is first ready to serve.
+    ready: Option<oneshot::Sender<u64>>,
+}
+
+impl<L: LogStore, K: KvStore> Driver<L, K> {
+    /// Rounds until the loop ends: wait for a command or the next timer,
+    /// feed a batch of commands, fire due timers, carry out the outputs.
+    fn run(&mut self, inbox: &Receiver<Command>) -> Ending {
+        self.executor.links.sync_members(&self.node.members());
+        // The first round carries out what the node has to do at once (a
+        // sole voter campaigns at start) before waiting for anything.
+        let mut first = None;
+        let mut waited = false;
+        loop {
+            if std::mem::replace(&mut waited, true) {
+                first = match self.wait(inbox) {
+                    Ok(command) => command,
+                    Err(ending) => return ending,
+                };
+            }
+            let now = self.clock.now();
+            let mut stop = None;
+            let mut next = first.take();
+            let mut fed = 0;
+            while let Some(command) = next {
+                stop = self.feed(now, command);
+                if stop.is_some() {
+                    break;
+                }
+                fed += 1;
+                next = if fed < INPUT_BATCH_MAX {
+                    inbox.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            if self
+                .node
+                .poll_timeout()
+                .is_some_and(|deadline| deadline <= now)
+            {
+                self.node.handle_timeout(now);
+            }
+            self.carry_out(now);
+            if let Some(ending) = self.after_round(stop) {
+                return ending;
+            }
         }
-        None => debug!(request_id = id, "answer for an unknown request"),
+    }
+
+    /// Waits for the next command, or for the node's or the hand-over's
+    /// deadline (then `None`).
+    fn wait(&self, inbox: &Receiver<Command>) -> Result<Option<Command>, Ending> {
+        let wake_at = [
+            self.node.poll_timeout(),
+            self.hand_over.as_ref().map(|h| h.deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        match wake_at {
+            Some(deadline) => {
+                match inbox.recv_timeout(deadline.saturating_since(self.clock.now())) {
+                    Ok(command) => Ok(Some(command)),
+                    Err(RecvTimeoutError::Timeout) => Ok(None),
+                    Err(RecvTimeoutError::Disconnected) => Err(Ending::Abandoned),
+                }
+            }
+            None => inbox.recv().map(Some).map_err(|_| Ending::Abandoned),
+        }
+    }
+
+    /// Feeds one command; returns the stop waiter when it says to stop now.
+    fn feed(&mut self, now: Instant, command: Command) -> Option<oneshot::Sender<()>> {
+        let node = &mut self.node;
+        match command {
+            Command::Client(request, reply) => {
+                let slot = self.executor.pending.vacant_entry();
+                let id = slot.key() as RequestId;
+                slot.insert(reply);
+                node.handle(now, Input::Client(id, request));
+            }
+            Command::Persisted(id) => node.handle(now, Input::Persisted { id }),
+            Command::Stop(done) => {
+                if self.hand_over.is_some() {
+                    // Stopping already; this caller waits no longer.
+                    let _ = done.send(());
+                } else if let Some(to) = node.transfer_leadership_for_shutdown(now) {
+                    info!(to = %format_args!("{to:x}"), "stopping: handing leadership over first");
+                    self.hand_over = Some(HandOver {
+                        done,
+                        deadline: now + self.hand_over_time,
+                    });
+                } else {
+                    return Some(done);
+                }
+            }
+            Command::WatchOpen {
+                stream,
+                items,
+                queued,
+            } => self.executor.routes.open(stream, items, queued),
+            Command::WatchClosed(stream) => {
+                self.executor.routes.close(stream);
+                node.handle(now, Input::WatchClosed { stream });
+            }
+            Command::Watch(input) => node.handle(now, input),
+            Command::Peer(event) => {
+                if let Some(input) = self.executor.links.peer_event(event) {
+                    node.handle(now, input);
+                }
+            }
+        }
+        None
+    }
+
+    /// Carries out every output, feeding back what the world answers at
+    /// once, until the node has nothing more to do.
+    fn carry_out(&mut self, now: Instant) {
+        while let Some(output) = self.node.poll_output() {
+            for input in self.executor.execute(output) {
+                self.node.handle(now, input);
+            }
+        }
+    }
+
+    /// What follows a round: the peer links' member list, readiness, and
+    /// whether the loop ends (stopped, removed, or handed over).
+    fn after_round(&mut self, stop: Option<oneshot::Sender<()>>) -> Option<Ending> {
+        let node = &self.node;
+        // Membership changes are applied entries (or an installed
+        // snapshot); between them the member list cannot change.
+        if node.applied_index() != self.synced_at {
+            self.synced_at = node.applied_index();
+            self.executor.links.sync_members(&node.members());
+        }
+        if self.ready.is_some() && node.is_ready() {
+            if let Some(ready) = self.ready.take() {
+                let _ = ready.send(node.cluster_id());
+            }
+        }
+        if let Some(done) = stop {
+            return Some(Ending::Stop(done));
+        }
+        if node.is_removed() || self.executor.links.refused_as_removed {
+            error!("the member has been permanently removed from the cluster; stopping");
+            return Some(Ending::Removed);
+        }
+        let h = self.hand_over.take()?;
+        let leader = node.leader();
+        if leader.is_some_and(|l| l != node.member_id()) {
+            info!(leader = ?leader.map(|l| format!("{l:x}")), "leadership handed over; stopping");
+            return Some(Ending::Stop(h.done));
+        }
+        if self.clock.now() >= h.deadline {
+            warn!("leadership was not handed over in time; stopping anyway");
+            return Some(Ending::Stop(h.done));
+        }
+        self.hand_over = Some(h);
+        None
     }
 }
 

@@ -1,0 +1,99 @@
+//! Carrying out the node's outputs: one [`Executor::execute`] for every
+//! [`Output`], which may hand inputs back for the node.
+//!
+//! Design. Each output has one place it goes: answers to the waiting
+//! request's oneshot, persists (with the snapshot data they install),
+//! compactions and the learned cluster ID to the log writer, in order;
+//! raft messages and snapshot streams to the peer links; watch outputs to
+//! their streams' routes. What the world answers at once — a refused send,
+//! a snapshot with nowhere to go, a watch stream too full to take more —
+//! comes back as the node's inputs, which the loop feeds before it polls
+//! the next output.
+
+use std::sync::mpsc::Sender;
+
+use futures_channel::oneshot;
+use oxetcd_core::storage::KvStore;
+use oxetcd_core::{Error, Input, Output, RequestId};
+use slab::Slab;
+use tracing::debug;
+
+use super::links::ClusterLinks;
+use super::run::fatal;
+use super::{LogJob, Reply};
+use crate::watch_routes::WatchRoutes;
+
+/// Everything the node's outputs go to.
+pub(super) struct Executor<K> {
+    /// Requests waiting for their answer; the slot key is the request ID.
+    pub(super) pending: Slab<oneshot::Sender<Reply>>,
+    /// The log writer's queue.
+    pub(super) log: Sender<LogJob>,
+    pub(super) routes: WatchRoutes,
+    pub(super) links: ClusterLinks<K>,
+}
+
+impl<K: KvStore> Executor<K> {
+    /// Carries out one output; returns what the node must hear at once.
+    pub(super) fn execute(&mut self, output: Output) -> Vec<Input> {
+        match output {
+            Output::Persist(job) => {
+                let data = self.links.take_snapshot(&job);
+                self.to_log(LogJob::Persist(job, data));
+            }
+            Output::CompactLog { index } => self.to_log(LogJob::Compact(index)),
+            Output::StoreClusterId(id) => self.to_log(LogJob::ClusterId(id)),
+            Output::Send(message) => return self.links.send(message).into_iter().collect(),
+            Output::SendSnapshot { to, message } => {
+                return self.links.send_snapshot(to, message).into_iter().collect()
+            }
+            Output::Respond(id, result) => {
+                if let Err(Error::Storage(e)) = &result {
+                    fatal("applying entries", e);
+                }
+                self.answer(id, Reply::Done(result));
+            }
+            Output::Read {
+                id,
+                request,
+                header,
+            } => self.answer(id, Reply::Read { request, header }),
+            Output::Fatal(e) => fatal("the node's storage", &e),
+            Output::Watch {
+                stream,
+                response,
+                fragment,
+            } => {
+                return self
+                    .routes
+                    .deliver(stream, response, fragment)
+                    .into_iter()
+                    .collect()
+            }
+            Output::WatchEvents { stream, deliveries } => {
+                return self.routes.deliver_events(stream, deliveries)
+            }
+            Output::WatchCatchUp(job) => self.routes.catch_up(job),
+        }
+        Vec::new()
+    }
+
+    /// Queues work for the log writer, which only stops after the driver
+    /// drops its sender.
+    fn to_log(&self, job: LogJob) {
+        let _ = self.log.send(job);
+    }
+
+    fn answer(&mut self, id: RequestId, reply: Reply) {
+        let waiter = usize::try_from(id)
+            .ok()
+            .and_then(|key| self.pending.try_remove(key));
+        match waiter {
+            // The client may have gone away; its answer is simply dropped.
+            Some(waiter) => {
+                let _ = waiter.send(reply);
+            }
+            None => debug!(request_id = id, "answer for an unknown request"),
+        }
+    }
+}
