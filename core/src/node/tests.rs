@@ -529,3 +529,30 @@ fn a_sole_voter_is_ready_without_waiting() {
     assert!(h.node.is_ready());
     assert!(h.node.term() > term);
 }
+
+/// A joining member stores the cluster ID its peers give it before
+/// anything else it persists, and finds it again at restart; a second,
+/// different offer changes nothing.
+#[test]
+fn a_learned_cluster_id_is_stored_and_found_at_restart() {
+    let (log, kv) = (MemoryLog::default(), MemoryKv::default());
+    let config = Config {
+        cluster_id: 0,
+        initial_cluster_state: ClusterState::Existing,
+        ..Config::single("joining")
+    };
+    let mut h = Harness::started(config.clone(), log.clone(), kv.clone());
+    assert_eq!(h.node.cluster_id(), 0);
+    let now = h.now;
+    h.member.node.handle(now, Input::ClusterId { id: 0xabc });
+    h.drain();
+    assert_eq!(h.node.cluster_id(), 0xabc);
+    assert_eq!(log.state().unwrap().cluster_id, 0xabc);
+    h.member.node.handle(now, Input::ClusterId { id: 0xdef });
+    h.drain();
+    assert_eq!(h.node.cluster_id(), 0xabc);
+    assert_eq!(log.state().unwrap().cluster_id, 0xabc);
+    drop(h);
+    let h = Harness::started(config, log, kv);
+    assert_eq!(h.node.cluster_id(), 0xabc);
+}
