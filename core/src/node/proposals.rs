@@ -114,6 +114,10 @@ impl Proposals {
         if id != 0 && self.by_id.get(&id).is_some_and(|p| p.data == data) {
             settled.ours = self.by_id.remove(&id).map(|p| p.ticket);
         }
+        debug_assert!(
+            self.at.first_key_value().is_none_or(|(&at, _)| at > index),
+            "nothing appended at or before an applied index waits"
+        );
         settled
     }
 
@@ -141,6 +145,10 @@ impl Proposals {
     pub(super) fn covered_by_snapshot(&mut self, applied: u64) -> Vec<Ticket> {
         let later = self.at.split_off(&(applied + 1));
         let covered = std::mem::replace(&mut self.at, later);
+        debug_assert!(self
+            .at
+            .first_key_value()
+            .is_none_or(|(&at, _)| at > applied));
         covered
             .into_values()
             .filter_map(|id| self.by_id.remove(&id).map(|p| p.ticket))

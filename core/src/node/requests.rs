@@ -54,8 +54,10 @@ impl Requests {
         if matches!(origin, Origin::Peer { .. }) {
             self.forwarded_in += 1;
         }
-        self.waiting.insert(ticket, origin);
+        let previous = self.waiting.insert(ticket, origin);
+        debug_assert!(previous.is_none(), "ticket {ticket} admitted twice");
         self.deadlines.push_back((deadline, ticket));
+        debug_assert!(self.forwarded_in <= self.waiting.len());
         ticket
     }
 
@@ -64,8 +66,10 @@ impl Requests {
     pub(super) fn take(&mut self, ticket: Ticket) -> Option<Origin> {
         let origin = self.waiting.remove(&ticket)?;
         if matches!(origin, Origin::Peer { .. }) {
+            debug_assert!(self.forwarded_in > 0, "a forwarded request counted");
             self.forwarded_in -= 1;
         }
+        debug_assert!(self.forwarded_in <= self.waiting.len());
         Some(origin)
     }
 
@@ -121,6 +125,11 @@ impl Leaderless {
         if self.held.len() >= max {
             return Err(held);
         }
+        // `expired` stops at the first request still in time.
+        debug_assert!(
+            self.held.back().is_none_or(|(at, _, _)| *at <= give_up),
+            "requests are held in the order they give up"
+        );
         self.held.push_back((give_up, ticket, held));
         Ok(())
     }
