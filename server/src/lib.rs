@@ -4,7 +4,6 @@
 //! sleep, signals), parses flags with [`config::from_process`] and calls
 //! [`run`]. Everything else is here, written once:
 //!
-//! - [`coalesce`]: one write for the frames of many responses.
 //! - [`config`]: flags and `ETCD_*` variables.
 //! - [`driver`]: the node on its own thread, the log writer, the [`Handle`]
 //!   services use.
@@ -24,7 +23,6 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod coalesce;
 pub mod config;
 pub mod driver;
 pub mod grpc;
