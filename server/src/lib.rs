@@ -11,8 +11,6 @@
 //! - [`http`]: `/health`, `/version`.
 //! - [`peer`]: the peer transport (raft messages and snapshots over TCP,
 //!   with TLS for `https://` peer URLs).
-//! - [`restore`]: a new member's data directory from a snapshot file
-//!   (`snapshot restore`).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
 //! - `serve` (private): listeners, accept loops, one connection's HTTP/1.1
 //!   and h2c (over TLS for `https://` URLs), and the gRPC-or-HTTP split by
@@ -30,7 +28,6 @@ pub mod http;
 mod log_budget;
 mod log_format;
 pub mod peer;
-pub mod restore;
 pub mod runtime;
 mod serve;
 mod tls_accept;
