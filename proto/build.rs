@@ -1,5 +1,6 @@
 //! Compiles oxetcd's `.proto` files with `protox` (no system `protoc`) and
-//! generates prost messages plus tonic servers and clients into `OUT_DIR`.
+//! generates prost messages into `OUT_DIR`, plus the tonic servers and
+//! clients the crate's features ask for (`server`, `client`, `transport`).
 
 use std::{env, fs, path::PathBuf};
 
@@ -26,13 +27,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(PROTOS, [&root])?;
     fs::write(out_dir.join("file_descriptor_set.bin"), fds.encode_to_vec())?;
 
-    // Transport helpers (`XClient::connect`) need tonic's channel, which pulls
-    // in tokio networking; only the `client` feature asks for them.
-    let transport = env::var_os("CARGO_FEATURE_CLIENT").is_some();
+    // Services need tonic; a crate that only handles messages asks for
+    // none and links none of it. Transport helpers (`XClient::connect`)
+    // need tonic's channel, which pulls in tokio networking.
+    let feature = |name: &str| env::var_os(format!("CARGO_FEATURE_{name}")).is_some();
     tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .build_transport(transport)
+        .build_server(feature("SERVER"))
+        .build_client(feature("CLIENT"))
+        .build_transport(feature("TRANSPORT"))
         .emit_rerun_if_changed(false)
         .compile_fds(fds)?;
     Ok(())

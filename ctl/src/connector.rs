@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use oxetcd_server::coalesce::WriteCoalesce;
+use oxetcd_tls::coalesce::WriteCoalesce;
 use oxetcd_tls::rustls::client::ResolvesClientCert;
 use oxetcd_tls::rustls::pki_types::ServerName;
 use oxetcd_tls::rustls::sign::CertifiedKey;
@@ -159,7 +159,7 @@ impl tower_service::Service<Uri> for TcpConnector {
 }
 
 /// Wraps the connections another connector opens in
-/// [`WriteCoalesce`](oxetcd_server::coalesce::WriteCoalesce), so that the
+/// [`WriteCoalesce`](oxetcd_tls::coalesce::WriteCoalesce), so that the
 /// requests a burst of client tasks starts go out in one write. The
 /// benchmark uses it: its clients share few connections, and without it
 /// the client spends more on syscalls than on everything else.

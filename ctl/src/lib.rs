@@ -7,6 +7,8 @@
 //!   `https://` endpoints.
 //! - [`output`]: etcdctl's output formats (`simple`, `json`, `fields`,
 //!   `table`, `protobuf`), byte for byte.
+//! - [`restore`]: `snapshot restore`, a new member's data directory from a
+//!   snapshot file.
 //! - [`bench`]: a load generator in the manner of etcd's `benchmark` tool,
 //!   with CSV samples and SVG or PNG plots.
 
@@ -16,6 +18,7 @@ pub mod command;
 pub mod connector;
 pub mod error;
 pub mod output;
+pub mod restore;
 
 use std::time::Duration;
 

@@ -4,7 +4,9 @@
 //!   protobuf package names ([`etcdserverpb`], [`mvccpb`], [`authpb`],
 //!   [`v3electionpb`], [`v3lockpb`]), so existing etcd clients interoperate.
 //!   Each service has a tonic server (`*_server`) and client (`*_client`)
-//!   module.
+//!   module, behind this crate's `server` and `client` features; `transport`
+//!   adds the clients' `connect(..)`. Without them the crate is messages
+//!   only and links no tonic, so the pure core stays free of the gRPC stack.
 //! * The replicated log payload: [`oxetcdpb::Proposal`].
 //! * Raft peer messages: [`eraftpb`], re-exported from `raft-proto`.
 //!

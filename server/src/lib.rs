@@ -4,7 +4,6 @@
 //! sleep, signals), parses flags with [`config::from_process`] and calls
 //! [`run`]. Everything else is here, written once:
 //!
-//! - [`coalesce`]: one write for the frames of many responses.
 //! - [`config`]: flags and `ETCD_*` variables.
 //! - [`driver`]: the node on its own thread, the log writer, the [`Handle`]
 //!   services use.
@@ -12,8 +11,6 @@
 //! - [`http`]: `/health`, `/version`.
 //! - [`peer`]: the peer transport (raft messages and snapshots over TCP,
 //!   with TLS for `https://` peer URLs).
-//! - [`restore`]: a new member's data directory from a snapshot file
-//!   (`snapshot restore`).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
 //! - `serve` (private): listeners, accept loops, one connection's HTTP/1.1
 //!   and h2c (over TLS for `https://` URLs), and the gRPC-or-HTTP split by
@@ -24,7 +21,6 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod coalesce;
 pub mod config;
 pub mod driver;
 pub mod grpc;
@@ -32,7 +28,6 @@ pub mod http;
 mod log_budget;
 mod log_format;
 pub mod peer;
-pub mod restore;
 pub mod runtime;
 mod serve;
 mod tls_accept;

@@ -26,10 +26,10 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper_util::server::conn::auto;
 use oxetcd_core::storage::KvStore;
+use oxetcd_tls::coalesce::WriteCoalesce;
 use tonic::body::Body;
 use tracing::{debug, error, info, warn};
 
-use crate::coalesce::WriteCoalesce;
 use crate::config::{Config, ListenUrl};
 use crate::driver::Handle;
 use crate::grpc::{GrpcRouter, Member};

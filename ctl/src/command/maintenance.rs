@@ -3,8 +3,8 @@
 //!
 //! `snapshot status`, `snapshot restore` and `defrag --data-dir` work on
 //! local files and reach no server; what they do to the storage format lives
-//! in `oxetcd_storage` (`snapshot_file`, `defrag`) and `oxetcd_server`
-//! (`restore`), and these commands only parse flags and print.
+//! in `oxetcd_storage` (`snapshot_file`, `defrag`) and [`crate::restore`],
+//! and these commands only parse flags and print.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,13 +13,13 @@ use clap::{Args, Subcommand};
 use oxetcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use oxetcd_proto::etcdserverpb::downgrade_request::DowngradeAction;
 use oxetcd_proto::etcdserverpb::{AlarmRequest, AlarmResponse, DowngradeRequest, SnapshotRequest};
-use oxetcd_server::restore::RestoreOptions;
 use tokio::time::Instant;
 
 use super::endpoint::endpoints;
 use super::{exit, parse_hex_u64, Context, Failure};
 use crate::client::maintenance;
 use crate::output::{DbStatus, DowngradeStep, View};
+use crate::restore::{restore, RestoreOptions};
 use crate::Error;
 
 /// `snapshot <subcommand>`.
@@ -169,7 +169,7 @@ fn snapshot_restore(a: &RestoreArgs) -> Result<(), Failure> {
         initial_advertise_peer_urls: a.initial_advertise_peer_urls.clone(),
         skip_hash_check: a.skip_hash_check,
     };
-    let restored = oxetcd_server::restore::restore(&options).map_err(Failure::error)?;
+    let restored = restore(&options).map_err(Failure::error)?;
     // etcd logs its restore on stderr; so does this, in a sentence.
     eprintln!(
         "restored snapshot {} (revision {}) into {}: member {:x} of new cluster {:x}; \

@@ -41,8 +41,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use oxetcd_core::ids;
-
 pub use cluster::{ClusterState, InitialMember};
 pub use help::{usage, version};
 pub use logging::{LogFormat, LogLevel, LogOutput, Logging};
@@ -127,24 +125,17 @@ impl Config {
     /// This member's ID, derived from its advertised peer URLs and the
     /// cluster token.
     pub fn member_id(&self) -> u64 {
-        let urls: Vec<&str> = self
-            .initial_advertise_peer_urls
-            .iter()
-            .map(String::as_str)
-            .collect();
-        ids::member_id(&urls, &self.initial_cluster_token)
+        oxetcd_urls::member_id(
+            &self.initial_advertise_peer_urls,
+            &self.initial_cluster_token,
+        )
     }
 
     /// The ID of the cluster `--initial-cluster` describes, derived from
     /// its members' IDs as etcd derives it. (A member joining an existing
     /// cluster learns the real ID from its peers: `running_cluster_id`.)
     pub fn cluster_id(&self) -> u64 {
-        let members: Vec<u64> = self
-            .initial_cluster
-            .iter()
-            .map(|m| m.member_id(&self.initial_cluster_token))
-            .collect();
-        ids::cluster_id(&members)
+        oxetcd_urls::cluster_id(&self.initial_cluster, &self.initial_cluster_token)
     }
 
     /// The cluster ID this member starts with. A member joining with
@@ -302,6 +293,16 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+impl From<oxetcd_urls::InvalidValue> for ConfigError {
+    fn from(e: oxetcd_urls::InvalidValue) -> Self {
+        Self::InvalidValue {
+            flag: e.flag,
+            value: e.value,
+            reason: e.reason,
+        }
+    }
+}
 
 /// Parses the process's arguments and environment. Prints help or the
 /// version and exits 0 when asked; prints a clear error and exits 1 on a bad

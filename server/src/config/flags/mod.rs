@@ -20,6 +20,9 @@ mod security;
 use std::time::Duration;
 
 pub(super) use super::values::Kind;
+/// etcd's default `--initial-cluster`, whose meaning depends on `--name`
+/// (see `oxetcd_urls::parse_initial_cluster`).
+pub(super) use oxetcd_urls::initial_cluster::DEFAULT_INITIAL_CLUSTER;
 
 /// One flag.
 #[derive(Debug)]
@@ -179,13 +182,6 @@ const fn row(
         replaced: Replacement::None,
     }
 }
-
-/// etcd's default `--name`.
-pub(super) const DEFAULT_NAME: &str = "default";
-
-/// etcd's default `--initial-cluster`: the default name at the default
-/// advertised peer URL.
-pub(super) const DEFAULT_INITIAL_CLUSTER: &str = "default=http://localhost:2380";
 
 /// etcd's default `--snapshot-count` (3.6), also used when 0 is given.
 pub(super) const SNAPSHOT_COUNT_DEFAULT: u64 = 10_000;

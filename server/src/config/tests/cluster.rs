@@ -1,4 +1,5 @@
 use super::*;
+use oxetcd_core::ids;
 
 #[test]
 fn peer_urls_and_token_give_the_member_id() {

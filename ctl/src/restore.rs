@@ -2,11 +2,14 @@
 //! holding a snapshot file's data (an etcd bolt snapshot, saved from oxetcd
 //! or from etcd: this is also how an etcd cluster's data moves to oxetcd).
 //!
-//! Design. The flags are checked exactly as the server checks them when it
-//! starts (name in `--initial-cluster`, advertised peer URLs matching), by
-//! the same parser, so a restore that succeeds describes a member that can
-//! start. The backend is written by `oxetcd_storage::snapshot_file`, without
-//! the old cluster's membership and raft position; the raft log stays empty.
+//! Design. The flags are checked as the server checks them when it starts
+//! (name in `--initial-cluster`, advertised peer URLs matching), by the
+//! same functions (`oxetcd_urls`), and the IDs are derived as the server
+//! derives them, so a restore that succeeds describes a member that can
+//! start, under the ID the server will give it. (It lives here, with its
+//! only user, rather than in the server, which oxetcdctl does not link.)
+//! The backend is written by `oxetcd_storage::snapshot_file`, without the
+//! old cluster's membership and raft position; the raft log stays empty.
 //! The member started on the directory with the same `--name`,
 //! `--initial-cluster`, `--initial-cluster-token` and
 //! `--initial-advertise-peer-urls` therefore bootstraps the new cluster as
@@ -16,11 +19,10 @@
 //! snapshot, each with its own name.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use oxetcd_storage::snapshot_file::{self, SnapshotFileError, SnapshotStatus};
-
-use crate::config::{self, Command, ConfigError};
+use oxetcd_urls::{cluster_id, member_id, parse_initial_cluster, parse_urls, InvalidValue};
 
 /// What to restore, and the new member's identity (etcdctl's flags).
 #[derive(Clone, Debug)]
@@ -60,7 +62,7 @@ pub struct Restored {
 #[non_exhaustive]
 pub enum RestoreError {
     /// The member's flags would not start a server.
-    Flags(ConfigError),
+    Flags(InvalidValue),
     /// The snapshot could not be read or the directory written.
     Snapshot(SnapshotFileError),
 }
@@ -68,9 +70,8 @@ pub enum RestoreError {
 impl fmt::Display for RestoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            // The parser's reason says which flag; etcd prints the reason.
-            Self::Flags(ConfigError::InvalidValue { reason, .. }) => write!(f, "{reason}"),
-            Self::Flags(e) => write!(f, "{e}"),
+            // The reason says which flag; etcd prints the reason.
+            Self::Flags(e) => write!(f, "{}", e.reason),
             Self::Snapshot(e) => write!(f, "{e}"),
         }
     }
@@ -81,51 +82,42 @@ impl std::error::Error for RestoreError {}
 /// Restores `options.snapshot` into a new data directory (which must not
 /// exist).
 pub fn restore(options: &RestoreOptions) -> Result<Restored, RestoreError> {
-    let data_dir = options
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("{}.etcd", options.name)));
-    let member = member_config(options, &data_dir)?;
+    let data_dir = match &options.data_dir {
+        Some(dir) if dir.as_os_str().is_empty() => {
+            let empty = InvalidValue::new("data-dir", "", "must not be empty");
+            return Err(RestoreError::Flags(empty));
+        }
+        Some(dir) => dir.clone(),
+        None => PathBuf::from(format!("{}.etcd", options.name)),
+    };
+    let (member_id, cluster_id) = identity(options).map_err(RestoreError::Flags)?;
     let snapshot =
         snapshot_file::restore_backend(&options.snapshot, &data_dir, !options.skip_hash_check)
             .map_err(RestoreError::Snapshot)?;
     Ok(Restored {
         data_dir,
-        member_id: member.member_id(),
-        cluster_id: member.cluster_id(),
+        member_id,
+        cluster_id,
         snapshot,
     })
 }
 
-/// The configuration the server would start the new member with.
-fn member_config(
-    options: &RestoreOptions,
-    data_dir: &Path,
-) -> Result<config::Config, RestoreError> {
-    let args = [
-        "--name".to_owned(),
-        options.name.clone(),
-        "--data-dir".to_owned(),
-        data_dir.display().to_string(),
-        "--initial-cluster".to_owned(),
-        options.initial_cluster.clone(),
-        "--initial-cluster-token".to_owned(),
-        options.initial_cluster_token.clone(),
-        "--initial-advertise-peer-urls".to_owned(),
-        options.initial_advertise_peer_urls.clone(),
-    ];
-    match config::parse(args, Vec::<(String, String)>::new()) {
-        Ok(Command::Run(config)) => Ok(config),
-        // Only `--help` and `--version` ask for these, and no flag here does.
-        Ok(Command::Help | Command::Version) => Err(RestoreError::Flags(ConfigError::NotAFlag(
-            options.name.clone(),
-        ))),
-        Err(e) => Err(RestoreError::Flags(e)),
-    }
+/// The new member's ID and its cluster's, once its flags pass the checks
+/// the server makes of them at startup.
+fn identity(options: &RestoreOptions) -> Result<(u64, u64), InvalidValue> {
+    let token = &options.initial_cluster_token;
+    let advertised = parse_urls(
+        "initial-advertise-peer-urls",
+        &options.initial_advertise_peer_urls,
+    )?;
+    let members = parse_initial_cluster(&options.name, &advertised, &options.initial_cluster)?;
+    Ok((member_id(&advertised, token), cluster_id(&members, token)))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn options(dir: &Path) -> RestoreOptions {

@@ -30,7 +30,13 @@
 //!
 //! The server wraps every client connection in it; `oxetcdctl bench`
 //! wraps its connections too, where hyper's client does the same (one or
-//! two writes per request).
+//! two writes per request). It lives in this crate, beside [`TlsStream`],
+//! because both are runtime-agnostic streams over hyper's I/O traits that
+//! the server and `oxetcdctl` share: neither side needs the other's crate
+//! for it. It knows nothing of TLS: over a [`TlsStream`] it gathers the
+//! plaintext, before encryption.
+//!
+//! [`TlsStream`]: crate::TlsStream
 
 use std::io;
 use std::pin::Pin;
