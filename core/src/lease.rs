@@ -32,6 +32,12 @@
 //! all renewed to their full TTL by the promotion) does not fill the whole
 //! revoke budget at once. No lease ever expires earlier for it.
 //!
+//! Invariants, asserted in debug builds: every attached key's lease exists
+//! and lists it, and every key a lease lists is attached to it; the
+//! deadline set holds exactly one entry per lease with a deadline, the
+//! lease's own, and a lease that expires has one (a promoted lessor: every
+//! lease); checkpoints name leases that exist, one each.
+//!
 //! This module never reads the clock and writes storage only through the
 //! [`KvWrite`] it is handed by the apply step.
 
@@ -221,7 +227,7 @@ impl Lessor {
                 ControlFlow::Continue(())
             })?;
         }
-        Ok(Self {
+        let lessor = Self {
             config,
             leases,
             key_leases,
@@ -229,7 +235,9 @@ impl Lessor {
             deadlines: BTreeSet::new(),
             checkpoints: BTreeSet::new(),
             next_revoke_round: Instant::ZERO,
-        })
+        };
+        lessor.debug_assert_consistent();
+        Ok(lessor)
     }
 
     /// This member became leader at `now`: every lease gets its remaining
@@ -248,6 +256,12 @@ impl Lessor {
             self.schedule_checkpoint(id, now);
         }
         self.spread_expiries();
+        debug_assert_eq!(
+            self.deadlines.len(),
+            self.leases.len(),
+            "a promoted lessor holds a deadline per lease"
+        );
+        self.debug_assert_consistent();
     }
 
     /// Pushes back expiries beyond [`PROMOTED_EXPIRIES_PER_SEC_MAX`] in
@@ -304,6 +318,7 @@ impl Lessor {
             lease.expiry = None;
             lease.deadline = None;
         }
+        self.debug_assert_consistent();
     }
 
     /// Applies a grant. `id` is non-zero (the node picks one for requests
@@ -339,6 +354,7 @@ impl Lessor {
             self.set_expiry(id, now + secs_duration(ttl_secs));
             self.schedule_checkpoint(id, now);
         }
+        self.debug_assert_lease(id);
         Ok(Ok(ttl_secs))
     }
 
@@ -359,8 +375,15 @@ impl Lessor {
         }
         self.checkpoints.retain(|&(_, lease_id)| lease_id != id);
         for key in &lease.keys {
-            self.key_leases.remove(key);
+            let attached = self.key_leases.remove(key);
+            debug_assert_eq!(attached, Some(id), "key of lease {id:x} attached elsewhere");
         }
+        debug_assert!(
+            lease
+                .deadline
+                .is_none_or(|deadline| !self.deadlines.contains(&(deadline, id))),
+            "revoked lease {id:x} left a deadline"
+        );
         Ok(Some(lease.keys.into_iter().collect()))
     }
 
@@ -390,6 +413,11 @@ impl Lessor {
             return;
         }
         for change in changes {
+            debug_assert!(
+                change.tombstone || change.lease == 0 || self.leases.contains_key(&change.lease),
+                "key attached to lease {:x}, which does not exist",
+                change.lease
+            );
             if let Some(old) = self.key_leases.remove(&change.key) {
                 if let Some(lease) = self.leases.get_mut(&old) {
                     lease.keys.remove(&change.key);
@@ -401,6 +429,13 @@ impl Lessor {
                     self.key_leases.insert(change.key.clone(), change.lease);
                 }
             }
+            debug_assert!(
+                self.key_leases.get(&change.key).is_none_or(|id| self
+                    .leases
+                    .get(id)
+                    .is_some_and(|lease| lease.keys.contains(&change.key))),
+                "a key's lease does not list it"
+            );
         }
     }
 
@@ -507,6 +542,9 @@ impl Lessor {
         if !revokes.is_empty() {
             self.next_revoke_round = now + REVOKE_ROUND_INTERVAL;
         }
+        for &id in &revokes {
+            self.debug_assert_lease(id);
+        }
         let mut checkpoints = Vec::new();
         while checkpoints.len() < CHECKPOINTS_PER_ENTRY_MAX {
             let Some(&(at, id)) = self.checkpoints.first() else {
@@ -541,6 +579,7 @@ impl Lessor {
             self.deadlines.remove(&(old, id));
         }
         self.deadlines.insert((expiry, id));
+        self.debug_assert_lease(id);
     }
 
     /// etcd checkpoints only leases that outlive the checkpoint interval.
@@ -557,6 +596,77 @@ impl Lessor {
             self.checkpoints.retain(|&(_, lease_id)| lease_id != id);
             self.checkpoints.insert((now + interval, id));
         }
+    }
+}
+
+/// The lessor's invariants, checked in debug builds.
+impl Lessor {
+    /// Lease `id`'s deadline is in the deadline set, it has a deadline
+    /// whenever it has an expiry, and every key it lists is attached to it.
+    /// Costs a lookup per key of the lease.
+    fn debug_assert_lease(&self, id: i64) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let Some(lease) = self.leases.get(&id) else {
+            return;
+        };
+        if let Some(deadline) = lease.deadline {
+            assert!(
+                self.deadlines.contains(&(deadline, id)),
+                "lease {id:x}'s deadline is not in the deadline set"
+            );
+        }
+        assert!(
+            lease.expiry.is_none() || lease.deadline.is_some(),
+            "lease {id:x} expires with no deadline"
+        );
+        for key in &lease.keys {
+            assert_eq!(
+                self.key_leases.get(key),
+                Some(&id),
+                "a key of lease {id:x} is not attached to it"
+            );
+        }
+    }
+
+    /// Every lease as [`Self::debug_assert_lease`] checks it, and the
+    /// other way round: every deadline, checkpoint and attached key names
+    /// a lease that exists, with at most one deadline and one checkpoint
+    /// per lease. Costs a pass over leases and keys.
+    fn debug_assert_consistent(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        for &id in self.leases.keys() {
+            self.debug_assert_lease(id);
+        }
+        for &(deadline, id) in &self.deadlines {
+            assert_eq!(
+                self.leases.get(&id).and_then(|lease| lease.deadline),
+                Some(deadline),
+                "a deadline of lease {id:x} it does not hold"
+            );
+        }
+        let mut checkpointed = BTreeSet::new();
+        for &(_, id) in &self.checkpoints {
+            assert!(self.leases.contains_key(&id), "checkpoint of a lease gone");
+            assert!(checkpointed.insert(id), "lease {id:x} checkpointed twice");
+        }
+        for (key, id) in &self.key_leases {
+            assert!(
+                self.leases
+                    .get(id)
+                    .is_some_and(|lease| lease.keys.contains(key)),
+                "a key attached to lease {id:x}, which does not list it"
+            );
+        }
+        let listed: usize = self.leases.values().map(|lease| lease.keys.len()).sum();
+        assert_eq!(
+            listed,
+            self.key_leases.len(),
+            "keys listed twice or not attached"
+        );
     }
 }
 
