@@ -7,6 +7,7 @@ use std::ops::ControlFlow;
 
 use oxetcd_proto::mvccpb::{event::EventType, Event, KeyValue};
 
+use crate::mvcc::key_value;
 use crate::storage::{KeyVersion, KvRead, RangeEnd, StorageError};
 
 /// A put that started a key's generation has no previous version to show.
@@ -43,16 +44,5 @@ pub(super) fn event(version: KeyVersion, prev_kv: Option<KeyValue>) -> Event {
         r#type: kind as i32,
         kv: Some(key_value(version)),
         prev_kv,
-    }
-}
-
-fn key_value(version: KeyVersion) -> KeyValue {
-    KeyValue {
-        key: version.key,
-        create_revision: version.create_revision,
-        mod_revision: version.mod_revision.main,
-        version: version.version,
-        value: version.value,
-        lease: version.lease,
     }
 }

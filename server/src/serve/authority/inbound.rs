@@ -154,12 +154,8 @@ impl Inbound {
                 return Scan::Pass(at);
             }
         }
-        let n = (FRAME_HEADER_BYTES - self.header_len).min(data.len());
-        self.header[self.header_len..self.header_len + n].copy_from_slice(&data[..n]);
-        self.header_len += n;
-        if self.header_len == FRAME_HEADER_BYTES {
-            self.header_len = 0;
-            let raw = self.header;
+        let (n, complete) = self.take_frame_header(data);
+        if let Some(raw) = complete {
             let header = frame_header(&raw);
             if header.kind == TYPE_HEADERS {
                 self.collecting = true;
@@ -186,12 +182,8 @@ impl Inbound {
             return Scan::Consumed(n);
         }
         // The next frame must be a CONTINUATION of the same stream.
-        let n = (FRAME_HEADER_BYTES - self.header_len).min(data.len());
-        self.header[self.header_len..self.header_len + n].copy_from_slice(&data[..n]);
-        self.header_len += n;
-        if self.header_len == FRAME_HEADER_BYTES {
-            self.header_len = 0;
-            let raw = self.header;
+        let (n, complete) = self.take_frame_header(data);
+        if let Some(raw) = complete {
             let header = frame_header(&raw);
             if header.kind == TYPE_CONTINUATION && raw[5..] == self.stream_id {
                 self.hold_frame(&raw, &header);
@@ -202,6 +194,19 @@ impl Inbound {
             }
         }
         Scan::Consumed(n)
+    }
+
+    /// Takes what `data` holds of a frame header that may arrive in pieces;
+    /// the bytes taken, and the header once it is complete.
+    fn take_frame_header(&mut self, data: &[u8]) -> (usize, Option<[u8; FRAME_HEADER_BYTES]>) {
+        let n = (FRAME_HEADER_BYTES - self.header_len).min(data.len());
+        self.header[self.header_len..self.header_len + n].copy_from_slice(&data[..n]);
+        self.header_len += n;
+        if self.header_len < FRAME_HEADER_BYTES {
+            return (n, None);
+        }
+        self.header_len = 0;
+        (n, Some(self.header))
     }
 
     /// Holds a frame of the block whose header is `raw`.
