@@ -34,18 +34,18 @@
 //! the [`Raft`] state, its constructor, the output queue
 //! ([`Raft::poll_action`]) and the observers. The rest:
 //!
-//! - [`step`]: every peer message enters there, is checked against the
+//! - `step.rs`: every peer message enters there, is checked against the
 //!   term and dispatched by role;
-//! - [`election`]: campaigns, votes and role transitions; [`timers`]: the
+//! - `election.rs`: campaigns, votes and role transitions; `timers.rs`: the
 //!   deadlines that start campaigns and heartbeats;
-//! - [`replication`] (the leader's side: proposals, appends, commit) and
-//!   [`follow`] (the follower's: appends, heartbeats and snapshots
+//! - `replication.rs` (the leader's side: proposals, appends, commit) and
+//!   `follow.rs` (the follower's: appends, heartbeats and snapshots
 //!   accepted);
-//! - [`persist`]: writes handed out and acknowledged, what waits for them,
+//! - `persist.rs`: writes handed out and acknowledged, what waits for them,
 //!   and committed entries handed out to apply;
-//! - [`read_index`] (on the queue of [`read_only`]), [`transfer`],
-//!   [`conf_change`]; the log view ([`log`]), per-member progress
-//!   ([`progress`]) and quorum arithmetic ([`quorum`]).
+//! - `read_index.rs` (on the queue of `read_only.rs`), `transfer.rs`,
+//!   `conf_change.rs`; the log view (`log.rs`), per-member progress
+//!   (`progress.rs`) and quorum arithmetic (`quorum.rs`).
 //!
 //! The invariants that hold between inputs are asserted in debug builds
 //! where the state changes (term and commit never decrease, one vote per

@@ -70,13 +70,13 @@
 //! This module never reads the clock, and the registry never reads storage
 //! other than the transaction it is handed for `prev_kv`.
 //!
-//! One concept per file: [`registry`] (who watches what, create and
-//! cancel), [`fanout`] (live events of each applied revision),
-//! [`catch_up`] (history from storage until synced), [`progress`]
-//! (progress notifications), [`spec`] (what a watcher watches), [`event`]
-//! (stored versions as events), [`delivery`] (shared, pre-encoded events),
-//! and on the runtime's side [`gate`] (a stream's bounded queue) and
-//! [`fragment`] (responses too large for one message).
+//! One concept per file: `registry.rs` (who watches what, create and
+//! cancel), `fanout.rs` (live events of each applied revision),
+//! `catch_up.rs` (history from storage until synced), `progress.rs`
+//! (progress notifications), `spec.rs` (what a watcher watches), `event.rs`
+//! (stored versions as events), `delivery.rs` (shared, pre-encoded events),
+//! and on the runtime's side `gate.rs` (a stream's bounded queue) and
+//! `fragment.rs` (responses too large for one message).
 
 mod catch_up;
 mod delivery;
