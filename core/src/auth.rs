@@ -26,11 +26,14 @@ use std::collections::BTreeMap;
 
 use oxetcd_proto::authpb::{Permission, Role, User, UserAddOptions};
 use oxetcd_proto::etcdserverpb::{
-    AuthRoleAddResponse, AuthRoleDeleteResponse, AuthRoleGetRequest, AuthRoleGetResponse,
-    AuthRoleGrantPermissionResponse, AuthRoleListResponse, AuthRoleRevokePermissionResponse,
-    AuthStatusResponse, AuthUserAddResponse, AuthUserChangePasswordResponse,
-    AuthUserDeleteResponse, AuthUserGetRequest, AuthUserGetResponse, AuthUserGrantRoleResponse,
-    AuthUserListResponse, AuthUserRevokeRoleResponse, ResponseHeader,
+    AuthRoleAddRequest, AuthRoleAddResponse, AuthRoleDeleteRequest, AuthRoleDeleteResponse,
+    AuthRoleGetRequest, AuthRoleGetResponse, AuthRoleGrantPermissionRequest,
+    AuthRoleGrantPermissionResponse, AuthRoleListResponse, AuthRoleRevokePermissionRequest,
+    AuthRoleRevokePermissionResponse, AuthStatusResponse, AuthUserAddRequest, AuthUserAddResponse,
+    AuthUserChangePasswordRequest, AuthUserChangePasswordResponse, AuthUserDeleteRequest,
+    AuthUserDeleteResponse, AuthUserGetRequest, AuthUserGetResponse, AuthUserGrantRoleRequest,
+    AuthUserGrantRoleResponse, AuthUserListResponse, AuthUserRevokeRoleRequest,
+    AuthUserRevokeRoleResponse, ResponseHeader,
 };
 use oxetcd_proto::oxetcdpb::auth_change::Change as AuthChange;
 
@@ -165,120 +168,169 @@ impl AuthStore {
     }
 
     /// Applies one change from the log. On success the revision is bumped
-    /// and the caller stores [`AuthStore::state`]; on an error nothing
-    /// changed.
+    /// (unless the change found nothing to change, as etcd's grant of a role
+    /// already granted) and the caller stores [`AuthStore::state`]; on an
+    /// error nothing changed.
     pub fn apply(&mut self, change: AuthChange) -> Result<AuthResponse, Error> {
         let before = self.revision;
-        let response = match change {
-            AuthChange::UserAdd(r) => {
-                if r.name.is_empty() {
-                    return Err(Error::UserEmpty);
-                }
-                if self.users.contains_key(&r.name) {
-                    return Err(Error::UserAlreadyExists);
-                }
-                let no_password = r.options.as_ref().is_some_and(|o| o.no_password);
-                let user = User {
-                    name: r.name.clone().into_bytes(),
-                    password: if no_password {
-                        Vec::new()
-                    } else {
-                        r.hashed_password.into_bytes()
-                    },
-                    roles: Vec::new(),
-                    options: Some(UserAddOptions { no_password }),
-                };
-                self.users.insert(r.name, user);
-                AuthResponse::UserAdd(AuthUserAddResponse::default())
+        let applied = match change {
+            AuthChange::UserAdd(r) => self.user_add(r),
+            AuthChange::UserDelete(r) => self.user_delete(r),
+            AuthChange::UserChangePassword(r) => self.user_change_password(r),
+            AuthChange::UserGrantRole(r) => self.user_grant_role(r),
+            AuthChange::UserRevokeRole(r) => self.user_revoke_role(r),
+            AuthChange::RoleAdd(r) => self.role_add(r),
+            AuthChange::RoleDelete(r) => self.role_delete(r),
+            AuthChange::RoleGrantPermission(r) => self.role_grant_permission(r),
+            AuthChange::RoleRevokePermission(r) => self.role_revoke_permission(r),
+        }?;
+        let response = match applied {
+            Applied::Changed(response) => {
+                self.revision += 1;
+                response
             }
-            AuthChange::UserDelete(r) => {
-                if self.enabled && r.name == ROOT {
-                    return Err(Error::InvalidAuthManagement);
-                }
-                if self.users.remove(&r.name).is_none() {
-                    return Err(Error::UserNotFound);
-                }
-                AuthResponse::UserDelete(AuthUserDeleteResponse::default())
-            }
-            AuthChange::UserChangePassword(r) => {
-                let user = self.users.get_mut(&r.name).ok_or(Error::UserNotFound)?;
-                user.password = r.hashed_password.into_bytes();
-                AuthResponse::UserChangePassword(AuthUserChangePasswordResponse::default())
-            }
-            AuthChange::UserGrantRole(r) => {
-                if r.role != ROOT && !self.roles.contains_key(&r.role) {
-                    if !self.users.contains_key(&r.user) {
-                        return Err(Error::UserNotFound);
-                    }
-                    return Err(Error::RoleNotFound);
-                }
-                let user = self.users.get_mut(&r.user).ok_or(Error::UserNotFound)?;
-                match user.roles.binary_search(&r.role) {
-                    // Granted already: etcd answers success and changes
-                    // nothing, the revision included.
-                    Ok(_) => return Ok(AuthResponse::UserGrantRole(Default::default())),
-                    Err(at) => user.roles.insert(at, r.role),
-                }
-                AuthResponse::UserGrantRole(AuthUserGrantRoleResponse::default())
-            }
-            AuthChange::UserRevokeRole(r) => {
-                if self.enabled && r.name == ROOT && r.role == ROOT {
-                    return Err(Error::InvalidAuthManagement);
-                }
-                let user = self.users.get_mut(&r.name).ok_or(Error::UserNotFound)?;
-                let at = user
-                    .roles
-                    .binary_search(&r.role)
-                    .map_err(|_| Error::RoleNotGranted)?;
-                user.roles.remove(at);
-                AuthResponse::UserRevokeRole(AuthUserRevokeRoleResponse::default())
-            }
-            AuthChange::RoleAdd(r) => {
-                if r.name.is_empty() {
-                    return Err(Error::RoleEmpty);
-                }
-                if self.roles.contains_key(&r.name) {
-                    return Err(Error::RoleAlreadyExists);
-                }
-                let role = Role {
-                    name: r.name.clone().into_bytes(),
-                    key_permission: Vec::new(),
-                };
-                self.roles.insert(r.name, role);
-                AuthResponse::RoleAdd(AuthRoleAddResponse::default())
-            }
-            AuthChange::RoleDelete(r) => {
-                if self.enabled && r.role == ROOT {
-                    return Err(Error::InvalidAuthManagement);
-                }
-                if self.roles.remove(&r.role).is_none() {
-                    return Err(Error::RoleNotFound);
-                }
-                for user in self.users.values_mut() {
-                    user.roles.retain(|role| *role != r.role);
-                }
-                AuthResponse::RoleDelete(AuthRoleDeleteResponse::default())
-            }
-            AuthChange::RoleGrantPermission(r) => {
-                let role = self.roles.get_mut(&r.name).ok_or(Error::RoleNotFound)?;
-                let perm = r.perm.unwrap_or_default();
-                grant(&mut role.key_permission, perm);
-                AuthResponse::RoleGrantPermission(AuthRoleGrantPermissionResponse::default())
-            }
-            AuthChange::RoleRevokePermission(r) => {
-                let role = self.roles.get_mut(&r.role).ok_or(Error::RoleNotFound)?;
-                let before = role.key_permission.len();
-                role.key_permission
-                    .retain(|p| p.key != r.key || p.range_end != r.range_end);
-                if role.key_permission.len() == before {
-                    return Err(Error::PermissionNotGranted);
-                }
-                AuthResponse::RoleRevokePermission(AuthRoleRevokePermissionResponse::default())
-            }
+            Applied::Unchanged(response) => response,
         };
-        self.revision += 1;
-        debug_assert_eq!(self.revision, before + 1);
+        debug_assert!(self.revision - before <= 1, "one change, one revision");
         Ok(response)
+    }
+
+    fn user_add(&mut self, r: AuthUserAddRequest) -> Result<Applied, Error> {
+        if r.name.is_empty() {
+            return Err(Error::UserEmpty);
+        }
+        if self.users.contains_key(&r.name) {
+            return Err(Error::UserAlreadyExists);
+        }
+        let no_password = r.options.as_ref().is_some_and(|o| o.no_password);
+        let user = User {
+            name: r.name.clone().into_bytes(),
+            password: if no_password {
+                Vec::new()
+            } else {
+                r.hashed_password.into_bytes()
+            },
+            roles: Vec::new(),
+            options: Some(UserAddOptions { no_password }),
+        };
+        self.users.insert(r.name, user);
+        Ok(Applied::Changed(AuthResponse::UserAdd(
+            AuthUserAddResponse::default(),
+        )))
+    }
+
+    fn user_delete(&mut self, r: AuthUserDeleteRequest) -> Result<Applied, Error> {
+        if self.enabled && r.name == ROOT {
+            return Err(Error::InvalidAuthManagement);
+        }
+        if self.users.remove(&r.name).is_none() {
+            return Err(Error::UserNotFound);
+        }
+        Ok(Applied::Changed(AuthResponse::UserDelete(
+            AuthUserDeleteResponse::default(),
+        )))
+    }
+
+    fn user_change_password(&mut self, r: AuthUserChangePasswordRequest) -> Result<Applied, Error> {
+        let user = self.users.get_mut(&r.name).ok_or(Error::UserNotFound)?;
+        user.password = r.hashed_password.into_bytes();
+        Ok(Applied::Changed(AuthResponse::UserChangePassword(
+            AuthUserChangePasswordResponse::default(),
+        )))
+    }
+
+    fn user_grant_role(&mut self, r: AuthUserGrantRoleRequest) -> Result<Applied, Error> {
+        if r.role != ROOT && !self.roles.contains_key(&r.role) {
+            if !self.users.contains_key(&r.user) {
+                return Err(Error::UserNotFound);
+            }
+            return Err(Error::RoleNotFound);
+        }
+        let user = self.users.get_mut(&r.user).ok_or(Error::UserNotFound)?;
+        let response = AuthResponse::UserGrantRole(AuthUserGrantRoleResponse::default());
+        match user.roles.binary_search(&r.role) {
+            // Granted already: etcd answers success and changes nothing,
+            // the revision included.
+            Ok(_) => Ok(Applied::Unchanged(response)),
+            Err(at) => {
+                user.roles.insert(at, r.role);
+                Ok(Applied::Changed(response))
+            }
+        }
+    }
+
+    fn user_revoke_role(&mut self, r: AuthUserRevokeRoleRequest) -> Result<Applied, Error> {
+        if self.enabled && r.name == ROOT && r.role == ROOT {
+            return Err(Error::InvalidAuthManagement);
+        }
+        let user = self.users.get_mut(&r.name).ok_or(Error::UserNotFound)?;
+        let at = user
+            .roles
+            .binary_search(&r.role)
+            .map_err(|_| Error::RoleNotGranted)?;
+        user.roles.remove(at);
+        Ok(Applied::Changed(AuthResponse::UserRevokeRole(
+            AuthUserRevokeRoleResponse::default(),
+        )))
+    }
+
+    fn role_add(&mut self, r: AuthRoleAddRequest) -> Result<Applied, Error> {
+        if r.name.is_empty() {
+            return Err(Error::RoleEmpty);
+        }
+        if self.roles.contains_key(&r.name) {
+            return Err(Error::RoleAlreadyExists);
+        }
+        let role = Role {
+            name: r.name.clone().into_bytes(),
+            key_permission: Vec::new(),
+        };
+        self.roles.insert(r.name, role);
+        Ok(Applied::Changed(AuthResponse::RoleAdd(
+            AuthRoleAddResponse::default(),
+        )))
+    }
+
+    fn role_delete(&mut self, r: AuthRoleDeleteRequest) -> Result<Applied, Error> {
+        if self.enabled && r.role == ROOT {
+            return Err(Error::InvalidAuthManagement);
+        }
+        if self.roles.remove(&r.role).is_none() {
+            return Err(Error::RoleNotFound);
+        }
+        for user in self.users.values_mut() {
+            user.roles.retain(|role| *role != r.role);
+        }
+        Ok(Applied::Changed(AuthResponse::RoleDelete(
+            AuthRoleDeleteResponse::default(),
+        )))
+    }
+
+    fn role_grant_permission(
+        &mut self,
+        r: AuthRoleGrantPermissionRequest,
+    ) -> Result<Applied, Error> {
+        let role = self.roles.get_mut(&r.name).ok_or(Error::RoleNotFound)?;
+        grant(&mut role.key_permission, r.perm.unwrap_or_default());
+        Ok(Applied::Changed(AuthResponse::RoleGrantPermission(
+            AuthRoleGrantPermissionResponse::default(),
+        )))
+    }
+
+    fn role_revoke_permission(
+        &mut self,
+        r: AuthRoleRevokePermissionRequest,
+    ) -> Result<Applied, Error> {
+        let role = self.roles.get_mut(&r.role).ok_or(Error::RoleNotFound)?;
+        let before = role.key_permission.len();
+        role.key_permission
+            .retain(|p| p.key != r.key || p.range_end != r.range_end);
+        if role.key_permission.len() == before {
+            return Err(Error::PermissionNotGranted);
+        }
+        Ok(Applied::Changed(AuthResponse::RoleRevokePermission(
+            AuthRoleRevokePermissionResponse::default(),
+        )))
     }
 
     /// Answers a read from the applied state.
@@ -313,6 +365,15 @@ impl AuthStore {
             }),
         })
     }
+}
+
+/// What a change that passed its checks did to the store.
+enum Applied {
+    /// The store changed: the revision moves on.
+    Changed(AuthResponse),
+    /// There was nothing to change (etcd answers success and keeps the
+    /// revision).
+    Unchanged(AuthResponse),
 }
 
 /// Grants `perm` as etcd does: a permission on the same key and range end

@@ -46,6 +46,7 @@ use crate::error::Error;
 use crate::storage::{KeyVersion, KvMeta, KvRead, KvWrite};
 use crate::{Request, Response};
 
+pub(crate) use range::key_value;
 pub use validate::validate;
 
 /// Limits enforced when a request enters the node.

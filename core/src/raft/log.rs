@@ -391,12 +391,17 @@ impl<S: LogSource> RaftLog<S> {
     /// Returns whether it moved.
     pub(crate) fn commit_to(&mut self, index: u64) -> bool {
         let index = index.min(self.last_index());
-        if index > self.committed {
+        let moved = index > self.committed;
+        if moved {
             self.committed = index;
-            true
-        } else {
-            false
         }
+        debug_assert!(
+            self.committed >= index && self.committed <= self.last_index(),
+            "commit {} outside [{index}, {}]",
+            self.committed,
+            self.last_index()
+        );
+        moved
     }
 
     /// Replaces the whole log with a received snapshot. The change is not

@@ -182,11 +182,32 @@ async fn handshake<R: Runtime>(
             PeerIo::Tls(Box::new(stream))
         }
     };
+    let hello = read_hello(shared, &mut io).await?;
+    let admitted = admit(shared, &hello);
+    answer(shared, &mut io, &hello, admitted.reject()).await?;
+    let Admitted::Yes {
+        snapshot_slot,
+        slot,
+    } = admitted
+    else {
+        return None;
+    };
+    Some(Shaken {
+        io,
+        hello,
+        snapshot_slot,
+        slot,
+    })
+}
+
+/// Reads and decodes the connection's hello; `None` (logged) when it does
+/// not come in time or is not one.
+async fn read_hello<R: Runtime>(shared: &Shared<R>, io: &mut PeerIo<R::Io>) -> Option<Hello> {
     let mut hello = [0u8; HELLO_BYTES];
     match timeout(
         &shared.runtime,
         HANDSHAKE_TIMEOUT,
-        read_exact(&mut io, &mut hello),
+        read_exact(io, &mut hello),
     )
     .await
     {
@@ -200,39 +221,71 @@ async fn handshake<R: Runtime>(
         }
         Some(Ok(())) => {}
     }
-    let hello = match Hello::decode(&hello) {
-        Ok(hello) => hello,
+    match Hello::decode(&hello) {
+        Ok(hello) => Some(hello),
         Err(e) => {
             // Client requests land here too: the peer port serves none.
             warn!(error = %e, "closed a connection on the peer port");
-            return None;
+            None
         }
-    };
+    }
+}
+
+/// Whether a hello is admitted, and with the slots it holds if so.
+enum Admitted<R> {
+    Yes {
+        snapshot_slot: Option<SnapshotSlot<R>>,
+        slot: ConnectionSlot<R>,
+    },
+    No(Reject),
+}
+
+impl<R> Admitted<R> {
+    fn reject(&self) -> Option<Reject> {
+        match self {
+            Admitted::Yes { .. } => None,
+            Admitted::No(reason) => Some(*reason),
+        }
+    }
+}
+
+/// Checks `hello` ([`check`]), then takes a snapshot slot for a snapshot
+/// stream and a slot of the established limit; refused as busy when
+/// either is full.
+fn admit<R>(shared: &Arc<Shared<R>>, hello: &Hello) -> Admitted<R> {
+    if let Some(reason) = check(shared, hello) {
+        return Admitted::No(reason);
+    }
     let mut snapshot_slot = None;
-    let mut slot = None;
-    let reject = check(shared, &hello)
-        .or_else(|| {
-            if hello.kind == StreamKind::Snapshot {
-                snapshot_slot = SnapshotSlot::take(shared);
-                if snapshot_slot.is_none() {
-                    return Some(Reject::Busy);
-                }
-            }
-            None
-        })
-        .or_else(|| {
-            slot = ConnectionSlot::take(shared);
-            if slot.is_none() {
-                CROWDED.log(std::time::Instant::now(), |held_back| {
-                    warn!(
-                        limit = INBOUND_CONNECTIONS_MAX,
-                        held_back, "too many peer connections; refused a new one"
-                    );
-                });
-                return Some(Reject::Busy);
-            }
-            None
+    if hello.kind == StreamKind::Snapshot {
+        snapshot_slot = SnapshotSlot::take(shared);
+        if snapshot_slot.is_none() {
+            return Admitted::No(Reject::Busy);
+        }
+    }
+    let Some(slot) = ConnectionSlot::take(shared) else {
+        CROWDED.log(std::time::Instant::now(), |held_back| {
+            warn!(
+                limit = INBOUND_CONNECTIONS_MAX,
+                held_back, "too many peer connections; refused a new one"
+            );
         });
+        return Admitted::No(Reject::Busy);
+    };
+    Admitted::Yes {
+        snapshot_slot,
+        slot,
+    }
+}
+
+/// Writes the answer to `hello`; `None` (logged) when it refuses the
+/// connection or cannot be written.
+async fn answer<R: Runtime>(
+    shared: &Shared<R>,
+    io: &mut PeerIo<R::Io>,
+    hello: &Hello,
+    reject: Option<Reject>,
+) -> Option<()> {
     let answer = Answer {
         reject,
         version: PROTOCOL_VERSION,
@@ -241,7 +294,7 @@ async fn handshake<R: Runtime>(
     let answered = timeout(
         &shared.runtime,
         HANDSHAKE_TIMEOUT,
-        write_all(&mut io, &answer.encode()),
+        write_all(io, &answer.encode()),
     )
     .await;
     if let Some(reason) = reject {
@@ -258,22 +311,16 @@ async fn handshake<R: Runtime>(
         return None;
     }
     match answered {
-        Some(Ok(())) => {}
+        Some(Ok(())) => Some(()),
         Some(Err(e)) => {
             debug!(from = %Id(hello.from), error = %e, "peer connection failed during the handshake");
-            return None;
+            None
         }
         None => {
             debug!(from = %Id(hello.from), "peer handshake answer timed out");
-            return None;
+            None
         }
     }
-    Some(Shaken {
-        io,
-        hello,
-        snapshot_slot,
-        slot: slot?,
-    })
 }
 
 /// Whether `hello` may open a stream here. A joining member's cluster ID

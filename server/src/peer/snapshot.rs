@@ -200,101 +200,19 @@ async fn write_frame<R: Runtime>(
 }
 
 /// Receives one snapshot from `from` into a file, hands it to the driver,
-/// and acknowledges it.
+/// and acknowledges it. Any failure drops the stream and the partial file.
 pub(super) async fn receive<R: Runtime>(
     shared: Arc<Shared<R>>,
     mut io: PeerIo<R::Io>,
     from: u64,
     _slot: SnapshotSlot<R>,
 ) {
-    let dir = shared.config.snapshot_dir.clone();
-    let path = dir.join(format!(
-        "incoming-{from:016x}-{}.snap.part",
-        shared.next_connection()
-    ));
-    // Owns the file from here: dropped on any failure, which deletes it.
-    let mut received = ReceivedSnapshot {
-        path: Some(path.clone()),
-        bytes: 0,
+    let Some((file, mut received)) = create_file(&shared, from).await else {
+        return;
     };
-    let created = blocking(&shared.runtime, move || {
-        std::fs::create_dir_all(&dir)?;
-        File::create(&path)
-    })
-    .await
-    .and_then(|r| r);
-    let mut file = match created {
-        Ok(file) => file,
-        Err(e) => {
-            warn!(from = %Id(from), error = %e, "cannot create a file for an incoming snapshot");
-            return;
-        }
-    };
-    let frame_max = shared.config.frame_bytes_max;
-    let bytes_max = shared.config.snapshot_bytes_max;
-    let mut body = Vec::new();
-    let message = loop {
-        let frame = timeout(
-            &shared.runtime,
-            STALL_TIMEOUT,
-            read_frame(&mut io, frame_max, &mut body),
-        )
-        .await;
-        let kind = match frame {
-            Some(Ok(kind)) => kind,
-            None => {
-                warn!(from = %Id(from), "incoming snapshot stalled; dropped");
-                return;
-            }
-            Some(Err(ReadFrameError::Closed)) => {
-                info!(from = %Id(from), "incoming snapshot ended early; dropped");
-                return;
-            }
-            Some(Err(e)) => {
-                warn!(from = %Id(from), error = %e, "incoming snapshot failed; dropped");
-                return;
-            }
-        };
-        match kind {
-            FrameKind::SnapshotChunk => {
-                received.bytes += body.len() as u64;
-                if received.bytes > bytes_max {
-                    warn!(
-                        from = %Id(from),
-                        snapshot_bytes_max = bytes_max,
-                        "incoming snapshot exceeds the size limit; dropped"
-                    );
-                    return;
-                }
-                let chunk = std::mem::take(&mut body);
-                let written = blocking(&shared.runtime, move || {
-                    let result = file.write_all(&chunk);
-                    (file, chunk, result)
-                })
-                .await;
-                match written {
-                    Ok((f, chunk, Ok(()))) => {
-                        file = f;
-                        body = chunk;
-                    }
-                    Ok((_, _, Err(e))) | Err(e) => {
-                        warn!(from = %Id(from), error = %e, "cannot write an incoming snapshot");
-                        return;
-                    }
-                }
-            }
-            FrameKind::SnapshotEnd => match decode_end(&body, from, shared.config.member_id) {
-                Ok(message) => break message,
-                Err(problem) => {
-                    warn!(from = %Id(from), problem, "bad snapshot message; dropped");
-                    return;
-                }
-            },
-            FrameKind::Message => {
-                warn!(from = %Id(from), "message frame on a snapshot stream; closing it");
-                return;
-            }
-        }
+    let Some((file, message)) = read_stream(&shared, &mut io, from, file, &mut received).await
+    else {
+        return;
     };
     match blocking(&shared.runtime, move || file.sync_all())
         .await
@@ -321,6 +239,124 @@ pub(super) async fn receive<R: Runtime>(
         Some(Ok(())) => {}
         Some(Err(e)) => debug!(from = %Id(from), error = %e, "cannot acknowledge a snapshot"),
         None => debug!(from = %Id(from), "acknowledging a snapshot timed out"),
+    }
+}
+
+/// Creates the file an incoming snapshot from `from` is written to, and
+/// the [`ReceivedSnapshot`] that owns it from here (dropped on any
+/// failure, which deletes the file).
+async fn create_file<R: Runtime>(
+    shared: &Shared<R>,
+    from: u64,
+) -> Option<(File, ReceivedSnapshot)> {
+    let dir = shared.config.snapshot_dir.clone();
+    let path = dir.join(format!(
+        "incoming-{from:016x}-{}.snap.part",
+        shared.next_connection()
+    ));
+    let received = ReceivedSnapshot {
+        path: Some(path.clone()),
+        bytes: 0,
+    };
+    let created = blocking(&shared.runtime, move || {
+        std::fs::create_dir_all(&dir)?;
+        File::create(&path)
+    })
+    .await
+    .and_then(|r| r);
+    match created {
+        Ok(file) => Some((file, received)),
+        Err(e) => {
+            warn!(from = %Id(from), error = %e, "cannot create a file for an incoming snapshot");
+            None
+        }
+    }
+}
+
+/// Reads the stream's chunks into `file` until its end frame, counting
+/// them in `received` against the size limit; the file and the end
+/// frame's `MsgSnapshot`, or `None` (logged) when the stream fails.
+async fn read_stream<R: Runtime>(
+    shared: &Shared<R>,
+    io: &mut PeerIo<R::Io>,
+    from: u64,
+    mut file: File,
+    received: &mut ReceivedSnapshot,
+) -> Option<(File, Message)> {
+    let frame_max = shared.config.frame_bytes_max;
+    let bytes_max = shared.config.snapshot_bytes_max;
+    let mut body = Vec::new();
+    loop {
+        let frame = timeout(
+            &shared.runtime,
+            STALL_TIMEOUT,
+            read_frame(io, frame_max, &mut body),
+        )
+        .await;
+        let kind = match frame {
+            Some(Ok(kind)) => kind,
+            None => {
+                warn!(from = %Id(from), "incoming snapshot stalled; dropped");
+                return None;
+            }
+            Some(Err(ReadFrameError::Closed)) => {
+                info!(from = %Id(from), "incoming snapshot ended early; dropped");
+                return None;
+            }
+            Some(Err(e)) => {
+                warn!(from = %Id(from), error = %e, "incoming snapshot failed; dropped");
+                return None;
+            }
+        };
+        match kind {
+            FrameKind::SnapshotChunk => {
+                received.bytes += body.len() as u64;
+                if received.bytes > bytes_max {
+                    warn!(
+                        from = %Id(from),
+                        snapshot_bytes_max = bytes_max,
+                        "incoming snapshot exceeds the size limit; dropped"
+                    );
+                    return None;
+                }
+                (file, body) = write_chunk(shared, from, file, body).await?;
+            }
+            FrameKind::SnapshotEnd => {
+                return match decode_end(&body, from, shared.config.member_id) {
+                    Ok(message) => Some((file, message)),
+                    Err(problem) => {
+                        warn!(from = %Id(from), problem, "bad snapshot message; dropped");
+                        None
+                    }
+                };
+            }
+            FrameKind::Message => {
+                warn!(from = %Id(from), "message frame on a snapshot stream; closing it");
+                return None;
+            }
+        }
+    }
+}
+
+/// Appends `chunk` to `file` on a blocking thread; hands both back (the
+/// buffer to be reused for the next frame), or `None` (logged).
+async fn write_chunk<R: Runtime>(
+    shared: &Shared<R>,
+    from: u64,
+    mut file: File,
+    chunk: Vec<u8>,
+) -> Option<(File, Vec<u8>)> {
+    let written = blocking(&shared.runtime, move || {
+        let result = file.write_all(&chunk);
+        (file, chunk, result)
+    })
+    .await;
+    match written {
+        Ok((file, chunk, Ok(()))) => Some((file, chunk)),
+        Ok((_, _, Err(e))) | Err(e) => {
+            warn!(from = %Id(from), error = %e, "cannot write an incoming snapshot");
+            None
+        }
     }
 }
 

@@ -1,0 +1,333 @@
+//! The watch module's unit tests: delivery encoding, fan-out order, spec
+//! normalisation, fragmenting, the stream gate, and progress requests.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
+use oxetcd_proto::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
+use oxetcd_proto::mvccpb::{event::EventType, Event, KeyValue};
+use prost::Message;
+
+use super::spec::EMPTY_RANGE;
+use super::*;
+use crate::storage::KeyVersion;
+use crate::{Instant, Output};
+
+fn response_with(events: usize, value_bytes: usize) -> WatchResponse {
+    WatchResponse {
+        watch_id: 3,
+        events: (0..events)
+            .map(|i| Event {
+                r#type: 0,
+                kv: Some(KeyValue {
+                    key: format!("k{i}").into_bytes(),
+                    mod_revision: 7,
+                    value: vec![b'x'; value_bytes],
+                    ..Default::default()
+                }),
+                prev_kv: None,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn deliveries_encode_as_their_responses() {
+    let mut events = response_with(3, 5).events;
+    events[1].prev_kv = Some(KeyValue {
+        key: b"k1".to_vec(),
+        value: b"old".to_vec(),
+        ..Default::default()
+    });
+    events[2].r#type = EventType::Delete as i32;
+    let header = ResponseHeader {
+        cluster_id: u64::MAX,
+        member_id: 12,
+        revision: 7,
+        raft_term: 300,
+    };
+    let shared = Arc::new(RevisionEvents::new(header, events));
+    for watch_id in [0, 1, 127, 128, i64::MAX, NO_WATCH_ID, i64::MIN] {
+        let delivery = WatchDelivery {
+            watch_id,
+            events: shared.clone(),
+            fragment: false,
+        };
+        let expected = delivery.response().encode_to_vec();
+        let mut encoded = Vec::new();
+        delivery.encode(&mut encoded);
+        assert_eq!(encoded, expected, "watch ID {watch_id}");
+        assert_eq!(delivery.encoded_len(), expected.len());
+        assert_eq!(delivery.cost(), queue_cost(&delivery.response()));
+    }
+    let none = WatchDelivery {
+        watch_id: 4,
+        events: Arc::new(RevisionEvents::new(ResponseHeader::default(), Vec::new())),
+        fragment: false,
+    };
+    let mut encoded = Vec::new();
+    none.encode(&mut encoded);
+    assert_eq!(encoded, none.response().encode_to_vec());
+}
+
+/// Deliveries of one put as (stream, [watch IDs]) after flushing, with
+/// `fillers` single-key watchers of other keys (many of them make the
+/// registry look candidates up rather than walk every watcher).
+fn deliveries_of_one_put(fillers: usize) -> Vec<(StreamId, Vec<i64>)> {
+    let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
+    let mut outputs = VecDeque::new();
+    let mut cx = Context {
+        now: Instant::ZERO,
+        header: ResponseHeader {
+            revision: 1,
+            ..Default::default()
+        },
+        outputs: &mut outputs,
+    };
+    let mut watch = |stream, key: &[u8], end: &[u8]| {
+        let create = WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: key.to_vec(),
+                range_end: end.to_vec(),
+                ..Default::default()
+            })),
+        };
+        registry.handle_request(stream, create, &mut cx);
+    };
+    watch(1, b"a", b"");
+    watch(1, b"b", b"");
+    watch(2, b"a", b"c");
+    watch(2, b"a", b"");
+    watch(3, b"b", b"\0");
+    watch(3, b"a", b"\0");
+    for i in 0..fillers {
+        watch(4, format!("z{i}").as_bytes(), b"");
+    }
+    let change = KeyVersion {
+        key: b"a".to_vec(),
+        mod_revision: crate::storage::Revision { main: 2, sub: 0 },
+        create_revision: 2,
+        version: 1,
+        lease: 0,
+        value: b"v".to_vec(),
+        tombstone: false,
+    };
+    let kv = crate::memory::MemoryKv::default();
+    let view = crate::storage::KvStore::read(&kv).unwrap();
+    registry
+        .on_revision(2, &[change], &view, ResponseHeader::default())
+        .unwrap();
+    let mut flushed = Vec::new();
+    registry.flush_events(&mut flushed);
+    flushed
+        .into_iter()
+        .map(|output| match output {
+            Output::WatchEvents { stream, deliveries } => {
+                for d in &deliveries {
+                    assert_eq!(d.revision(), 2);
+                    assert_eq!(d.events.events().len(), 1);
+                }
+                (stream, deliveries.iter().map(|d| d.watch_id).collect())
+            }
+            other => panic!("unexpected output {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_put_reaches_the_same_watchers_in_order_however_they_are_found() {
+    let expected = vec![(1, vec![0]), (2, vec![0, 1]), (3, vec![1])];
+    // Mostly ranged watchers: every watcher is walked.
+    assert_eq!(deliveries_of_one_put(0), expected);
+    // Mostly single-key watchers: candidates are looked up.
+    assert_eq!(deliveries_of_one_put(20), expected);
+}
+
+#[test]
+fn specs_normalise_as_etcd() {
+    let create = |key: &[u8], end: &[u8]| WatchCreateRequest {
+        key: key.to_vec(),
+        range_end: end.to_vec(),
+        ..Default::default()
+    };
+    let point = WatchSpec::from_create(&create(b"a", b"")).unwrap();
+    assert!(point.contains(b"a") && !point.contains(b"ab"));
+    let from = WatchSpec::from_create(&create(b"b", b"\0")).unwrap();
+    assert!(from.contains(b"b") && from.contains(b"zz") && !from.contains(b"a"));
+    let all = WatchSpec::from_create(&create(b"", b"\0")).unwrap();
+    assert_eq!(all.key, b"\0");
+    assert!(all.contains(b"\0a"));
+    let span = WatchSpec::from_create(&create(b"a", b"c")).unwrap();
+    assert!(span.contains(b"b") && !span.contains(b"c"));
+    assert_eq!(
+        WatchSpec::from_create(&create(b"c", b"a")),
+        Err(EMPTY_RANGE)
+    );
+    assert_eq!(
+        WatchSpec::from_create(&create(b"a", b"a")),
+        Err(EMPTY_RANGE)
+    );
+}
+
+#[test]
+fn fragments_split_large_responses_and_keep_every_event() {
+    let small = response_with(3, 10);
+    assert_eq!(fragments(small.clone(), 1000), vec![small]);
+    let one = response_with(1, 5000);
+    assert_eq!(fragments(one.clone(), 1000).len(), 1);
+    let big = response_with(10, 300);
+    let parts = fragments(big.clone(), 1000);
+    assert!(parts.len() > 1);
+    assert!(parts[..parts.len() - 1].iter().all(|p| p.fragment));
+    assert!(!parts.last().unwrap().fragment);
+    let rejoined: Vec<Event> = parts.into_iter().flat_map(|p| p.events).collect();
+    assert_eq!(rejoined, big.events);
+}
+
+#[test]
+fn gate_stalls_drops_then_resumes_and_defers_progress() {
+    let mut gate = StreamGate::default();
+    let events = response_with(2, 1);
+    assert_eq!(gate.route(&events, 0, 4), Route::Deliver);
+    // Any response fits an empty queue.
+    assert_eq!(gate.route(&response_with(9, 1), 0, 4), Route::Deliver);
+    assert_eq!(
+        gate.route(&events, 2, 4),
+        Route::Stall {
+            watch_id: 3,
+            from_revision: 7
+        }
+    );
+    // Later responses for the stalled watcher are dropped even with room.
+    assert_eq!(gate.route(&events, 0, 4), Route::Drop);
+    let other = WatchResponse {
+        watch_id: 4,
+        ..response_with(1, 1)
+    };
+    assert_eq!(gate.route(&other, 0, 4), Route::Deliver);
+    let progress = WatchResponse {
+        watch_id: NO_WATCH_ID,
+        ..Default::default()
+    };
+    assert_eq!(gate.route(&progress, 0, 4), Route::Drop);
+    // Each held-back answer to a `RequestProgress` is kept.
+    let later = WatchResponse {
+        header: Some(ResponseHeader {
+            revision: 9,
+            ..Default::default()
+        }),
+        ..progress.clone()
+    };
+    assert_eq!(gate.route(&later, 0, 4), Route::Drop);
+    assert_eq!(gate.catch_up_routed(3), vec![progress.clone(), later]);
+    assert_eq!(gate.route(&events, 0, 4), Route::Deliver);
+    assert_eq!(gate.route(&progress, 0, 4), Route::Deliver);
+    assert!(gate.catch_up_routed(3).is_empty());
+}
+
+fn progress_request() -> WatchRequest {
+    WatchRequest {
+        request_union: Some(RequestUnion::ProgressRequest(Default::default())),
+    }
+}
+
+/// Stream-wide progress answers (watch ID -1) among `outputs`, by
+/// stream, with their header revision.
+fn progress_answers(outputs: &mut VecDeque<Output>) -> Vec<(StreamId, i64)> {
+    let mut answers = Vec::new();
+    for output in outputs.drain(..) {
+        if let Output::Watch {
+            stream, response, ..
+        } = output
+        {
+            if response.watch_id == NO_WATCH_ID && !response.created {
+                answers.push((stream, response.header.map_or(0, |h| h.revision)));
+            }
+        }
+    }
+    answers
+}
+
+#[test]
+fn every_progress_request_is_answered_after_the_catch_up() {
+    let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
+    let mut outputs = VecDeque::new();
+    let header = |revision| ResponseHeader {
+        revision,
+        ..Default::default()
+    };
+    let mut cx = Context {
+        now: Instant::ZERO,
+        header: header(10),
+        outputs: &mut outputs,
+    };
+    // A watcher replaying history from revision 2 is catching up.
+    let create = WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: b"k".to_vec(),
+            start_revision: 2,
+            ..Default::default()
+        })),
+    };
+    registry.handle_request(1, create, &mut cx);
+    // A synced stream answers at once.
+    registry.handle_request(2, progress_request(), &mut cx);
+    for _ in 0..3 {
+        registry.handle_request(1, progress_request(), &mut cx);
+    }
+    assert_eq!(
+        progress_answers(cx.outputs),
+        vec![(2, 10)],
+        "no answer may claim revision 10 before the catch-up delivered it"
+    );
+    // The node applied revision 11 meanwhile: one more stretch.
+    cx.header = header(11);
+    registry.handle_caught_up(1, 0, 10, false, &mut cx);
+    registry.handle_request(1, progress_request(), &mut cx);
+    assert!(progress_answers(cx.outputs).is_empty());
+    registry.handle_caught_up(1, 0, 11, false, &mut cx);
+    assert_eq!(progress_answers(cx.outputs), vec![(1, 11); 4]);
+    // Nothing is left waiting.
+    registry.handle_caught_up(1, 0, 11, false, &mut cx);
+    registry.handle_request(1, progress_request(), &mut cx);
+    assert_eq!(progress_answers(cx.outputs), vec![(1, 11)]);
+}
+
+#[test]
+fn waiting_progress_requests_are_bounded() {
+    let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
+    let mut outputs = VecDeque::new();
+    let mut cx = Context {
+        now: Instant::ZERO,
+        header: ResponseHeader {
+            revision: 5,
+            ..Default::default()
+        },
+        outputs: &mut outputs,
+    };
+    let create = WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: b"k".to_vec(),
+            start_revision: 1,
+            ..Default::default()
+        })),
+    };
+    registry.handle_request(1, create, &mut cx);
+    let asked = PROGRESS_REQUESTS_WAITING_MAX as usize + 10;
+    for _ in 0..asked {
+        registry.handle_request(1, progress_request(), &mut cx);
+    }
+    // Canceling the catching-up watcher releases the waiting answers.
+    let cancel = WatchRequest {
+        request_union: Some(RequestUnion::CancelRequest(
+            oxetcd_proto::etcdserverpb::WatchCancelRequest { watch_id: 0 },
+        )),
+    };
+    registry.handle_request(1, cancel, &mut cx);
+    assert_eq!(
+        progress_answers(cx.outputs).len(),
+        PROGRESS_REQUESTS_WAITING_MAX as usize
+    );
+}
