@@ -624,9 +624,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 return self.answer(ticket, Err(Error::TooManyRequests));
             }
             let proposed = match entry_type {
-                EntryType::EntryConfChange => ConfChange::parse_from_bytes(&data)
-                    .map_err(|_| ProposeError::InvalidConfChange("does not decode"))
-                    .and_then(|cc| self.raft.propose_conf_change(&cc)),
+                EntryType::EntryConfChange => self.raft.propose_conf_change(data.clone()),
                 _ => self.raft.propose(data.clone()),
             };
             match proposed {
@@ -717,7 +715,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     Ok(cc) => self
                         .check_quorum_safe(cc.change_type, cc.node_id, !cc.context.is_empty())
                         .map_err(|_| ProposeError::InvalidConfChange("not safe now"))
-                        .and_then(|()| self.raft.propose_conf_change(&cc).map(|_| ())),
+                        .and_then(|()| self.raft.propose_conf_change(entry.data).map(|_| ())),
                     Err(_) => Err(ProposeError::InvalidConfChange("does not decode")),
                 },
                 _ => Err(ProposeError::InvalidConfChange("not a proposal")),

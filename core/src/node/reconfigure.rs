@@ -77,13 +77,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             context,
             ..Default::default()
         };
-        let data = match cc.write_to_bytes() {
-            Ok(data) => Bytes::from(data),
-            Err(e) => {
-                warn!(error = %e, "membership change does not encode");
-                return self.answer(ticket, Err(Error::Stopped));
-            }
-        };
+        let data = crate::raft::encode_conf_change(&cc);
         self.propose(ticket, cc.id, EntryType::EntryConfChange, data);
     }
 

@@ -104,8 +104,11 @@ impl<S: LogSource> Raft<S> {
     /// Proposes a single-step membership change: add a voter (`AddNode`,
     /// also promotes a learner), add a learner, or remove a member. One
     /// change at a time: refused until the previous one is applied, and
-    /// until the leader's first entry of its term is applied.
-    pub fn propose_conf_change(&mut self, change: &ConfChange) -> Result<u64, ProposeError> {
+    /// until the leader's first entry of its term is applied. `data` is
+    /// the encoded `ConfChange`, appended as it is.
+    pub fn propose_conf_change(&mut self, data: Bytes) -> Result<u64, ProposeError> {
+        let change = ConfChange::parse_from_bytes(&data)
+            .map_err(|_| ProposeError::InvalidConfChange("does not decode"))?;
         self.check_can_propose()?;
         if self.pending_conf_index > self.log.applied() {
             return Err(ProposeError::ConfChangePending);
@@ -140,7 +143,7 @@ impl<S: LogSource> Raft<S> {
             }
             _ => {}
         }
-        let index = self.append_entry(EntryType::EntryConfChange, encode_conf_change(change));
+        let index = self.append_entry(EntryType::EntryConfChange, data);
         self.pending_conf_index = index;
         Ok(index)
     }
@@ -220,6 +223,6 @@ impl<S: LogSource> Raft<S> {
 }
 
 /// A membership change as a log entry carries it.
-fn encode_conf_change(cc: &ConfChange) -> Bytes {
+pub fn encode_conf_change(cc: &ConfChange) -> Bytes {
     Bytes::from(cc.write_to_bytes().expect("a ConfChange always encodes"))
 }

@@ -86,7 +86,7 @@ use self::rng::Rng;
 use crate::storage::StorageError;
 use crate::Instant;
 
-pub use self::conf_change::BootstrapError;
+pub use self::conf_change::{encode_conf_change, BootstrapError};
 pub use self::election::CAMPAIGN_TRANSFER_CONTEXT;
 pub use self::log::{LogSource, ENTRIES_PER_BATCH_MAX, LOG_CACHE_BYTES_MAX, LOG_CACHE_ENTRIES_MAX};
 pub use self::persist::{Persist, PersistId};

@@ -53,7 +53,7 @@ fn conf_change(sim: &mut Sim, leader: u64, change_type: ConfChangeType, node_id:
     let index = sim
         .raft_mut(leader)
         .expect("leader runs")
-        .propose_conf_change(&cc)
+        .propose_conf_change(super::encode_conf_change(&cc))
         .expect("change accepted");
     ok(sim.drain(leader));
     index
@@ -286,7 +286,7 @@ fn one_membership_change_at_a_time() {
     };
     let raft = sim.raft_mut(leader).unwrap();
     assert_eq!(
-        raft.propose_conf_change(&cc),
+        raft.propose_conf_change(super::encode_conf_change(&cc)),
         Err(ProposeError::ConfChangePending)
     );
     let demote = ConfChange {
@@ -297,11 +297,12 @@ fn one_membership_change_at_a_time() {
     ok(sim.run_for(ELECTION));
     let raft = sim.raft_mut(leader).unwrap();
     assert!(matches!(
-        raft.propose_conf_change(&demote),
+        raft.propose_conf_change(super::encode_conf_change(&demote)),
         Err(ProposeError::InvalidConfChange(_))
     ));
     assert!(
-        raft.propose_conf_change(&cc).is_ok(),
+        raft.propose_conf_change(super::encode_conf_change(&cc))
+            .is_ok(),
         "accepted once the first is applied"
     );
 }

@@ -1116,7 +1116,7 @@ impl Sim {
         let result = self
             .raft_mut(leader)
             .expect("leader runs")
-            .propose_conf_change(&cc);
+            .propose_conf_change(super::encode_conf_change(&cc));
         self.log(|| format!("conf change {change_type:?} {node_id} on {leader}: {result:?}"));
         self.drain(leader)
     }
