@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 
 use futures_channel::oneshot;
-use oxetcd_core::storage::{KvStore, LogStore, StorageError};
+use oxetcd_core::storage::{Cause, KvStore, LogStore, StorageError};
 use oxetcd_core::{Config, Error, Input, Instant, Node, Output, RequestId};
 use slab::Slab;
 use tracing::{debug, error, info, warn};
@@ -83,8 +83,11 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     {
         Ok(writer) => writer,
         Err(e) => {
-            let message = format!("spawning the log writer: {e}");
-            let _ = started.send(Err(Error::Storage(StorageError::new(message))));
+            let error = StorageError::Io {
+                during: "spawning the log writer".into(),
+                source: Cause::new(e),
+            };
+            let _ = started.send(Err(Error::Storage(error)));
             return;
         }
     };
