@@ -226,7 +226,7 @@ impl Error {
             Self::InvalidAuthManagement => "etcdserver: invalid auth management",
             Self::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Self::Unimplemented(what) => return format!("unknown service {what}"),
-            Self::Storage(e) => return format!("etcdserver: {e}"),
+            Self::Storage(e) => return format!("etcdserver: storage: {e}"),
         };
         fixed.to_owned()
     }
@@ -258,6 +258,14 @@ mod tests {
             e.message(),
             "etcdserver: mvcc: required revision has been compacted"
         );
+    }
+
+    /// A storage failure reaches a client as `etcdserver: storage: ...`.
+    #[test]
+    fn storage_errors_say_so() {
+        let e = Error::from(StorageError::IndexPoisoned);
+        assert_eq!(e.code(), Code::Internal);
+        assert!(e.message().starts_with("etcdserver: storage: kv index: "));
     }
 
     /// Codes and messages of the cluster errors, as etcd's rpctypes table.

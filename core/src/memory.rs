@@ -343,11 +343,12 @@ impl LogStore for MemoryLog {
     fn entries(&self, low: u64, high: u64) -> Result<Vec<Entry>, StorageError> {
         let inner = lock(&self.inner);
         if low > high || low < inner.first_index || high > inner.last_index() + 1 {
-            return Err(StorageError::new(format_args!(
-                "entries [{low}, {high}) outside the stored [{}, {}]",
-                inner.first_index,
-                inner.last_index()
-            )));
+            return Err(StorageError::EntriesUnavailable {
+                low,
+                high,
+                first: inner.first_index,
+                last: inner.last_index(),
+            });
         }
         let from = (low - inner.first_index) as usize;
         let to = (high - inner.first_index) as usize;
@@ -366,12 +367,11 @@ impl LogStore for MemoryLog {
                 inner.first_index = first.index;
             }
             if first.index < inner.first_index || first.index > inner.last_index() + 1 {
-                return Err(StorageError::new(format_args!(
-                    "append at {} leaves a gap or rewrites compacted entries (stored [{}, {}])",
-                    first.index,
-                    inner.first_index,
-                    inner.last_index()
-                )));
+                return Err(StorageError::AppendGap {
+                    at: first.index,
+                    first: inner.first_index,
+                    last: inner.last_index(),
+                });
             }
             let keep = (first.index - inner.first_index) as usize;
             inner.entries.truncate(keep);

@@ -18,11 +18,14 @@
 //! Both have in-memory implementations in [`crate::memory`] for tests and the
 //! simulator; the `oxetcd-storage` crate implements them on redb.
 
-use std::fmt;
 use std::ops::ControlFlow;
 
 use oxetcd_proto::etcdserverpb::Member;
 use raft_proto::eraftpb::{ConfState, Entry, HardState};
+
+mod error;
+
+pub use error::{Cause, StorageError};
 
 /// A point in the MVCC history: the main revision is bumped once per write
 /// transaction, the sub revision counts the changes inside it.
@@ -100,7 +103,7 @@ impl Membership {
     pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
         use prost::Message as _;
         let stored = oxetcd_proto::oxetcdpb::Membership::decode(bytes)
-            .map_err(|e| StorageError::new(format_args!("corrupt membership record: {e}")))?;
+            .map_err(|e| StorageError::corrupt("membership record", e))?;
         Ok(Self {
             conf_state: ConfState {
                 voters: stored.voters,
@@ -144,7 +147,7 @@ impl AuthState {
     pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
         use prost::Message as _;
         let stored = oxetcd_proto::oxetcdpb::AuthState::decode(bytes)
-            .map_err(|e| StorageError::new(format_args!("corrupt auth record: {e}")))?;
+            .map_err(|e| StorageError::corrupt("auth record", e))?;
         Ok(Self {
             enabled: stored.enabled,
             revision: stored.revision,
@@ -177,31 +180,6 @@ pub enum RangeEnd<'a> {
     /// Keys strictly before this one.
     Before(&'a [u8]),
 }
-
-/// An error from a storage implementation. It is final: a node that sees one
-/// stops (an fsync error is never retried).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StorageError {
-    /// What failed, for the log.
-    pub message: String,
-}
-
-impl StorageError {
-    /// Wraps any error's display text.
-    pub fn new(message: impl fmt::Display) -> Self {
-        Self {
-            message: message.to_string(),
-        }
-    }
-}
-
-impl fmt::Display for StorageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "storage: {}", self.message)
-    }
-}
-
-impl std::error::Error for StorageError {}
 
 /// A consistent read view of the MVCC backend.
 pub trait KvRead {

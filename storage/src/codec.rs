@@ -17,6 +17,9 @@ use oxetcd_core::storage::{KvMeta, LeaseRecord, StorageError};
 
 const FLAG_TOMBSTONE: u8 = 1;
 
+/// A [`RevisionRecord`]'s name in a [`StorageError::Corrupt`].
+const VERSION_RECORD: &str = "version record";
+
 /// The fields of a version that are not part of its table key.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct RevisionRecord<'a> {
@@ -46,21 +49,22 @@ impl<'a> RevisionRecord<'a> {
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, StorageError> {
         let (&flags, mut rest) = bytes
             .split_first()
-            .ok_or_else(|| StorageError::new("corrupt version record: empty"))?;
+            .ok_or_else(|| StorageError::corrupt(VERSION_RECORD, "empty"))?;
         if flags & !FLAG_TOMBSTONE != 0 {
-            return Err(StorageError::new(format_args!(
-                "corrupt version record: unknown flags {flags:#04x}"
-            )));
+            return Err(StorageError::corrupt(
+                VERSION_RECORD,
+                format_args!("unknown flags {flags:#04x}"),
+            ));
         }
         let key_len = take_varint(&mut rest)?;
         let key_len = usize::try_from(key_len)
             .ok()
             .filter(|&n| n <= rest.len())
             .ok_or_else(|| {
-                StorageError::new(format_args!(
-                    "corrupt version record: key of {key_len} bytes in {} left",
-                    rest.len()
-                ))
+                StorageError::corrupt(
+                    VERSION_RECORD,
+                    format_args!("key of {key_len} bytes in {} left", rest.len()),
+                )
             })?;
         let (key, mut rest) = rest.split_at(key_len);
         let create_revision = unzigzag(take_varint(&mut rest)?);
@@ -88,10 +92,10 @@ pub(crate) fn encode_lease(lease: &LeaseRecord) -> [u8; 16] {
 
 pub(crate) fn decode_lease(id: i64, bytes: &[u8]) -> Result<LeaseRecord, StorageError> {
     let bytes: &[u8; 16] = bytes.try_into().map_err(|_| {
-        StorageError::new(format_args!(
-            "corrupt lease record {id:x}: {} bytes",
-            bytes.len()
-        ))
+        StorageError::corrupt(
+            format_args!("lease record {id:x}"),
+            format_args!("{} bytes", bytes.len()),
+        )
     })?;
     let word = |i: usize| {
         let mut w = [0; 8];
@@ -117,10 +121,7 @@ pub(crate) fn encode_kv_meta(meta: &KvMeta) -> [u8; 32] {
 
 pub(crate) fn decode_kv_meta(bytes: &[u8]) -> Result<KvMeta, StorageError> {
     let bytes: &[u8; 32] = bytes.try_into().map_err(|_| {
-        StorageError::new(format_args!(
-            "corrupt kv meta record: {} bytes",
-            bytes.len()
-        ))
+        StorageError::corrupt("kv meta record", format_args!("{} bytes", bytes.len()))
     })?;
     let word = |i: usize| {
         let mut w = [0; 8];
@@ -140,7 +141,10 @@ pub(crate) fn decode_u64(what: &str, bytes: &[u8]) -> Result<u64, StorageError> 
     <[u8; 8]>::try_from(bytes)
         .map(u64::from_le_bytes)
         .map_err(|_| {
-            StorageError::new(format_args!("corrupt {what} record: {} bytes", bytes.len()))
+            StorageError::corrupt(
+                format_args!("{what} record"),
+                format_args!("{} bytes", bytes.len()),
+            )
         })
 }
 
@@ -174,7 +178,7 @@ fn take_varint(bytes: &mut &[u8]) -> Result<u64, StorageError> {
             return Ok(n);
         }
     }
-    Err(StorageError::new("corrupt version record: bad varint"))
+    Err(StorageError::corrupt(VERSION_RECORD, "bad varint"))
 }
 
 #[cfg(test)]

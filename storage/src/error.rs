@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use oxetcd_core::storage::StorageError;
+use oxetcd_core::storage::{Cause, StorageError};
 
 /// Why [`crate::open`] could not open a data directory. Each variant names
 /// the path at fault.
@@ -164,7 +164,58 @@ impl std::error::Error for OpenError {
 }
 
 /// Turns a redb error into core's final [`StorageError`], saying what was
-/// being done: `.map_err(err("kv read"))`.
+/// being done: `.map_err(err("kv read"))`. (A `From` impl could not say it,
+/// and the orphan rule forbids one here anyway.)
 pub(crate) fn err<E: Into<redb::Error>>(what: &'static str) -> impl Fn(E) -> StorageError {
-    move |error| StorageError::new(format_args!("{what}: {}", error.into()))
+    move |error| match error.into() {
+        redb::Error::Io(error) => io_error(what, error),
+        redb::Error::Corrupted(detail) => {
+            StorageError::corrupt("database", format_args!("{what}: {detail}"))
+        }
+        other => StorageError::Engine {
+            during: what.to_owned(),
+            source: Cause::new(other),
+        },
+    }
+}
+
+/// An operating system error met while doing `during`, the operating
+/// system's error kept as the source. A full disk is its own variant: it is
+/// the one an operator fixes without touching the data.
+pub(crate) fn io_error(during: impl Into<String>, error: io::Error) -> StorageError {
+    let during = during.into();
+    let full = matches!(
+        error.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    );
+    let source = Cause::new(error);
+    if full {
+        StorageError::DiskFull { during, source }
+    } else {
+        StorageError::Io { during, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_its_own_variant() {
+        let full = io_error("log append commit", io::ErrorKind::StorageFull.into());
+        assert!(matches!(full, StorageError::DiskFull { .. }), "{full:?}");
+        let other = io_error("log append commit", io::ErrorKind::Other.into());
+        assert!(matches!(other, StorageError::Io { .. }), "{other:?}");
+    }
+
+    #[test]
+    fn a_missing_file_is_its_own_variant() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let error = crate::log::file_size(&dir.path().join("gone.redb")).unwrap_err();
+        assert!(
+            matches!(error, StorageError::FileMissing { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("gone.redb"), "{error}");
+    }
 }

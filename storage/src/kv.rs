@@ -124,7 +124,7 @@ impl RedbKv {
         let started = Instant::now();
         let (index, versions) = build_index(&db).map_err(|error| OpenError::Corrupt {
             path: path.to_path_buf(),
-            detail: error.message,
+            detail: error.to_string(),
         })?;
         let keys = index.key_count().unwrap_or(0);
         tracing::info!(
@@ -390,7 +390,7 @@ impl KvRead for RedbKvWrite {
 impl KvWrite for RedbKvWrite {
     fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
         let rev = stored_revision(version.mod_revision).ok_or_else(|| {
-            StorageError::new(format_args!(
+            StorageError::invariant(format_args!(
                 "kv put: negative revision {:?}",
                 version.mod_revision
             ))
@@ -421,7 +421,7 @@ impl KvWrite for RedbKvWrite {
             table
                 .insert(revision_key(rev), old.as_slice())
                 .map_err(err("kv put"))?;
-            return Err(StorageError::new(format_args!(
+            return Err(StorageError::invariant(format_args!(
                 "kv put: revision {:?} already holds another key",
                 version.mod_revision
             )));
@@ -585,13 +585,13 @@ impl<T: ReadableTable<u128, &'static [u8]>> View<'_, T> {
             .get(revision_key((main, sub)))
             .map_err(err("kv read"))?
             .ok_or_else(|| {
-                StorageError::new(format_args!(
+                StorageError::invariant(format_args!(
                     "kv index names revision {main}.{sub}, which the snapshot does not store"
                 ))
             })?;
         let record = RevisionRecord::decode(bytes.value())?;
         if record.key != key.as_slice() {
-            return Err(StorageError::new(format_args!(
+            return Err(StorageError::invariant(format_args!(
                 "kv index names revision {main}.{sub} for another key"
             )));
         }
@@ -609,8 +609,12 @@ fn build_index(db: &Database) -> Result<(SharedIndex, u64), StorageError> {
         let (rev, bytes) = row.map_err(err("kv index"))?;
         versions += 1;
         let rev = split_revision_key(rev.value());
-        let record = RevisionRecord::decode(bytes.value()).map_err(|e| {
-            StorageError::new(format_args!("revision {}.{}: {}", rev.0, rev.1, e.message))
+        let record = RevisionRecord::decode(bytes.value()).map_err(|e| match e {
+            StorageError::Corrupt { record, detail } => StorageError::Corrupt {
+                record: format!("{record} at revision {}.{}", rev.0, rev.1),
+                detail,
+            },
+            other => other,
         })?;
         Ok((record.key.to_vec(), rev))
     });
@@ -748,7 +752,7 @@ fn key_version(
     record: &RevisionRecord<'_>,
 ) -> Result<KeyVersion, StorageError> {
     let revision = |n: u64| {
-        i64::try_from(n).map_err(|_| StorageError::new("corrupt revision key: out of range"))
+        i64::try_from(n).map_err(|_| StorageError::corrupt("revision key", "out of range"))
     };
     Ok(KeyVersion {
         key,

@@ -15,10 +15,11 @@
 //! and hard state have been fsync'd. This module never writes without that.
 
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use oxetcd_core::storage::{LogState, LogStore, StorageError};
+use oxetcd_core::storage::{Cause, LogState, LogStore, StorageError};
 use protobuf::Message;
 use raft_proto::eraftpb::{Entry, HardState};
 use redb::{
@@ -26,7 +27,7 @@ use redb::{
 };
 
 use crate::codec::decode_u64;
-use crate::error::{err, OpenError};
+use crate::error::{err, io_error, OpenError};
 use crate::format::{open_database, META};
 
 const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
@@ -82,7 +83,7 @@ impl LogStore for RedbLog {
         let entries = txn.open_table(ENTRIES).map_err(err("log read"))?;
         let hard_state = match meta.get(HARD_STATE_KEY).map_err(err("log read"))? {
             Some(bytes) => HardState::parse_from_bytes(bytes.value())
-                .map_err(|e| StorageError::new(format_args!("corrupt hard state: {e}")))?,
+                .map_err(|e| StorageError::corrupt("hard state", e))?,
             None => HardState::default(),
         };
         let first_index = first_index(&meta)?;
@@ -105,20 +106,18 @@ impl LogStore for RedbLog {
     }
 
     fn entries(&self, low: u64, high: u64) -> Result<Vec<Entry>, StorageError> {
-        if low > high {
-            return Err(StorageError::new(format_args!(
-                "log entries [{low}, {high}): empty range"
-            )));
-        }
         let txn = self.db.begin_read().map_err(err("log read"))?;
         let meta = txn.open_table(META).map_err(err("log read"))?;
         let table = txn.open_table(ENTRIES).map_err(err("log read"))?;
         let first = first_index(&meta)?;
         let last = last_index(&table, first)?;
-        if low < first || high > last + 1 {
-            return Err(StorageError::new(format_args!(
-                "log entries [{low}, {high}) not all stored: first index {first}, last index {last}"
-            )));
+        if low > high || low < first || high > last + 1 {
+            return Err(StorageError::EntriesUnavailable {
+                low,
+                high,
+                first,
+                last,
+            });
         }
         if low == high {
             return Ok(Vec::new());
@@ -129,21 +128,27 @@ impl LogStore for RedbLog {
             let (index, bytes) = row.map_err(err("log read"))?;
             let index = index.value();
             let entry = Entry::parse_from_bytes(bytes.value())
-                .map_err(|e| StorageError::new(format_args!("corrupt log entry {index}: {e}")))?;
+                .map_err(|e| StorageError::corrupt(format_args!("log entry {index}"), e))?;
             let expected = low + out.len() as u64;
             if index != expected || entry.index != index {
-                return Err(StorageError::new(format_args!(
-                    "log entry {expected} missing (found stored index {index}, entry index {})",
-                    entry.index
-                )));
+                return Err(StorageError::corrupt(
+                    "log",
+                    format_args!(
+                        "entry {expected} missing (found stored index {index}, entry index {})",
+                        entry.index
+                    ),
+                ));
             }
             out.push(entry);
         }
         if out.len() as u64 != high - low {
-            return Err(StorageError::new(format_args!(
-                "log entries [{low}, {high}) not all stored: found {}",
-                out.len()
-            )));
+            return Err(StorageError::corrupt(
+                "log",
+                format_args!(
+                    "entries [{low}, {high}) not all stored: found {}",
+                    out.len()
+                ),
+            ));
         }
         Ok(out)
     }
@@ -156,15 +161,12 @@ impl LogStore for RedbLog {
         if entries.is_empty() && hard_state.is_none() {
             return Ok(());
         }
-        if entries.first().is_some_and(|e| e.index == 0) {
-            return Err(StorageError::new("log append: entry index 0"));
-        }
         for pair in entries.windows(2) {
             if pair[1].index != pair[0].index + 1 {
-                return Err(StorageError::new(format_args!(
-                    "log append not contiguous: entry {} follows {}",
-                    pair[1].index, pair[0].index
-                )));
+                return Err(StorageError::AppendNotContiguous {
+                    index: pair[1].index,
+                    after: pair[0].index,
+                });
             }
         }
         let txn = self.begin_durable_write()?;
@@ -174,6 +176,14 @@ impl LogStore for RedbLog {
                 let mut table = txn.open_table(ENTRIES).map_err(err("log append"))?;
                 let mut first = first_index(&meta)?;
                 let mut last = last_index(&table, first)?;
+                let gap = |first, last| StorageError::AppendGap {
+                    at: first_new,
+                    first,
+                    last,
+                };
+                if first_new == 0 {
+                    return Err(gap(first, last));
+                }
                 if last < first && first_new != first {
                     // An empty log may start anywhere: after a snapshot it
                     // continues at the snapshot's index + 1.
@@ -182,10 +192,7 @@ impl LogStore for RedbLog {
                     (first, last) = (first_new, first_new - 1);
                 }
                 if first_new < first || first_new > last + 1 {
-                    return Err(StorageError::new(format_args!(
-                        "log append at {first_new} leaves a gap or overwrites compacted entries: \
-                         first index {first}, last index {last}"
-                    )));
+                    return Err(gap(first, last));
                 }
                 // A follower's log may be overwritten by a new leader's
                 // entries: everything from the first new index goes.
@@ -195,9 +202,9 @@ impl LogStore for RedbLog {
                         .map_err(err("log append"))?;
                 }
                 for entry in entries {
-                    let bytes = entry
-                        .write_to_bytes()
-                        .map_err(|e| StorageError::new(format_args!("encode log entry: {e}")))?;
+                    let bytes = entry.write_to_bytes().map_err(|e| {
+                        StorageError::invariant(format_args!("encode log entry: {e}"))
+                    })?;
                     table
                         .insert(entry.index, bytes.as_slice())
                         .map_err(err("log append"))?;
@@ -206,7 +213,7 @@ impl LogStore for RedbLog {
             if let Some(hard_state) = hard_state {
                 let bytes = hard_state
                     .write_to_bytes()
-                    .map_err(|e| StorageError::new(format_args!("encode hard state: {e}")))?;
+                    .map_err(|e| StorageError::invariant(format_args!("encode hard state: {e}")))?;
                 meta.insert(HARD_STATE_KEY, bytes.as_slice())
                     .map_err(err("log append"))?;
             }
@@ -227,7 +234,9 @@ impl LogStore for RedbLog {
             let snapshot_term = match table.get(index - 1).map_err(err("log compact"))? {
                 Some(bytes) => Some(
                     Entry::parse_from_bytes(bytes.value())
-                        .map_err(|e| StorageError::new(format_args!("corrupt log entry: {e}")))?
+                        .map_err(|e| {
+                            StorageError::corrupt(format_args!("log entry {}", index - 1), e)
+                        })?
                         .term,
                 ),
                 None => None,
@@ -279,7 +288,7 @@ fn first_index(
 ) -> Result<u64, StorageError> {
     match meta.get(FIRST_INDEX_KEY).map_err(err("log read"))? {
         Some(bytes) => match decode_u64("first index", bytes.value())? {
-            0 => Err(StorageError::new("corrupt first index record: 0")),
+            0 => Err(StorageError::corrupt("first index record", 0)),
             index => Ok(index),
         },
         None => Ok(1),
@@ -299,7 +308,13 @@ fn last_index(
 pub(crate) fn file_size(path: &Path) -> Result<u64, StorageError> {
     fs::metadata(path)
         .map(|m| m.len())
-        .map_err(|e| StorageError::new(format_args!("{}: {e}", path.display())))
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => StorageError::FileMissing {
+                path: path.display().to_string(),
+                source: Cause::new(e),
+            },
+            _ => io_error(format!("reading the size of {}", path.display()), e),
+        })
 }
 
 #[cfg(test)]
@@ -430,19 +445,25 @@ mod tests {
     fn bad_appends_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let log = RedbLog::open(&dir.path().join("log.redb")).unwrap();
-        assert!(
-            log.append(&[entry(1, 1), entry(3, 1)], None).is_err(),
-            "not contiguous"
+        let gap = |at, first, last| Err(StorageError::AppendGap { at, first, last });
+        assert_eq!(log.append(&[entry(0, 1)], None), gap(0, 1, 0), "index 0");
+        assert_eq!(
+            log.append(&[entry(1, 1), entry(3, 1)], None),
+            Err(StorageError::AppendNotContiguous { index: 3, after: 1 }),
         );
         log.append(&[entry(1, 1), entry(2, 1)], None).unwrap();
-        assert!(log.append(&[entry(4, 1)], None).is_err(), "gap");
+        assert_eq!(log.append(&[entry(4, 1)], None), gap(4, 1, 2));
         log.compact(2).unwrap();
-        assert!(
-            log.append(&[entry(1, 2)], None).is_err(),
-            "below first index"
-        );
+        assert_eq!(log.append(&[entry(1, 2)], None), gap(1, 2, 2));
         assert_eq!(terms(&log, 2, 3), vec![(2, 1)]);
-        assert!(log.entries(3, 2).is_err());
+        assert!(matches!(
+            log.entries(3, 2),
+            Err(StorageError::EntriesUnavailable {
+                low: 3,
+                high: 2,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -150,7 +150,7 @@ fn apply_revoke(
             failure: Vec::new(),
         });
         if let Err(e) = apply_kv(txn, meta, &txn_request, cx)? {
-            return Err(StorageError::new(format!(
+            return Err(StorageError::invariant(format_args!(
                 "deleting the keys of lease {id:x}: {e}"
             )));
         }
@@ -225,7 +225,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 }
                 EntryType::EntryNormal if !entry.data.is_empty() => {
                     let proposal = Proposal::decode(entry.data.as_ref()).map_err(|e| {
-                        StorageError::new(format!("entry {} does not decode: {e}", entry.index))
+                        StorageError::corrupt(format_args!("log entry {}", entry.index), e)
                     })?;
                     let result = match proposal.request {
                         Some(request) => {

@@ -97,7 +97,7 @@ use crate::auth::{AuthRequest, AuthStore};
 use crate::error::Error;
 use crate::lease::Lessor;
 use crate::mvcc;
-use crate::raft::{self, Action, DurableState, PersistId, ProposeError, Raft, Role};
+use crate::raft::{self, Action, DurableState, PersistId, ProposeError, Raft, Role, StartError};
 use crate::storage::{KvMeta, KvRead, KvStore, LogStore, StorageError};
 use crate::watch::{self, WatchRegistry};
 use crate::{Instant, Request, Response};
@@ -189,13 +189,13 @@ pub struct Node<L: LogStore, K: KvStore> {
 /// entry the backend has not applied.
 fn check_stores_agree(state: &crate::storage::LogState, meta: &KvMeta) -> Result<(), Error> {
     if meta.applied_index > state.last_index {
-        return Err(Error::Storage(StorageError::new(format!(
+        return Err(Error::Storage(StorageError::invariant(format_args!(
             "backend applied index {} is past the last log index {}",
             meta.applied_index, state.last_index
         ))));
     }
     if state.first_index > meta.applied_index + 1 {
-        return Err(Error::Storage(StorageError::new(format!(
+        return Err(Error::Storage(StorageError::invariant(format_args!(
             "log starts at {} but the backend has applied only up to {}",
             state.first_index, meta.applied_index
         ))));
@@ -252,11 +252,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             rng_seed: config.rng_seed,
             ..raft::Config::new(config.member_id)
         };
-        let mut raft = Raft::new(raft_config, durable, log, now)
-            .map_err(|e| Error::Storage(StorageError::new(e)))?;
+        let mut raft = Raft::new(raft_config, durable, log, now).map_err(|e| match e {
+            StartError::Storage(e) => e,
+            config @ StartError::Config(_) => StorageError::invariant(config),
+        })?;
         if fresh && config.initial_cluster_state == ClusterState::New {
             raft.bootstrap(&initial_voters, &[])
-                .map_err(|e| Error::Storage(StorageError::new(e)))?;
+                .map_err(StorageError::invariant)?;
             info!(
                 member_id = %format_args!("{:x}", config.member_id),
                 members = initial_voters.len(),

@@ -134,13 +134,13 @@ impl<S: LogSource> RaftLog<S> {
         applied: u64,
     ) -> Result<Self, StorageError> {
         if last_index < snapshot_index {
-            return Err(StorageError::new(format!(
+            return Err(StorageError::invariant(format_args!(
                 "log ends at {last_index}, before its snapshot at {snapshot_index}"
             )));
         }
         let applied = applied.max(snapshot_index);
         if applied > last_index {
-            return Err(StorageError::new(format!(
+            return Err(StorageError::invariant(format_args!(
                 "applied index {applied} is past the last log index {last_index}"
             )));
         }
@@ -593,7 +593,7 @@ fn check_read(entries: Vec<Entry>, low: u64, high: u64) -> Result<Vec<Entry>, St
     if contiguous {
         Ok(entries)
     } else {
-        Err(StorageError::new(format!(
+        Err(StorageError::invariant(format_args!(
             "log storage returned {} entries for [{low}, {high})",
             entries.len()
         )))

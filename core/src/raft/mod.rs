@@ -626,7 +626,7 @@ impl<S: LogSource> Raft<S> {
 fn log_error(e: LogError) -> StorageError {
     match e {
         LogError::Storage(e) => e,
-        LogError::Compacted => StorageError::new("needed a compacted log entry"),
-        LogError::Unavailable => StorageError::new("needed a log entry past the end"),
+        LogError::Compacted => StorageError::invariant("needed a compacted log entry"),
+        LogError::Unavailable => StorageError::invariant("needed a log entry past the end"),
     }
 }

@@ -198,10 +198,12 @@ impl LogSource for SimLog {
         let disk = self.0.borrow();
         let first = disk.snapshot.index + 1;
         if low < first || high > disk.last_index() + 1 || low > high {
-            return Err(StorageError::new(format!(
-                "sim: read of [{low}, {high}) but disk holds [{first}, {}]",
-                disk.last_index()
-            )));
+            return Err(StorageError::EntriesUnavailable {
+                low,
+                high,
+                first,
+                last: disk.last_index(),
+            });
         }
         Ok(disk.entries[(low - first) as usize..(high - first) as usize].to_vec())
     }

@@ -70,7 +70,7 @@ use std::thread;
 
 use futures_channel::{mpsc as async_mpsc, oneshot};
 use oxetcd_core::raft::{Persist, PersistId};
-use oxetcd_core::storage::{KvStore, LogStore, StorageError};
+use oxetcd_core::storage::{Cause, KvStore, LogStore, StorageError};
 use oxetcd_core::watch::StreamId;
 use oxetcd_core::{Config, Error, Input, Request, Response};
 use oxetcd_proto::eraftpb::Message;
@@ -280,7 +280,12 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
                 std::process::exit(1);
             }
         })
-        .map_err(|e| Error::Storage(StorageError::new(format!("spawning the node thread: {e}"))))?;
+        .map_err(|e| {
+            Error::Storage(StorageError::Io {
+                during: "spawning the node thread".into(),
+                source: Cause::new(e),
+            })
+        })?;
     match on_start.await {
         Ok(Ok(())) => Ok(Handle {
             commands,

@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 
 use futures_channel::oneshot;
-use oxetcd_core::storage::{KvStore, LogStore, StorageError};
+use oxetcd_core::storage::{Cause, KvStore, LogStore, StorageError};
 use oxetcd_core::{Config, Error, Input, Instant, Node, RequestId};
 use slab::Slab;
 use tracing::{error, info, warn};
@@ -142,7 +142,12 @@ fn start<L: LogStore, K: KvStore>(
     let writer = thread::Builder::new()
         .name("oxetcd-log".into())
         .spawn(move || write_log(log, kv, jobs, commands))
-        .map_err(|e| Error::Storage(StorageError::new(format!("spawning the log writer: {e}"))))?;
+        .map_err(|e| {
+            Error::Storage(StorageError::Io {
+                during: "spawning the log writer".into(),
+                source: Cause::new(e),
+            })
+        })?;
     Ok(Started {
         node,
         writer,

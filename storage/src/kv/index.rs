@@ -303,7 +303,10 @@ impl SharedIndex {
     /// commit sequence `seq`, wakes whoever waits for them, and drops the
     /// removed slots that no live snapshot can see any more.
     pub(crate) fn publish(&self, seq: u64, overlay: Overlay) -> Result<(), StorageError> {
-        let mut index = self.index.write().map_err(|_| poisoned())?;
+        let mut index = self
+            .index
+            .write()
+            .map_err(|_| StorageError::IndexPoisoned)?;
         let KeyIndex { keys, graveyard } = &mut *index;
         for (key, delta) in overlay.keys {
             if !delta.removed.is_empty() {
@@ -384,7 +387,7 @@ impl SharedIndex {
     }
 
     fn read(&self) -> Result<RwLockReadGuard<'_, KeyIndex>, StorageError> {
-        self.index.read().map_err(|_| poisoned())
+        self.index.read().map_err(|_| StorageError::IndexPoisoned)
     }
 
     fn snapshots(&self) -> MutexGuard<'_, Snapshots> {
@@ -401,11 +404,11 @@ impl SharedIndex {
         let mut snapshots = self.snapshots();
         while snapshots.applied < seq {
             if self.index.is_poisoned() {
-                return Err(poisoned());
+                return Err(StorageError::IndexPoisoned);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(StorageError::new(format_args!(
+                return Err(StorageError::invariant(format_args!(
                     "kv index: stuck at commit {} while redb has {seq}",
                     snapshots.applied
                 )));
@@ -437,7 +440,7 @@ impl Pin {
     /// (at least the pinned one), once the index has caught up with it.
     pub(crate) fn settle(&mut self, seq: u64) -> Result<(), StorageError> {
         if seq < self.seq {
-            return Err(StorageError::new(format_args!(
+            return Err(StorageError::invariant(format_args!(
                 "kv index: snapshot at commit {seq} is older than the index's {}",
                 self.seq
             )));
@@ -543,10 +546,6 @@ fn bounds_ordered(from: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
         | (Bound::Excluded(a), Bound::Excluded(b)) => a < b,
         _ => true,
     }
-}
-
-fn poisoned() -> StorageError {
-    StorageError::new("kv index: a writer panicked while changing it; the store must be reopened")
 }
 
 #[cfg(test)]
