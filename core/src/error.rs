@@ -39,6 +39,28 @@ pub enum Code {
     Unauthenticated = 16,
 }
 
+impl Code {
+    /// The code's name as Go's gRPC prints it (`rpc error: code = … desc
+    /// = …`).
+    pub fn go_name(self) -> &'static str {
+        match self {
+            Self::Cancelled => "Canceled",
+            Self::InvalidArgument => "InvalidArgument",
+            Self::DeadlineExceeded => "DeadlineExceeded",
+            Self::NotFound => "NotFound",
+            Self::AlreadyExists => "AlreadyExists",
+            Self::PermissionDenied => "PermissionDenied",
+            Self::ResourceExhausted => "ResourceExhausted",
+            Self::FailedPrecondition => "FailedPrecondition",
+            Self::OutOfRange => "OutOfRange",
+            Self::Unimplemented => "Unimplemented",
+            Self::Internal => "Internal",
+            Self::Unavailable => "Unavailable",
+            Self::Unauthenticated => "Unauthenticated",
+        }
+    }
+}
+
 /// A client-visible error. One variant per cause.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -129,6 +151,19 @@ pub enum Error {
     InvalidAuthManagement,
     /// `etcdserver: authentication is not enabled`.
     AuthNotEnabled,
+    /// `etcdserver: root user does not exist`: auth cannot be enabled.
+    RootUserNotExist,
+    /// `etcdserver: root user does not have root role`.
+    RootRoleNotExist,
+    /// `etcdserver: authentication failed, invalid user ID or password`.
+    AuthFailed,
+    /// `etcdserver: permission denied`.
+    PermissionDenied,
+    /// `etcdserver: invalid auth token`.
+    InvalidAuthToken,
+    /// `etcdserver: revision of auth store is old`: the auth store changed
+    /// between the request's admission and its apply.
+    AuthOldRevision,
 }
 
 impl Error {
@@ -174,7 +209,12 @@ impl Error {
             | Self::RoleNotFound
             | Self::RoleNotGranted
             | Self::PermissionNotGranted
-            | Self::AuthNotEnabled => Code::FailedPrecondition,
+            | Self::AuthNotEnabled
+            | Self::RootUserNotExist
+            | Self::RootRoleNotExist => Code::FailedPrecondition,
+            Self::AuthFailed | Self::AuthOldRevision => Code::InvalidArgument,
+            Self::PermissionDenied => Code::PermissionDenied,
+            Self::InvalidAuthToken => Code::Unauthenticated,
         }
     }
 
@@ -225,6 +265,12 @@ impl Error {
             Self::PermissionNotGranted => "etcdserver: permission is not granted to the role",
             Self::InvalidAuthManagement => "etcdserver: invalid auth management",
             Self::AuthNotEnabled => "etcdserver: authentication is not enabled",
+            Self::RootUserNotExist => "etcdserver: root user does not exist",
+            Self::RootRoleNotExist => "etcdserver: root user does not have root role",
+            Self::AuthFailed => "etcdserver: authentication failed, invalid user ID or password",
+            Self::PermissionDenied => "etcdserver: permission denied",
+            Self::InvalidAuthToken => "etcdserver: invalid auth token",
+            Self::AuthOldRevision => "etcdserver: revision of auth store is old",
             Self::Unimplemented(what) => return format!("unknown service {what}"),
             Self::Storage(e) => return format!("etcdserver: storage: {e}"),
         };

@@ -17,7 +17,7 @@
 //! let kv = MemoryKv::default();
 //! let mut node = Node::new(Config::single("default"), log.clone(), kv.clone(), Instant::ZERO).unwrap();
 //! let put = PutRequest { key: b"foo".to_vec(), value: b"bar".to_vec(), ..Default::default() };
-//! node.handle(Instant::ZERO, Input::Client(7, Request::Put(put)));
+//! node.handle(Instant::ZERO, Input::Client(7, Request::Put(put), Default::default()));
 //! let mut answered = false;
 //! for _ in 0..10 {
 //!     while let Some(output) = node.poll_output() {

@@ -13,8 +13,9 @@ use oxetcd_proto::etcdserverpb::{
 use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 use prost::Message as _;
 
+use super::access::check_at_apply;
 use super::{Node, Ticket};
-use crate::auth::AuthStore;
+use crate::auth::{AuthInfo, AuthStore};
 use crate::error::Error;
 use crate::lease::{self, Lessor};
 use crate::storage::{KvMeta, KvStore, KvWrite, LogStore, Membership, StorageError};
@@ -82,7 +83,7 @@ pub(super) fn apply_proposal(
             let Some(change) = change.change else {
                 return Ok(Err(Error::Stopped));
             };
-            let applied = cx.auth.apply(change);
+            let applied = cx.auth.apply(change, cx.now);
             if applied.is_ok() {
                 txn.set_auth(&cx.auth.state())?;
             }
@@ -227,8 +228,21 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     let proposal = Proposal::decode(entry.data.as_ref()).map_err(|e| {
                         StorageError::corrupt(format_args!("log entry {}", entry.index), e)
                     })?;
-                    let result = match proposal.request {
-                        Some(request) => {
+                    // Entries the leader proposes itself carry no ID and
+                    // no user, and are not checked.
+                    let checked = match &proposal.request {
+                        Some(request) if proposal.id != 0 => {
+                            let who = AuthInfo {
+                                user: proposal.user,
+                                revision: proposal.auth_revision,
+                            };
+                            check_at_apply(&self.auth, &self.lessor, request, &who)
+                        }
+                        _ => Ok(()),
+                    };
+                    let result = match (checked, proposal.request) {
+                        (Err(e), _) => Err(e),
+                        (Ok(()), Some(request)) => {
                             membership_changed |= matches!(
                                 request,
                                 proposal::Request::MemberUpdate(_)
@@ -242,7 +256,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                                 &mut revoked,
                             )?
                         }
-                        None => Err(Error::Stopped),
+                        (Ok(()), None) => Err(Error::Stopped),
                     };
                     (proposal.id, result)
                 }

@@ -8,6 +8,7 @@ use oxetcd_proto::eraftpb::Message;
 use oxetcd_proto::etcdserverpb::{RangeRequest, ResponseHeader, WatchRequest, WatchResponse};
 
 use super::RequestId;
+use crate::auth::Credentials;
 use crate::error::Error;
 use crate::lease::LeaseConfig;
 use crate::raft::{self, PersistId};
@@ -74,6 +75,8 @@ pub struct Config {
     /// A request not answered by then fails with `etcdserver: request timed
     /// out` (etcd: 5 s plus two election timeouts).
     pub request_timeout: Duration,
+    /// How long a simple token lives after its last use (`--auth-token-ttl`).
+    pub auth_token_ttl: Duration,
 }
 
 /// One member of the initial cluster.
@@ -127,6 +130,7 @@ impl Config {
             strict_reconfig_check: true,
             cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
+            auth_token_ttl: Duration::from_secs(300),
         }
     }
 
@@ -140,9 +144,10 @@ impl Config {
 /// An event fed to the node.
 #[derive(Clone, Debug)]
 pub enum Input {
-    /// A client request. Every request is answered exactly once, by
-    /// `Output::Respond` or (for a range) `Output::Read`.
-    Client(RequestId, Request),
+    /// A client request, with who the client says it is. Every request is
+    /// answered exactly once, by `Output::Respond` or (for a range)
+    /// `Output::Read`.
+    Client(RequestId, Request, Credentials),
     /// A raft message from a peer.
     Peer(Message),
     /// A joining member's peers told it the cluster's ID. It must arrive
@@ -186,6 +191,8 @@ pub enum Input {
         stream: StreamId,
         /// Create, cancel or progress.
         request: WatchRequest,
+        /// Who the stream's client says it is (a create is checked).
+        credentials: Credentials,
     },
     /// A watch stream ended: its watchers go.
     WatchClosed {

@@ -67,7 +67,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 continue;
             }
             match held {
-                Held::Request(request) => self.dispatch(ticket, request),
+                Held::Request(request, who) => self.dispatch(ticket, request, who),
                 Held::Entry {
                     proposal_id,
                     entry_type,

@@ -39,6 +39,8 @@ use bytes::Bytes;
 use prost::Message as _;
 use tracing::debug;
 
+use crate::auth::AuthInfo;
+
 use oxetcd_proto::eraftpb::{Message, MessageType};
 use oxetcd_proto::etcdserverpb::{LeaseTimeToLiveRequest, LeaseTimeToLiveResponse};
 use oxetcd_proto::oxetcdpb::{
@@ -291,7 +293,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         for id in stale {
             let forwarded = self.forwarded.remove(&id).expect("listed");
             if self.requests.waits(forwarded.ticket) {
-                self.dispatch(forwarded.ticket, forwarded.request);
+                self.dispatch(forwarded.ticket, forwarded.request, AuthInfo::default());
             }
         }
     }

@@ -55,6 +55,7 @@
 //! This module never reads the clock and never touches storage except
 //! through the traits in [`crate::storage`].
 
+mod access;
 mod apply;
 mod io;
 mod leadership;
@@ -93,7 +94,7 @@ use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
 use self::requests::{Leaderless, Requests};
-use crate::auth::{AuthRequest, AuthStore};
+use crate::auth::{AuthInfo, AuthRequest, AuthStore};
 use crate::error::Error;
 use crate::lease::Lessor;
 use crate::mvcc;
@@ -236,7 +237,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             }
         };
         let lessor = Lessor::recover(config.lease, &view)?;
-        let auth = AuthStore::recover(view.auth()?);
+        let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
         drop(view);
         let durable = DurableState {
             hard_state: state.hard_state.clone(),
@@ -310,16 +311,19 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     pub fn handle(&mut self, now: Instant, input: Input) {
         self.now = self.now.max(now);
         if self.poisoned {
-            if let Input::Client(id, _) = input {
+            if let Input::Client(id, _, _) = input {
                 self.outputs
                     .push_back(Output::Respond(id, Err(Error::Stopped)));
             }
             return;
         }
         match input {
-            Input::Client(id, request) => {
+            Input::Client(id, request, credentials) => {
                 let ticket = self.admit(id);
-                self.dispatch(ticket, request);
+                match self.auth.resolve(&credentials, self.now) {
+                    Ok(who) => self.dispatch(ticket, request, who),
+                    Err(e) => self.answer(ticket, Err(e)),
+                }
             }
             Input::Peer(message) => self.handle_peer(message),
             Input::ClusterId { id } => self.learn_cluster_id(id),
@@ -327,9 +331,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Input::SnapshotReceived { message } => self.raft.step(self.now, message),
             Input::SnapshotSent { to, delivered } => self.raft.report_snapshot(to, delivered),
             Input::Unreachable { to } => self.raft.report_unreachable(to),
-            Input::Watch { stream, request } => {
-                self.with_watches(|watches, cx| watches.handle_request(stream, request, cx));
-            }
+            Input::Watch {
+                stream,
+                request,
+                credentials,
+            } => self.handle_watch_request(stream, request, &credentials),
             Input::WatchClosed { stream } => self.watches.handle_closed(stream),
             Input::WatchStalled {
                 stream,
@@ -518,7 +524,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
     }
 
-    fn dispatch(&mut self, ticket: Ticket, request: Request) {
+    fn dispatch(&mut self, ticket: Ticket, request: Request, who: AuthInfo) {
         if let Err(e) = mvcc::validate(&request, &self.config.limits) {
             return self.answer(ticket, Err(e));
         }
@@ -527,6 +533,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             || matches!(&request, Request::Range(r) if r.serializable);
         if !learner_may && self.is_learner() {
             return self.answer(ticket, Err(Error::NotSupportedForLearner));
+        }
+        if let Err(e) = self.check_admission(&request, &who) {
+            return self.answer(ticket, Err(e));
         }
         let write = match request {
             Request::Status => {
@@ -558,7 +567,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             }
             request => {
                 if self.raft.leader().is_none() {
-                    return self.hold_for_leader(ticket, Held::Request(request));
+                    return self.hold_for_leader(ticket, Held::Request(request, who));
                 }
                 return match request {
                     Request::Range(range) => self.queue_read(ticket, ReadKind::Range(range)),
@@ -598,6 +607,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let proposal = Proposal {
             id: self.next_proposal_id(),
             request: Some(write),
+            user: who.user,
+            auth_revision: who.revision,
         };
         let data = proposal.encode_to_vec();
         if data.len() > self.config.max_request_bytes {
@@ -753,6 +764,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let proposal = Proposal {
             id: 0,
             request: Some(request),
+            ..Proposal::default()
         };
         if let Err(e) = self.raft.propose(Bytes::from(proposal.encode_to_vec())) {
             debug!(error = %e, "internal proposal refused");
@@ -865,8 +877,8 @@ struct Leadership {
 /// A request held until a leader is known.
 #[derive(Debug)]
 enum Held {
-    /// Not looked at yet beyond validation.
-    Request(Request),
+    /// Not looked at yet beyond validation, with who asks.
+    Request(Request, AuthInfo),
     /// A proposal this member encoded, to propose or forward.
     Entry {
         proposal_id: u64,

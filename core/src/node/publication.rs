@@ -117,6 +117,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             ),
             Step::Propose => {
                 let proposal = Proposal {
+                    user: String::new(),
+                    auth_revision: 0,
                     id: 0,
                     request: Some(proposal::Request::MemberAttributes(MemberAttributes {
                         id,

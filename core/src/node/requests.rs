@@ -207,13 +207,13 @@ mod tests {
     fn leaderless_requests_are_bounded_and_give_up_in_order() {
         let mut leaderless = Leaderless::default();
         assert!(leaderless
-            .hold(1, Held::Request(Request::Status), at(100), 2)
+            .hold(1, Held::Request(Request::Status, Default::default()), at(100), 2)
             .is_ok());
         assert!(leaderless
-            .hold(2, Held::Request(Request::Status), at(200), 2)
+            .hold(2, Held::Request(Request::Status, Default::default()), at(200), 2)
             .is_ok());
         assert!(leaderless
-            .hold(3, Held::Request(Request::Status), at(300), 2)
+            .hold(3, Held::Request(Request::Status, Default::default()), at(300), 2)
             .is_err());
         assert_eq!(leaderless.poll_timeout(), Some(at(100)));
         assert_eq!(leaderless.expired(at(150)), vec![1]);

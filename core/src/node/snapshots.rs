@@ -69,7 +69,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         self.membership_unsaved = false;
         self.lessor = Lessor::recover(self.config.lease, &view)?;
-        self.auth = AuthStore::recover(view.auth()?);
+        self.auth = AuthStore::recover(view.auth()?, self.config.auth_token_ttl);
         if self.raft.role() == Role::Leader {
             self.lessor.promote(self.now);
         }

@@ -9,6 +9,7 @@ use oxetcd_proto::etcdserverpb::{
 
 use super::*;
 use crate::memory::{MemoryKv, MemoryLog};
+use crate::auth::Credentials;
 use crate::testing::{Effect, Member};
 use crate::watch::StreamId;
 
@@ -97,7 +98,7 @@ impl Harness {
             ..Default::default()
         };
         self.node
-            .handle(Instant::ZERO, Input::Client(id, Request::Put(put)));
+            .handle(Instant::ZERO, Input::Client(id, Request::Put(put), Credentials::Anonymous));
         self.drain();
     }
 
@@ -107,7 +108,7 @@ impl Harness {
             ..Default::default()
         };
         self.node
-            .handle(Instant::ZERO, Input::Client(id, Request::Range(range)));
+            .handle(Instant::ZERO, Input::Client(id, Request::Range(range), Credentials::Anonymous));
         self.drain();
     }
 
@@ -127,7 +128,7 @@ impl Harness {
     fn call(&mut self, id: RequestId, request: Request) -> Result<Response, Error> {
         self.member
             .node
-            .handle(self.now, Input::Client(id, request));
+            .handle(self.now, Input::Client(id, request, Credentials::Anonymous));
         self.settle();
         self.answer(id).expect("request answered")
     }
@@ -135,7 +136,11 @@ impl Harness {
     fn watch(&mut self, stream: StreamId, request: WatchRequest) {
         self.member
             .node
-            .handle(self.now, Input::Watch { stream, request });
+            .handle(self.now, Input::Watch {
+            stream,
+            request,
+            credentials: Credentials::Anonymous,
+        });
         self.settle();
     }
 
@@ -488,7 +493,7 @@ fn a_read_between_an_election_and_its_report_is_answered() {
             ..Default::default()
         };
         h.node
-            .handle(Instant::ZERO, Input::Client(id, Request::Range(range)));
+            .handle(Instant::ZERO, Input::Client(id, Request::Range(range), Credentials::Anonymous));
         reads.push(id);
         h.drain();
     }

@@ -17,10 +17,17 @@
 //! (key, range end); the revision grows by one per successful change and
 //! never otherwise.
 //!
-//! Enabling auth, authentication and permission checks are not here yet:
-//! [`AuthStore::enabled`] stays false, and the rules that depend on it
-//! (root may not be deleted or lose the root role while auth is on) are
-//! written against it already.
+//! Enabling auth needs a `root` user holding the `root` role. Once it is
+//! on, a request's credentials ([`Credentials`]) resolve to an
+//! [`AuthInfo`] at admission (a simple token through `tokens.rs`, learned
+//! through the log by every member), and `permission.rs` decides what it
+//! may touch, at admission and again at apply.
+
+mod permission;
+mod tokens;
+
+pub use self::permission::{Access, AuthInfo};
+use self::tokens::SimpleTokens;
 
 use std::collections::BTreeMap;
 
@@ -33,12 +40,34 @@ use oxetcd_proto::etcdserverpb::{
     AuthUserChangePasswordRequest, AuthUserChangePasswordResponse, AuthUserDeleteRequest,
     AuthUserDeleteResponse, AuthUserGetRequest, AuthUserGetResponse, AuthUserGrantRoleRequest,
     AuthUserGrantRoleResponse, AuthUserListResponse, AuthUserRevokeRoleRequest,
-    AuthUserRevokeRoleResponse, ResponseHeader,
+    AuthUserRevokeRoleResponse, AuthDisableResponse, AuthEnableResponse, AuthenticateResponse,
+    ResponseHeader,
 };
 use oxetcd_proto::oxetcdpb::auth_change::Change as AuthChange;
+use oxetcd_proto::oxetcdpb::AuthenticateChange;
 
 use crate::error::Error;
 use crate::storage::AuthState;
+use crate::Instant;
+
+/// Who a client says it is, as the runtime saw the request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Credentials {
+    /// No token and no verified certificate name.
+    #[default]
+    Anonymous,
+    /// A simple token (`--auth-token simple`), resolved by the node.
+    Token(String),
+    /// A user the runtime vouches for: a verified JWT's claims, or a
+    /// verified client certificate's common name (no revision: the
+    /// current one).
+    User {
+        /// The user's name.
+        name: String,
+        /// The auth revision the token was issued at.
+        revision: Option<u64>,
+    },
+}
 
 /// The user and the role that administer the cluster once auth is on.
 pub const ROOT: &str = "root";
@@ -56,6 +85,15 @@ pub enum AuthRead {
     RoleGet(AuthRoleGetRequest),
     /// Every role's name.
     RoleList,
+    /// Whether the caller administers the cluster (answered as `Status`
+    /// when it does): maintenance the runtime serves itself asks first.
+    Admin,
+    /// A user's stored password hash, for `Authenticate` to check before
+    /// proposing (never answered to a client).
+    Password {
+        /// The user.
+        name: String,
+    },
 }
 
 /// A request to the auth store: a change through the log, or a read.
@@ -85,6 +123,20 @@ pub enum AuthResponse {
     RoleDelete(AuthRoleDeleteResponse),
     RoleGrantPermission(AuthRoleGrantPermissionResponse),
     RoleRevokePermission(AuthRoleRevokePermissionResponse),
+    Enable(AuthEnableResponse),
+    Disable(AuthDisableResponse),
+    Authenticate(AuthenticateResponse),
+    /// A user's bcrypt hash (see [`AuthRead::Password`]).
+    Password(PasswordHash),
+}
+
+/// What `Authenticate` checks a password against.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PasswordHash {
+    /// Unused; every answer has a header.
+    pub header: Option<ResponseHeader>,
+    /// The bcrypt hash (empty for a user without a password).
+    pub hash: String,
 }
 
 impl AuthResponse {
@@ -111,6 +163,10 @@ impl AuthResponse {
             Self::RoleDelete(r) => &mut r.header,
             Self::RoleGrantPermission(r) => &mut r.header,
             Self::RoleRevokePermission(r) => &mut r.header,
+            Self::Enable(r) => &mut r.header,
+            Self::Disable(r) => &mut r.header,
+            Self::Authenticate(r) => &mut r.header,
+            Self::Password(r) => &mut r.header,
         }
     }
 }
@@ -122,16 +178,24 @@ pub struct AuthStore {
     revision: u64,
     users: BTreeMap<String, User>,
     roles: BTreeMap<String, Role>,
+    /// Not stored: a restarted member has none.
+    tokens: SimpleTokens,
 }
 
 impl AuthStore {
     /// The store as the backend recorded it (empty if it never did).
-    pub fn recover(state: Option<AuthState>) -> Self {
+    /// Simple tokens live `token_ttl` after their last use.
+    pub fn recover(state: Option<AuthState>, token_ttl: std::time::Duration) -> Self {
+        let tokens = SimpleTokens::new(token_ttl);
         let Some(state) = state else {
-            return Self::default();
+            return Self {
+                tokens,
+                ..Self::default()
+            };
         };
         let name = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         Self {
+            tokens,
             enabled: state.enabled,
             revision: state.revision,
             users: state
@@ -171,9 +235,12 @@ impl AuthStore {
     /// (unless the change found nothing to change, as etcd's grant of a role
     /// already granted) and the caller stores [`AuthStore::state`]; on an
     /// error nothing changed.
-    pub fn apply(&mut self, change: AuthChange) -> Result<AuthResponse, Error> {
+    pub fn apply(&mut self, change: AuthChange, now: Instant) -> Result<AuthResponse, Error> {
         let before = self.revision;
         let applied = match change {
+            AuthChange::Enable(_) => self.enable(),
+            AuthChange::Disable(_) => Ok(self.disable()),
+            AuthChange::Authenticate(r) => self.authenticate(r, now),
             AuthChange::UserAdd(r) => self.user_add(r),
             AuthChange::UserDelete(r) => self.user_delete(r),
             AuthChange::UserChangePassword(r) => self.user_change_password(r),
@@ -193,6 +260,71 @@ impl AuthStore {
         };
         debug_assert!(self.revision - before <= 1, "one change, one revision");
         Ok(response)
+    }
+
+    /// Resolves a request's credentials at `now`: an unknown or expired
+    /// token is refused; nobody is [`AuthInfo::default`]. While auth is off
+    /// credentials are ignored.
+    pub fn resolve(&mut self, credentials: &Credentials, now: Instant) -> Result<AuthInfo, Error> {
+        if !self.enabled {
+            return Ok(AuthInfo::default());
+        }
+        match credentials {
+            Credentials::Anonymous => Ok(AuthInfo::default()),
+            Credentials::Token(token) => match self.tokens.resolve(token, now) {
+                Some(user) => Ok(AuthInfo {
+                    user,
+                    revision: self.revision,
+                }),
+                None => Err(Error::InvalidAuthToken),
+            },
+            Credentials::User { name, revision } => Ok(AuthInfo {
+                user: name.clone(),
+                revision: revision.unwrap_or(self.revision),
+            }),
+        }
+    }
+
+    fn enable(&mut self) -> Result<Applied, Error> {
+        let response = AuthResponse::Enable(AuthEnableResponse::default());
+        if self.enabled {
+            return Ok(Applied::Unchanged(response));
+        }
+        let root = self.users.get(ROOT).ok_or(Error::RootUserNotExist)?;
+        if !root.roles.iter().any(|r| r == ROOT) {
+            return Err(Error::RootRoleNotExist);
+        }
+        self.enabled = true;
+        Ok(Applied::Changed(response))
+    }
+
+    fn disable(&mut self) -> Applied {
+        let response = AuthResponse::Disable(AuthDisableResponse::default());
+        if !self.enabled {
+            return Applied::Unchanged(response);
+        }
+        self.enabled = false;
+        self.tokens.clear();
+        Applied::Changed(response)
+    }
+
+    /// The proposing member checked the password; every member learns the
+    /// token. Nothing stored changes, so the revision stays.
+    fn authenticate(&mut self, r: AuthenticateChange, now: Instant) -> Result<Applied, Error> {
+        if !self.enabled {
+            return Err(Error::AuthNotEnabled);
+        }
+        let user = self.users.get(&r.name).ok_or(Error::AuthFailed)?;
+        if user.options.as_ref().is_some_and(|o| o.no_password) {
+            return Err(Error::AuthFailed);
+        }
+        self.tokens.assign(r.token.clone(), &r.name, now);
+        Ok(Applied::Unchanged(AuthResponse::Authenticate(
+            AuthenticateResponse {
+                header: None,
+                token: r.token,
+            },
+        )))
     }
 
     fn user_add(&mut self, r: AuthUserAddRequest) -> Result<Applied, Error> {
@@ -226,6 +358,7 @@ impl AuthStore {
         if self.users.remove(&r.name).is_none() {
             return Err(Error::UserNotFound);
         }
+        self.tokens.invalidate_user(&r.name);
         Ok(Applied::Changed(AuthResponse::UserDelete(
             AuthUserDeleteResponse::default(),
         )))
@@ -234,6 +367,7 @@ impl AuthStore {
     fn user_change_password(&mut self, r: AuthUserChangePasswordRequest) -> Result<Applied, Error> {
         let user = self.users.get_mut(&r.name).ok_or(Error::UserNotFound)?;
         user.password = r.hashed_password.into_bytes();
+        self.tokens.invalidate_user(&r.name);
         Ok(Applied::Changed(AuthResponse::UserChangePassword(
             AuthUserChangePasswordResponse::default(),
         )))
@@ -336,7 +470,7 @@ impl AuthStore {
     /// Answers a read from the applied state.
     pub fn read(&self, read: &AuthRead) -> Result<AuthResponse, Error> {
         Ok(match read {
-            AuthRead::Status => AuthResponse::Status(AuthStatusResponse {
+            AuthRead::Status | AuthRead::Admin => AuthResponse::Status(AuthStatusResponse {
                 header: None,
                 enabled: self.enabled,
                 auth_revision: self.revision,
@@ -363,6 +497,19 @@ impl AuthStore {
                 header: None,
                 roles: self.roles.keys().cloned().collect(),
             }),
+            AuthRead::Password { name } => {
+                if !self.enabled {
+                    return Err(Error::AuthNotEnabled);
+                }
+                let user = self.users.get(name).ok_or(Error::AuthFailed)?;
+                if user.options.as_ref().is_some_and(|o| o.no_password) {
+                    return Err(Error::AuthFailed);
+                }
+                AuthResponse::Password(PasswordHash {
+                    header: None,
+                    hash: String::from_utf8_lossy(&user.password).into_owned(),
+                })
+            }
         })
     }
 }
@@ -425,10 +572,10 @@ mod tests {
     #[test]
     fn users_get_etcds_checks_and_every_change_bumps_the_revision() {
         let mut store = AuthStore::default();
-        assert_eq!(store.apply(user_add("")), Err(Error::UserEmpty));
-        store.apply(user_add("b")).unwrap();
-        store.apply(user_add("a")).unwrap();
-        assert_eq!(store.apply(user_add("a")), Err(Error::UserAlreadyExists));
+        assert_eq!(store.apply(user_add(""), Instant::ZERO), Err(Error::UserEmpty));
+        store.apply(user_add("b"), Instant::ZERO).unwrap();
+        store.apply(user_add("a"), Instant::ZERO).unwrap();
+        assert_eq!(store.apply(user_add("a"), Instant::ZERO), Err(Error::UserAlreadyExists));
         assert_eq!(store.revision(), 2, "failures change nothing");
         let Ok(AuthResponse::UserList(list)) = store.read(&AuthRead::UserList) else {
             panic!("list")
@@ -439,35 +586,35 @@ mod tests {
             hashed_password: "x".into(),
             ..Default::default()
         });
-        assert_eq!(store.apply(change), Err(Error::UserNotFound));
+        assert_eq!(store.apply(change, Instant::ZERO), Err(Error::UserNotFound));
         let delete = |name: &str| {
             AuthChange::UserDelete(AuthUserDeleteRequest {
                 name: name.to_owned(),
             })
         };
-        store.apply(delete("a")).unwrap();
-        assert_eq!(store.apply(delete("a")), Err(Error::UserNotFound));
+        store.apply(delete("a"), Instant::ZERO).unwrap();
+        assert_eq!(store.apply(delete("a"), Instant::ZERO), Err(Error::UserNotFound));
         assert_eq!(store.revision(), 3);
     }
 
     #[test]
     fn roles_are_granted_revoked_and_removed_from_users_with_their_deletion() {
         let mut store = AuthStore::default();
-        store.apply(user_add("u")).unwrap();
+        store.apply(user_add("u"), Instant::ZERO).unwrap();
         let grant_role = |role: &str| {
             AuthChange::UserGrantRole(AuthUserGrantRoleRequest {
                 user: "u".into(),
                 role: role.to_owned(),
             })
         };
-        assert_eq!(store.apply(grant_role("r")), Err(Error::RoleNotFound));
-        assert_eq!(store.apply(role_add("")), Err(Error::RoleEmpty));
-        store.apply(role_add("r")).unwrap();
-        assert_eq!(store.apply(role_add("r")), Err(Error::RoleAlreadyExists));
-        store.apply(grant_role("r")).unwrap();
-        store.apply(grant_role(ROOT)).unwrap();
+        assert_eq!(store.apply(grant_role("r"), Instant::ZERO), Err(Error::RoleNotFound));
+        assert_eq!(store.apply(role_add(""), Instant::ZERO), Err(Error::RoleEmpty));
+        store.apply(role_add("r"), Instant::ZERO).unwrap();
+        assert_eq!(store.apply(role_add("r"), Instant::ZERO), Err(Error::RoleAlreadyExists));
+        store.apply(grant_role("r"), Instant::ZERO).unwrap();
+        store.apply(grant_role(ROOT), Instant::ZERO).unwrap();
         let revision = store.revision();
-        store.apply(grant_role("r")).unwrap();
+        store.apply(grant_role("r"), Instant::ZERO).unwrap();
         assert_eq!(store.revision(), revision, "a second grant changes nothing");
         let get = AuthRead::UserGet(AuthUserGetRequest { name: "u".into() });
         let Ok(AuthResponse::UserGet(user)) = store.read(&get) else {
@@ -480,11 +627,11 @@ mod tests {
                 role: role.to_owned(),
             })
         };
-        store.apply(revoke(ROOT)).unwrap();
-        assert_eq!(store.apply(revoke(ROOT)), Err(Error::RoleNotGranted));
+        store.apply(revoke(ROOT), Instant::ZERO).unwrap();
+        assert_eq!(store.apply(revoke(ROOT), Instant::ZERO), Err(Error::RoleNotGranted));
         let delete = AuthChange::RoleDelete(AuthRoleDeleteRequest { role: "r".into() });
-        store.apply(delete.clone()).unwrap();
-        assert_eq!(store.apply(delete), Err(Error::RoleNotFound));
+        store.apply(delete.clone(), Instant::ZERO).unwrap();
+        assert_eq!(store.apply(delete, Instant::ZERO), Err(Error::RoleNotFound));
         let Ok(AuthResponse::UserGet(user)) = store.read(&get) else {
             panic!("get")
         };
@@ -494,13 +641,13 @@ mod tests {
     #[test]
     fn permissions_merge_by_key_and_range_and_stay_sorted() {
         let mut store = AuthStore::default();
-        store.apply(role_add("r")).unwrap();
+        store.apply(role_add("r"), Instant::ZERO).unwrap();
         for p in [perm("b", "", 0), perm("a", "c", 1), perm("b", "", 2)] {
             let change = AuthChange::RoleGrantPermission(AuthRoleGrantPermissionRequest {
                 name: "r".into(),
                 perm: Some(p),
             });
-            store.apply(change).unwrap();
+            store.apply(change, Instant::ZERO).unwrap();
         }
         let get = AuthRead::RoleGet(AuthRoleGetRequest { role: "r".into() });
         let Ok(AuthResponse::RoleGet(role)) = store.read(&get) else {
@@ -515,11 +662,11 @@ mod tests {
             })
         };
         assert_eq!(
-            store.apply(revoke("a", "")),
+            store.apply(revoke("a", ""), Instant::ZERO),
             Err(Error::PermissionNotGranted)
         );
-        store.apply(revoke("a", "c")).unwrap();
-        let recovered = AuthStore::recover(Some(store.state()));
+        store.apply(revoke("a", "c"), Instant::ZERO).unwrap();
+        let recovered = AuthStore::recover(Some(store.state()), std::time::Duration::from_secs(300));
         assert_eq!(recovered, store, "the stored form holds everything");
     }
 }
