@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 use futures_lite::future;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use oxetcd_tls::rustls::pki_types::ServerName;
-use oxetcd_tls::test_pki::TestPki;
+use oxetcd_tls::test_pki::TestPkiIn;
 use oxetcd_tls::{
     tls_cause, AllowedPeer, ClientSettings, PeerSettings, ServerSettings, TlsStream, TlsVersion,
     Versions,
@@ -26,23 +26,10 @@ const PIPE_BYTES: usize = 1024;
 // Certificates.
 
 /// The test PKI in a temporary directory that lives as long as it.
-struct Pki {
-    _dir: tempfile::TempDir,
-    files: TestPki,
-}
-
-impl std::ops::Deref for Pki {
-    type Target = TestPki;
-
-    fn deref(&self) -> &TestPki {
-        &self.files
-    }
-}
+type Pki = TestPkiIn<tempfile::TempDir>;
 
 fn pki() -> Pki {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let files = TestPki::write_to(dir.path()).expect("test PKI");
-    Pki { _dir: dir, files }
+    TestPkiIn::write(tempfile::tempdir().expect("temp dir")).expect("test PKI")
 }
 
 // ---------------------------------------------------------------------
