@@ -188,9 +188,9 @@ fn raw_tls(
     key: &Path,
     ca: &Path,
 ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
-    let settings = oxetcd_tls::PeerSettings {
+    let settings = oxetcd_tls::PortSettings {
         trusted_ca_file: Some(ca.to_path_buf()),
-        ..oxetcd_tls::PeerSettings::new(cert, key)
+        ..oxetcd_tls::PortSettings::new(oxetcd_tls::Port::Peer, cert, key)
     };
     let config: Arc<rustls::ClientConfig> = settings.client().map_err(|e| e.to_string())?;
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
