@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use oxetcd_conformance::{Server, ServerKind};
+use oxetcd_tests::{Server, ServerKind};
 
 struct Run {
     stdout: String,

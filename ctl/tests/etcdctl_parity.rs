@@ -11,8 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_tests::etcdctl::{self, Output};
+use oxetcd_tests::{Server, ServerKind};
 
 /// One invocation: arguments after the global flags, and stdin.
 struct Step {

@@ -5,9 +5,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_ctl::client::{Client, Config};
 use oxetcd_proto::etcdserverpb::{PutRequest, RangeRequest};
+use oxetcd_tests::{Server, ServerKind};
 
 fn servers() -> Vec<Server> {
     (0..3)

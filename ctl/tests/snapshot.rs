@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::{free_port, Server, ServerKind};
 use oxetcd_tests::etcdctl::{self, Output};
+use oxetcd_tests::{Launch, Ports, Server, ServerKind};
 use serde_json::Value;
 
 fn oxetcdctl() -> PathBuf {
@@ -125,23 +125,8 @@ fn restore_args<'a>(
 }
 
 /// Starts oxetcd as `name` of the cluster `cluster` on `data_dir`.
-fn start_member(
-    name: &str,
-    data_dir: &Path,
-    client_port: u16,
-    peer_url: &str,
-    cluster: &str,
-    token: &str,
-) -> Server {
-    start_kind(
-        ServerKind::Oxetcd,
-        name,
-        data_dir,
-        client_port,
-        peer_url,
-        cluster,
-        token,
-    )
+fn start_member(name: &str, data_dir: &Path, peer_url: &str, cluster: &str, token: &str) -> Server {
+    start_kind(ServerKind::Oxetcd, name, data_dir, peer_url, cluster, token)
 }
 
 /// Starts `kind` as `name` of the cluster `cluster` on `data_dir`.
@@ -149,34 +134,14 @@ fn start_kind(
     kind: ServerKind,
     name: &str,
     data_dir: &Path,
-    client_port: u16,
     peer_url: &str,
     cluster: &str,
     token: &str,
 ) -> Server {
-    let client_url = format!("http://127.0.0.1:{client_port}");
-    let args: Vec<String> = [
-        "--name",
-        name,
-        "--data-dir",
-        &data_dir.display().to_string(),
-        "--listen-client-urls",
-        &client_url,
-        "--advertise-client-urls",
-        &client_url,
-        "--listen-peer-urls",
-        peer_url,
-        "--initial-advertise-peer-urls",
-        peer_url,
-        "--initial-cluster",
-        cluster,
-        "--initial-cluster-token",
-        token,
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect();
-    Server::start_args(kind, client_port, data_dir, &args)
+    let client_url = Ports::Kernel.http_url();
+    Launch::new(kind, name, data_dir, vec![client_url], peer_url.to_owned())
+        .member(peer_url, cluster, "new", token)
+        .start()
         .unwrap_or_else(|e| panic!("member {name} starts on the restored directory: {e}"))
 }
 
@@ -315,7 +280,7 @@ fn save_status_restore_and_serve_as_a_new_cluster() {
 
     // A new single-member cluster on the restored directory.
     let data_dir = scratch.path().join("restored");
-    let peer = format!("http://127.0.0.1:{}", free_port().expect("port"));
+    let peer = Ports::Kernel.http_url();
     let cluster = format!("solo={peer}");
     let data_dir_arg = data_dir.display().to_string();
     let restore = restore_args(
@@ -336,15 +301,7 @@ fn save_status_restore_and_serve_as_a_new_cluster() {
     assert_eq!(again.code, 1, "{again:?}");
     assert!(again.stderr.contains("exists"), "{again:?}");
 
-    let client_port = free_port().expect("port");
-    let member = start_member(
-        "solo",
-        &data_dir,
-        client_port,
-        &peer,
-        &cluster,
-        "restored-cluster",
-    );
+    let member = start_member("solo", &data_dir, &peer, &cluster, "restored-cluster");
     let new_address = member.address();
     check_restored(&new_address, &lease, revision);
     let now = json(&ok(
@@ -377,10 +334,7 @@ fn three_members_restored_from_one_snapshot_form_a_cluster() {
     drop(source);
 
     let names = ["m1", "m2", "m3"];
-    let peers: Vec<String> = names
-        .iter()
-        .map(|_| format!("http://127.0.0.1:{}", free_port().expect("port")))
-        .collect();
+    let peers: Vec<String> = names.iter().map(|_| Ports::Kernel.http_url()).collect();
     let cluster = names
         .iter()
         .zip(&peers)
@@ -402,8 +356,7 @@ fn three_members_restored_from_one_snapshot_form_a_cluster() {
             ),
         );
         assert_eq!(restored.code, 0, "{restored:?}");
-        let port = free_port().expect("port");
-        members.push(start_member(name, &dir, port, peer, &cluster, "three"));
+        members.push(start_member(name, &dir, peer, &cluster, "three"));
     }
     let addresses: Vec<String> = members.iter().map(Server::address).collect();
     eventually(Duration::from_secs(20), || {
@@ -527,7 +480,7 @@ fn etcd_restores_and_serves_an_oxetcd_snapshot() {
     drop(source);
 
     let data_dir = scratch.path().join("etcd-restored");
-    let peer = format!("http://127.0.0.1:{}", free_port().expect("port"));
+    let peer = Ports::Kernel.http_url();
     let cluster = format!("solo={peer}");
     let restored = theirs(
         &address,
@@ -545,12 +498,10 @@ fn etcd_restores_and_serves_an_oxetcd_snapshot() {
         format!("{}{}", restored.stdout, restored.stderr).contains("added member"),
         "{restored:?}"
     );
-    let client_port = free_port().expect("port");
     let etcd = start_kind(
         ServerKind::Etcd,
         "solo",
         &data_dir,
-        client_port,
         &peer,
         &cluster,
         "to-etcd",
@@ -591,7 +542,7 @@ fn an_etcd_snapshot_restores_into_oxetcd() {
     assert_eq!(status["revision"], revision, "{status}");
 
     let data_dir = scratch.path().join("oxetcd-restored");
-    let peer = format!("http://127.0.0.1:{}", free_port().expect("port"));
+    let peer = Ports::Kernel.http_url();
     let cluster = format!("solo={peer}");
     ok(
         ours(
@@ -607,8 +558,7 @@ fn an_etcd_snapshot_restores_into_oxetcd() {
         ),
         "restore",
     );
-    let client_port = free_port().expect("port");
-    let member = start_member("solo", &data_dir, client_port, &peer, &cluster, "from-etcd");
+    let member = start_member("solo", &data_dir, &peer, &cluster, "from-etcd");
     check_restored(&member.address(), &lease, revision);
     check_users(&member.address());
     let put = json(&ok(

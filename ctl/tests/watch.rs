@@ -5,12 +5,12 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_tests::etcdctl::{self, Output};
+use oxetcd_tests::{Server, ServerKind};
 
 /// Longest a watcher may take to print what a step expects.
 const STEP_DEADLINE: Duration = Duration::from_secs(15);
@@ -34,12 +34,9 @@ struct Watcher {
 
 impl Watcher {
     fn spawn(program: &Path, address: &str, args: &[&str]) -> Self {
-        let mut child = Command::new(program)
-            .env("ETCDCTL_API", "3")
+        let mut child = etcdctl::command(program, address)
             .env_remove("ETCDCTL_WATCH_KEY")
             .env_remove("ETCDCTL_WATCH_RANGE_END")
-            .arg(format!("--endpoints={address}"))
-            .arg("--dial-timeout=5s")
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

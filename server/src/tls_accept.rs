@@ -27,35 +27,25 @@ use crate::runtime::{timeout, Runtime};
 /// (A peer has the peer transport's shorter handshake timeout.)
 const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Which listener a connection came to, for the log.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Port {
-    Client,
-    Peer,
+/// Which listener a connection came to, for its timeout and the log: the
+/// port the TLS settings were built for.
+pub(crate) use oxetcd_tls::Port;
+
+/// Longest a handshake on `port` may take.
+fn handshake_timeout(port: Port) -> Duration {
+    match port {
+        Port::Client => CLIENT_HANDSHAKE_TIMEOUT,
+        Port::Peer => crate::peer::HANDSHAKE_TIMEOUT,
+    }
 }
 
-impl Port {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Client => "client",
-            Self::Peer => "peer",
-        }
-    }
-
-    fn handshake_timeout(self) -> Duration {
-        match self {
-            Self::Client => CLIENT_HANDSHAKE_TIMEOUT,
-            Self::Peer => crate::peer::HANDSHAKE_TIMEOUT,
-        }
-    }
-
-    fn rejections(self) -> &'static LogBudget {
-        static CLIENT: LogBudget = LogBudget::new();
-        static PEER: LogBudget = LogBudget::new();
-        match self {
-            Self::Client => &CLIENT,
-            Self::Peer => &PEER,
-        }
+/// The log budget of `port`'s refused handshakes.
+fn rejections(port: Port) -> &'static LogBudget {
+    static CLIENT: LogBudget = LogBudget::new();
+    static PEER: LogBudget = LogBudget::new();
+    match port {
+        Port::Client => &CLIENT,
+        Port::Peer => &PEER,
     }
 }
 
@@ -75,13 +65,13 @@ pub(crate) async fn accept<R: Runtime>(
             return None;
         }
     };
-    let limit = port.handshake_timeout();
+    let limit = handshake_timeout(port);
     let reason = match timeout(runtime, limit, stream.handshake()).await {
         Some(Ok(())) => return Some(stream),
         Some(Err(e)) => handshake_error(&e),
         None => format!("handshake not completed within {limit:?}"),
     };
-    port.rejections().log(Instant::now(), |held_back| {
+    rejections(port).log(Instant::now(), |held_back| {
         warn!(
             port = port.as_str(),
             held_back,

@@ -136,9 +136,9 @@ fn member_with(
 fn tls_member(rt: &tokio::runtime::Runtime, id: u64, cert: &Path, key: &Path, ca: &Path) -> Member {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = PeerTransportConfig::new(CLUSTER, id, dir.path().join("snap"));
-    let settings = oxetcd_tls::PeerSettings {
+    let settings = oxetcd_tls::PortSettings {
         trusted_ca_file: Some(ca.to_path_buf()),
-        ..oxetcd_tls::PeerSettings::new(cert, key)
+        ..oxetcd_tls::PortSettings::new(oxetcd_tls::Port::Peer, cert, key)
     };
     config.tls = Some(TransportTls::new(&settings).expect("peer TLS"));
     let (tx, events) = mpsc::channel();

@@ -6,7 +6,7 @@
 //! error messages and gRPC codes, exit codes.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -51,29 +51,77 @@ pub fn run(address: &str, args: &[String], stdin: Option<&str>) -> Result<Output
 /// Runs another etcdctl-compatible client (`oxetcdctl`) exactly as [`run`]
 /// runs etcdctl: same global flags, environment, stdin and deadline.
 pub fn run_program(
-    program: &std::path::Path,
+    program: &Path,
     address: &str,
     args: &[String],
     stdin: Option<&str>,
 ) -> Result<Output, String> {
-    let mut child = Command::new(program)
+    let mut command = command(program, address);
+    command.arg("--command-timeout=10s").args(args);
+    run_command(command, stdin)
+}
+
+/// Runs `program` with exactly `args`: no global flags, no environment
+/// of ours (for flags that may not be given twice, or tests of the
+/// defaults), bounded by [`RUN_DEADLINE`].
+pub fn run_exactly(program: &Path, args: &[String], stdin: Option<&str>) -> Result<Output, String> {
+    let mut command = Command::new(program);
+    command.args(args);
+    run_command(command, stdin)
+}
+
+/// `program` (etcdctl or oxetcdctl) set up as every run here is: API v3,
+/// `--endpoints=<address>`, a 5 s dial timeout. Commands and their flags
+/// come after; long-running ones (`watch`, `lease keep-alive`) are spawned
+/// from it.
+pub fn command(program: &Path, address: &str) -> Command {
+    let mut command = Command::new(program);
+    command
         .env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={address}"))
-        .arg("--dial-timeout=5s")
-        .arg("--command-timeout=10s")
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .arg("--dial-timeout=5s");
+    command
+}
+
+/// etcdctl `args` against `address`; panics only when etcdctl cannot run.
+pub fn ctl(address: &str, args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    run(address, &args, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// etcdctl `args` against `address`, which must succeed; its stdout.
+pub fn ctl_ok(address: &str, args: &[&str]) -> String {
+    let out = ctl(address, args);
+    assert_eq!(out.code, 0, "etcdctl {args:?} on {address}: {out:?}");
+    out.stdout
+}
+
+/// A pipe to the child's standard input when `wanted`, else nothing.
+pub fn stdin_pipe(wanted: bool) -> Stdio {
+    if wanted {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    }
+}
+
+/// Runs `command` with `stdin`, reading both pipes as it goes, killed if
+/// it runs past [`RUN_DEADLINE`].
+fn run_command(mut command: Command, stdin: Option<&str>) -> Result<Output, String> {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let args: Vec<String> = command
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut child = command
+        .stdin(stdin_pipe(stdin.is_some()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("spawn {}: {e}", program.display()))?;
+        .map_err(|e| format!("spawn {program}: {e}"))?;
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         pipe.write_all(text.as_bytes())
-            .map_err(|e| format!("etcdctl stdin: {e}"))?;
+            .map_err(|e| format!("{program} stdin: {e}"))?;
     }
     // Read both pipes on threads so a chatty child never blocks on a full pipe.
     let mut stdout = child.stdout.take().ok_or("no stdout pipe")?;
@@ -96,7 +144,9 @@ pub fn run_program(
         if started.elapsed() > RUN_DEADLINE {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("etcdctl {args:?} ran longer than {RUN_DEADLINE:?}"));
+            return Err(format!(
+                "{program} {args:?} ran longer than {RUN_DEADLINE:?}"
+            ));
         }
         std::thread::sleep(Duration::from_millis(5));
     };

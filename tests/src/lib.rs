@@ -1,9 +1,29 @@
-//! Helpers for end-to-end tests of the oxetcd binaries with etcd's own
-//! clients: running Debian's `etcdctl` against a server and normalising its
-//! output so that answers from etcd and oxetcd can be compared byte for
-//! byte. Servers are started with [`oxetcd_conformance::Server`].
+//! The harness of the process-level tests: servers and clusters of the
+//! oxetcd binaries (and Debian's etcd, the reference) started as real
+//! processes on 127.0.0.1, and etcd's own clients run against them.
+//!
+//! - [`launch`]: one server's flags and start ([`Launch`]); the process is
+//!   a [`Server`], killed when dropped.
+//! - [`cluster`]: multi-member clusters ([`Cluster`], [`ClusterOptions`]):
+//!   plaintext or TLS peers, mixed binaries, members added and restarted.
+//! - [`ports`]: where ports come from ([`Ports`]).
+//! - [`pki`]: the test PKI and the TLS flags that name its files.
+//! - [`process`]: a guard for processes a test spawns itself.
+//! - [`etcdctl`]: running Debian's `etcdctl` (or `oxetcdctl`) and
+//!   normalising its output so answers from etcd and oxetcd compare byte
+//!   for byte; [`session`] compares whole command sequences.
+//! - [`probe`]: what members say through etcdctl: leader, IDs, values.
 
+pub mod cluster;
 pub mod etcdctl;
+pub mod launch;
+pub mod pki;
+pub mod ports;
+pub mod probe;
+pub mod process;
 pub mod session;
 
-pub use oxetcd_conformance::{Grpc, Server, ServerKind};
+pub use cluster::{Cluster, ClusterOptions, Member};
+pub use launch::Launch;
+pub use oxetcd_conformance::{binary_path, Grpc, Server, ServerKind};
+pub use ports::Ports;

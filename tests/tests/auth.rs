@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_tests::etcdctl::{self, Output};
+use oxetcd_tests::{Server, ServerKind};
 
 /// A password no file may hold as it is.
 const PASSWORD: &str = "plain-text-secret-7f3a9";

@@ -13,14 +13,16 @@
 //!
 //! Every wait is bounded; each test prints how long it took.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::{free_port, Grpc, Server, ServerKind};
 use oxetcd_proto::etcdserverpb::{
     request_op, LeaseGrantRequest, PutRequest, RequestOp, TxnRequest,
 };
-use oxetcd_tests::etcdctl;
+use oxetcd_tests::cluster::{ELECTION_TIMEOUT, MIXED};
+use oxetcd_tests::etcdctl::{self, ctl, ctl_ok};
+use oxetcd_tests::probe::{self, member_id, status, status_json};
+use oxetcd_tests::process::ChildGuard;
+use oxetcd_tests::{Cluster, ClusterOptions, Grpc, ServerKind};
 use serde_json::Value;
 
 /// Longest to wait for a leader that all running members agree on.
@@ -29,263 +31,21 @@ const LEADER_DEADLINE: Duration = Duration::from_secs(10);
 /// Longest to wait for a member to catch up with a write.
 const CATCH_UP_DEADLINE: Duration = Duration::from_secs(15);
 
-/// Raft timing for the tests: etcd's ratio, ten times faster elections
-/// than the default would make the kill test slow.
-const TIMING: [&str; 4] = ["--heartbeat-interval", "50", "--election-timeout", "500"];
-
 /// A small snapshot count, so a new member is sent a snapshot quickly.
 const SNAPSHOT_COUNT: u64 = 100;
 
-struct Member {
-    name: String,
-    kind: ServerKind,
-    client_port: u16,
-    peer_port: u16,
-    /// The peer port the others dial: `peer_port`, or a proxy's in front
-    /// of it.
-    advertised_peer_port: u16,
-    data_dir: PathBuf,
-    /// Flags added to every start.
-    extra_args: Vec<String>,
-    server: Option<Server>,
-}
-
-impl Member {
-    fn new(name: &str, kind: ServerKind, root: &std::path::Path) -> Self {
-        let peer_port = free_port().unwrap();
-        Self {
-            name: name.to_owned(),
-            kind,
-            client_port: free_port().unwrap(),
-            peer_port,
-            advertised_peer_port: peer_port,
-            data_dir: root.join(name),
-            extra_args: Vec::new(),
-            server: None,
-        }
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
-    }
-
-    /// The peer URL the others know this member by.
-    fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.advertised_peer_port)
-    }
-
-    fn listen_peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
-    }
-
-    fn start(&mut self, initial_cluster: &str, state: &str) {
-        let client_url = format!("http://127.0.0.1:{}", self.client_port);
-        let mut args: Vec<String> = [
-            "--name",
-            &self.name,
-            "--data-dir",
-            &self.data_dir.display().to_string(),
-            "--listen-client-urls",
-            &client_url,
-            "--advertise-client-urls",
-            &client_url,
-            "--listen-peer-urls",
-            &self.listen_peer_url(),
-            "--initial-advertise-peer-urls",
-            &self.peer_url(),
-            "--initial-cluster",
-            initial_cluster,
-            "--initial-cluster-state",
-            state,
-            "--initial-cluster-token",
-            "cluster-test",
+/// This file's clusters: plaintext peers, the harness's fast raft timing,
+/// [`SNAPSHOT_COUNT`], and `flags` on every member.
+fn options(flags: &[&str]) -> ClusterOptions {
+    ClusterOptions::new("cluster-test")
+        .flags(&[
             "--snapshot-count",
             &SNAPSHOT_COUNT.to_string(),
             "--experimental-snapshot-catchup-entries",
             "20",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(TIMING.iter().map(|s| s.to_string()));
-        args.extend(self.extra_args.iter().cloned());
-        let server = Server::start_args(self.kind, self.client_port, &self.data_dir, &args)
-            .unwrap_or_else(|e| panic!("starting {}: {e}", self.name));
-        self.server = Some(server);
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            server.kill();
-        }
-    }
-
-    fn is_up(&self) -> bool {
-        self.server.is_some()
-    }
-
-    fn log_tail(&self) -> String {
-        self.server
-            .as_ref()
-            .map(|s| s.log_tail())
-            .unwrap_or_default()
-    }
-}
-
-struct Cluster {
-    members: Vec<Member>,
-    _root: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn start(kinds: [ServerKind; 3]) -> Self {
-        Self::start_behind(kinds, None)
-    }
-
-    /// Starts the members; with `cutter`, each is advertised at a proxy
-    /// port in front of its peer listener.
-    fn start_behind(kinds: [ServerKind; 3], cutter: Option<&LinkCutter>) -> Self {
-        Self::start_with(kinds, cutter, &[])
-    }
-
-    /// As [`Cluster::start_behind`], every member also given `extra_args`.
-    fn start_with(
-        kinds: [ServerKind; 3],
-        cutter: Option<&LinkCutter>,
-        extra_args: &[&str],
-    ) -> Self {
-        let root = tempfile::tempdir().unwrap();
-        let mut members: Vec<Member> = kinds
-            .iter()
-            .enumerate()
-            .map(|(i, kind)| Member::new(&format!("m{i}"), *kind, root.path()))
-            .collect();
-        for member in &mut members {
-            member.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
-        }
-        if let Some(cutter) = cutter {
-            for member in &mut members {
-                member.advertised_peer_port = cutter.front(member.peer_port);
-            }
-        }
-        let initial = initial_cluster(&members);
-        for member in &mut members {
-            member.start(&initial, "new");
-        }
-        Self {
-            members,
-            _root: root,
-        }
-    }
-
-    /// The leader's position once every running member reports the same
-    /// one.
-    fn wait_leader(&self) -> usize {
-        let started = Instant::now();
-        loop {
-            let mut leaders = Vec::new();
-            let mut ids = Vec::new();
-            for member in self.members.iter().filter(|m| m.is_up()) {
-                match status(&member.address()) {
-                    Some((id, leader)) => {
-                        leaders.push(leader);
-                        ids.push(id);
-                    }
-                    None => leaders.push(0),
-                }
-            }
-            if leaders[0] != 0 && leaders.iter().all(|l| *l == leaders[0]) {
-                if let Some(pos) = ids.iter().position(|id| *id == leaders[0]) {
-                    let up: Vec<usize> = (0..self.members.len())
-                        .filter(|i| self.members[*i].is_up())
-                        .collect();
-                    return up[pos];
-                }
-            }
-            if started.elapsed() > LEADER_DEADLINE {
-                let logs: Vec<String> = self.members.iter().map(Member::log_tail).collect();
-                panic!("no agreed leader within {LEADER_DEADLINE:?}: {leaders:x?}\n{logs:#?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn endpoints(&self) -> String {
-        self.members
-            .iter()
-            .filter(|m| m.is_up())
-            .map(Member::address)
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-fn initial_cluster(members: &[Member]) -> String {
-    members
-        .iter()
-        .map(|m| format!("{}={}", m.name, m.peer_url()))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn ctl(address: &str, args: &[&str]) -> etcdctl::Output {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    etcdctl::run(address, &args, None).unwrap()
-}
-
-fn ctl_ok(address: &str, args: &[&str]) -> String {
-    let out = ctl(address, args);
-    assert_eq!(out.code, 0, "etcdctl {args:?} on {address}: {out:?}");
-    out.stdout
-}
-
-/// (member ID, leader ID) from `endpoint status`, or `None` if the member
-/// does not answer.
-fn status(address: &str) -> Option<(u64, u64)> {
-    let out = ctl(address, &["endpoint", "status", "-w", "json"]);
-    if out.code != 0 {
-        return None;
-    }
-    let json: Value = serde_json::from_str(&out.stdout).ok()?;
-    let status = &json[0]["Status"];
-    Some((
-        status["header"]["member_id"].as_u64()?,
-        status["leader"].as_u64()?,
-    ))
-}
-
-/// Waits until `get key` on `address` prints `value`; `serializable` reads
-/// the member's own state.
-fn wait_value(address: &str, key: &str, value: &str, serializable: bool) {
-    if let Err(e) = try_wait_value(address, key, value, serializable) {
-        panic!("{e}");
-    }
-}
-
-fn try_wait_value(address: &str, key: &str, value: &str, serializable: bool) -> Result<(), String> {
-    let started = Instant::now();
-    let consistency = if serializable { "s" } else { "l" };
-    loop {
-        let out = ctl(
-            address,
-            &[
-                "get",
-                key,
-                "--print-value-only",
-                "--consistency",
-                consistency,
-            ],
-        );
-        if out.code == 0 && out.stdout.trim() == value {
-            return Ok(());
-        }
-        if started.elapsed() > CATCH_UP_DEADLINE {
-            return Err(format!(
-                "{address} did not show {key}={value} within {CATCH_UP_DEADLINE:?}: {out:?}"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        ])
+        .flags(flags)
+        .deadlines(LEADER_DEADLINE, CATCH_UP_DEADLINE)
 }
 
 /// Writes on the leader are read back linearizably on every member; the
@@ -293,12 +53,12 @@ fn try_wait_value(address: &str, key: &str, value: &str, serializable: bool) -> 
 /// leader restarts and catches up.
 fn replicate_and_survive_a_leader_kill(kinds: [ServerKind; 3]) {
     let started = Instant::now();
-    let mut cluster = Cluster::start(kinds);
+    let mut cluster = Cluster::start(options(&[]), &kinds);
     let leader = cluster.wait_leader();
     let leader_address = cluster.members[leader].address();
     ctl_ok(&leader_address, &["put", "k1", "v1"]);
-    for member in &cluster.members {
-        wait_value(&member.address(), "k1", "v1", false);
+    for member in 0..3 {
+        cluster.wait_value(member, "k1", "v1", false);
     }
 
     cluster.members[leader].kill();
@@ -313,12 +73,11 @@ fn replicate_and_survive_a_leader_kill(kinds: [ServerKind; 3]) {
     let follower = (0..3).find(|i| *i != leader && *i != new_leader).unwrap();
     // A write through a follower is forwarded to the new leader.
     ctl_ok(&cluster.members[follower].address(), &["put", "k2", "v2"]);
-    wait_value(&cluster.members[new_leader].address(), "k2", "v2", false);
+    cluster.wait_value(new_leader, "k2", "v2", false);
 
-    let initial = initial_cluster(&cluster.members);
-    cluster.members[leader].start(&initial, "new");
-    wait_value(&cluster.members[leader].address(), "k2", "v2", true);
-    wait_value(&cluster.members[leader].address(), "k2", "v2", false);
+    cluster.members[leader].restart();
+    cluster.wait_value(leader, "k2", "v2", true);
+    cluster.wait_value(leader, "k2", "v2", false);
     eprintln!(
         "{kinds:?}: new leader after {election:?}; whole test {:?}",
         started.elapsed()
@@ -337,11 +96,7 @@ fn oxetcd_smol_cluster_replicates_and_survives_a_leader_kill() {
 
 #[test]
 fn mixed_cluster_replicates_and_survives_a_leader_kill() {
-    replicate_and_survive_a_leader_kill([
-        ServerKind::Oxetcd,
-        ServerKind::OxetcdSmol,
-        ServerKind::Oxetcd,
-    ]);
+    replicate_and_survive_a_leader_kill(MIXED);
 }
 
 /// etcdctl drives membership on a mixed cluster: a learner added to a
@@ -350,11 +105,7 @@ fn mixed_cluster_replicates_and_survives_a_leader_kill() {
 #[test]
 fn etcdctl_drives_membership_with_a_snapshot_catch_up() {
     let started = Instant::now();
-    let mut cluster = Cluster::start([
-        ServerKind::Oxetcd,
-        ServerKind::OxetcdSmol,
-        ServerKind::Oxetcd,
-    ]);
+    let mut cluster = Cluster::start(options(&[]), &MIXED);
     let leader = cluster.wait_leader();
     let leader_address = cluster.members[leader].address();
     let list = ctl_ok(&leader_address, &["member", "list"]);
@@ -402,32 +153,21 @@ fn etcdctl_drives_membership_with_a_snapshot_catch_up() {
     }
     ctl_ok(&leader_address, &["put", "last", "written"]);
 
-    let root = cluster._root.path().to_path_buf();
-    let mut learner = Member::new("m3", ServerKind::OxetcdSmol, &root);
-    let added = ctl_ok(
-        &leader_address,
-        &[
-            "member",
-            "add",
-            "m3",
-            "--learner",
-            "--peer-urls",
-            &learner.peer_url(),
-        ],
-    );
-    assert!(added.contains("added"), "{added}");
-    let mut everyone: Vec<&Member> = cluster.members.iter().collect();
-    everyone.push(&learner);
-    let initial = initial_cluster_refs(&everyone);
-    learner.start(&initial, "existing");
-    if let Err(e) = try_wait_value(&learner.address(), "last", "written", true) {
+    let learner = cluster.add_member(leader, "m3", ServerKind::OxetcdSmol, true);
+    if let Err(e) = probe::wait_value(
+        &learner.address(),
+        "last",
+        "written",
+        true,
+        CATCH_UP_DEADLINE,
+    ) {
         let leader_log = cluster.members[leader].log_tail();
         panic!(
             "{e}\n--- learner ---\n{}\n--- leader ---\n{leader_log}",
             learner.log_tail()
         );
     }
-    let log = learner.server.as_ref().unwrap().log();
+    let log = learner.log();
     assert!(
         log.contains("installed a snapshot"),
         "the learner did not catch up by snapshot:\n{}",
@@ -481,38 +221,10 @@ fn etcdctl_drives_membership_with_a_snapshot_catch_up() {
     let list = ctl_ok(&cluster.members[3].address(), &["member", "list"]);
     assert_eq!(list.lines().count(), 3, "{list}");
     ctl_ok(&cluster.members[3].address(), &["put", "after", "remove"]);
-    for member in cluster.members.iter().filter(|m| m.is_up()) {
-        wait_value(&member.address(), "after", "remove", false);
+    for member in (0..cluster.members.len()).filter(|i| cluster.members[*i].is_up()) {
+        cluster.wait_value(member, "after", "remove", false);
     }
     eprintln!("membership test took {:?}", started.elapsed());
-}
-
-fn initial_cluster_refs(members: &[&Member]) -> String {
-    members
-        .iter()
-        .map(|m| format!("{}={}", m.name, m.peer_url()))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The hex ID of the member with `peer_url` from `member list`.
-fn member_id(address: &str, peer_url: &str) -> String {
-    let list = ctl_ok(address, &["member", "list"]);
-    list.lines()
-        .find(|line| line.split(", ").nth(3) == Some(peer_url))
-        .and_then(|line| line.split(", ").next())
-        .unwrap_or_else(|| panic!("no member at {peer_url} in {list}"))
-        .to_owned()
-}
-
-/// The full `endpoint status` record of `address`, or `None`.
-fn status_json(address: &str) -> Option<Value> {
-    let out = ctl(address, &["endpoint", "status", "-w", "json"]);
-    if out.code != 0 {
-        return None;
-    }
-    let json: Value = serde_json::from_str(&out.stdout).ok()?;
-    Some(json[0]["Status"].clone())
 }
 
 /// Every member publishes its name and client URLs through the log, so
@@ -521,11 +233,7 @@ fn status_json(address: &str) -> Option<Value> {
 #[test]
 fn members_publish_names_and_client_urls() {
     let started = Instant::now();
-    let cluster = Cluster::start([
-        ServerKind::Oxetcd,
-        ServerKind::OxetcdSmol,
-        ServerKind::Oxetcd,
-    ]);
+    let cluster = Cluster::start(options(&[]), &MIXED);
     let leader = cluster.wait_leader();
     let one = cluster.members[(leader + 1) % 3].address();
     let expected: Vec<(String, String)> = cluster
@@ -583,7 +291,7 @@ fn members_publish_names_and_client_urls() {
 #[test]
 fn sigterm_on_the_leader_hands_leadership_over() {
     let started = Instant::now();
-    let mut cluster = Cluster::start([ServerKind::Oxetcd; 3]);
+    let mut cluster = Cluster::start(options(&[]), &[ServerKind::Oxetcd; 3]);
     let leader = cluster.wait_leader();
     let follower = (leader + 1) % 3;
     let follower_endpoint = format!("http://{}", cluster.members[follower].address());
@@ -592,7 +300,7 @@ fn sigterm_on_the_leader_hands_leadership_over() {
     let writer = {
         let writing = writing.clone();
         std::thread::spawn(move || {
-            let mut client = oxetcd_conformance::Grpc::connect(&follower_endpoint).unwrap();
+            let mut client = Grpc::connect(&follower_endpoint).unwrap();
             let mut acknowledged = Vec::new();
             for i in 0..10_000u32 {
                 if !writing.load(std::sync::atomic::Ordering::Acquire) {
@@ -620,7 +328,7 @@ fn sigterm_on_the_leader_hands_leadership_over() {
         .terminate(Duration::from_secs(5))
         .unwrap();
     let exited_at = Instant::now();
-    let log = cluster.members[leader].server.as_ref().map(|s| s.log());
+    let log = cluster.members[leader].log();
     cluster.members[leader].server = None;
     assert!(status.success(), "the old leader exited with {status}");
     let new_leader = cluster.wait_leader();
@@ -654,11 +362,7 @@ fn sigterm_on_the_leader_hands_leadership_over() {
 #[test]
 fn a_removed_member_exits() {
     let started = Instant::now();
-    let mut cluster = Cluster::start([
-        ServerKind::Oxetcd,
-        ServerKind::OxetcdSmol,
-        ServerKind::Oxetcd,
-    ]);
+    let mut cluster = Cluster::start(options(&[]), &MIXED);
     let leader = cluster.wait_leader();
     let leader_address = cluster.members[leader].address();
     for victim in [(leader + 1) % 3] {
@@ -696,7 +400,11 @@ fn a_removed_member_exits() {
 fn check_quorum_and_pre_vote_over_cut_links() {
     let started = Instant::now();
     let cutter = LinkCutter::default();
-    let cluster = Cluster::start_behind([ServerKind::Oxetcd; 3], Some(&cutter));
+    let mut cluster = Cluster::plan(options(&[]), &[ServerKind::Oxetcd; 3]);
+    for member in &mut cluster.members {
+        member.advertised_peer_port = cutter.front(member.peer_port);
+    }
+    cluster.start_all();
     let leader = cluster.wait_leader();
     let ids: Vec<u64> = cluster
         .members
@@ -714,7 +422,7 @@ fn check_quorum_and_pre_vote_over_cut_links() {
     std::thread::sleep(Duration::from_millis(1_500));
     ctl_ok(&leader_address, &["put", "while", "cut"]);
     cutter.heal(ids[follower]);
-    wait_value(&cluster.members[follower].address(), "while", "cut", false);
+    cluster.wait_value(follower, "while", "cut", false);
     assert_eq!(
         cluster.wait_leader(),
         leader,
@@ -751,7 +459,7 @@ fn check_quorum_and_pre_vote_over_cut_links() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let logs: Vec<String> = cluster.members.iter().map(Member::log_tail).collect();
+    let logs = cluster.logs();
     let (_, elected_after) = new_leader.unwrap_or_else(|| panic!("no new leader\n{logs:#?}"));
     let stepped_down = stepped_down.unwrap_or_else(|| panic!("old leader kept leading\n{logs:#?}"));
     // Check-quorum notices within two election timeouts (500 ms each).
@@ -766,7 +474,7 @@ fn check_quorum_and_pre_vote_over_cut_links() {
         &cluster.members[agreed].address(),
         &["put", "after", "heal"],
     );
-    wait_value(&leader_address, "after", "heal", false);
+    cluster.wait_value(leader, "after", "heal", false);
     eprintln!(
         "leader cut: new leader after {elected_after:?}, old stepped down after {stepped_down:?}; whole test {:?}",
         started.elapsed()
@@ -878,9 +586,6 @@ fn forward(shared: &CutterState, mut client: std::net::TcpStream, target: u16) {
     let _ = back.join();
 }
 
-/// The election timeout of [`TIMING`].
-const ELECTION_TIMEOUT: Duration = Duration::from_millis(500);
-
 /// Polls that must see a lease's key, or must see it gone, run this often.
 const LEASE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -917,7 +622,7 @@ fn key_present(address: &str, key: &str) -> Option<bool> {
 fn leases_survive_a_leader_kill(kinds: [ServerKind; 3]) {
     const TTL: Duration = Duration::from_secs(10);
     let started = Instant::now();
-    let mut cluster = Cluster::start(kinds);
+    let mut cluster = Cluster::start(options(&[]), &kinds);
     let leader = cluster.wait_leader();
     let follower = (leader + 1) % 3;
     let other = (leader + 2) % 3;
@@ -938,14 +643,13 @@ fn leases_survive_a_leader_kill(kinds: [ServerKind; 3]) {
         &follower_address,
         &["put", "short", "v", &format!("--lease={short}")],
     );
-    let mut keep_alive = std::process::Command::new(etcdctl::program().unwrap())
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={follower_address}"))
-        .args(["lease", "keep-alive", &short])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("etcdctl lease keep-alive starts");
+    let mut keep_alive = ChildGuard::spawn(
+        etcdctl::command(&etcdctl::program().unwrap(), &follower_address)
+            .args(["lease", "keep-alive", &short])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null()),
+    )
+    .expect("etcdctl lease keep-alive starts");
     std::thread::sleep(Duration::from_secs(4));
     let ttl = ctl_ok(
         &follower_address,
@@ -960,10 +664,11 @@ fn leases_survive_a_leader_kill(kinds: [ServerKind; 3]) {
         Some(true),
         "kept-alive key expired"
     );
-    let _ = keep_alive.kill();
+    let _ = keep_alive.child().kill();
     let mut printed = String::new();
-    std::io::Read::read_to_string(keep_alive.stdout.as_mut().unwrap(), &mut printed).unwrap();
-    let _ = keep_alive.wait();
+    std::io::Read::read_to_string(keep_alive.child().stdout.as_mut().unwrap(), &mut printed)
+        .unwrap();
+    keep_alive.kill();
     assert!(
         printed.matches("keepalived with TTL(2)").count() >= 2,
         "etcdctl lease keep-alive through a follower printed {printed:?}"
@@ -1025,16 +730,15 @@ fn checkpointed_leases_survive_a_leader_kill(kinds: [ServerKind; 3]) {
     const BEFORE_KILL: Duration = Duration::from_secs(5);
     const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
     let started = Instant::now();
-    let mut cluster = Cluster::start_with(
-        kinds,
-        None,
-        &[
+    let mut cluster = Cluster::start(
+        options(&[
             "--experimental-enable-lease-checkpoint",
             &format!(
                 "--experimental-lease-checkpoint-interval={}s",
                 CHECKPOINT_INTERVAL.as_secs()
             ),
-        ],
+        ]),
+        &kinds,
     );
     let leader = cluster.wait_leader();
     let leader_address = cluster.members[leader].address();
@@ -1135,17 +839,16 @@ fn time_to_live_with_more_keys_than_a_peer_frame_through_a_follower() {
     /// puts are idempotent) at most this many times.
     const TXN_ATTEMPTS_MAX: usize = 5;
     let started = Instant::now();
-    let cluster = Cluster::start_with(
-        [ServerKind::Oxetcd; 3],
-        None,
-        &[
+    let cluster = Cluster::start(
+        options(&[
             "--max-txn-ops",
             &PUTS_PER_TXN.to_string(),
             "--heartbeat-interval",
             "100",
             "--election-timeout",
             "1000",
-        ],
+        ]),
+        &[ServerKind::Oxetcd; 3],
     );
     let leader = cluster.wait_leader();
     let follower = cluster.members[(leader + 1) % 3].address();
@@ -1228,11 +931,7 @@ fn oxetcd_smol_checkpointed_leases_survive_a_leader_kill() {
 /// linearizable read, reports the real ID, and keeps it across a restart.
 #[test]
 fn a_member_added_after_a_removal_learns_the_cluster_id() {
-    let mut cluster = Cluster::start([
-        ServerKind::Oxetcd,
-        ServerKind::OxetcdSmol,
-        ServerKind::Oxetcd,
-    ]);
+    let mut cluster = Cluster::start(options(&[]), &MIXED);
     let leader = cluster.wait_leader();
     let leader_address = cluster.members[leader].address();
     let cluster_id = status_json(&leader_address).unwrap()["header"]["cluster_id"].clone();
@@ -1242,37 +941,28 @@ fn a_member_added_after_a_removal_learns_the_cluster_id() {
     cluster.members[victim].kill();
     ctl_ok(&leader_address, &["put", "before", "join"]);
 
-    let root = cluster._root.path().to_path_buf();
-    let mut joiner = Member::new("m3", ServerKind::Oxetcd, &root);
-    let added = ctl_ok(
-        &leader_address,
-        &["member", "add", "m3", "--peer-urls", &joiner.peer_url()],
-    );
-    assert!(added.contains("added"), "{added}");
-    let mut current: Vec<&Member> = cluster.members.iter().filter(|m| m.is_up()).collect();
-    current.push(&joiner);
-    let initial = initial_cluster_refs(&current);
-    joiner.start(&initial, "existing");
+    let mut joiner = cluster.add_member(leader, "m3", ServerKind::Oxetcd, false);
     for round in 0..2 {
-        if let Err(e) = try_wait_value(&joiner.address(), "before", "join", false) {
+        if let Err(e) = probe::wait_value(
+            &joiner.address(),
+            "before",
+            "join",
+            false,
+            CATCH_UP_DEADLINE,
+        ) {
             panic!("round {round}: {e}\n--- joiner ---\n{}", joiner.log_tail());
         }
         let status = status_json(&joiner.address()).unwrap();
         assert_eq!(status["header"]["cluster_id"], cluster_id, "{status}");
         // Learned from the peers at first, read from its data after.
-        let learned = joiner
-            .server
-            .as_ref()
-            .unwrap()
-            .log()
-            .contains("learned the cluster ID from a peer");
+        let learned = joiner.log().contains("learned the cluster ID from a peer");
         assert_eq!(learned, round == 0, "{}", joiner.log_tail());
         ctl_ok(
             &joiner.address(),
             &["put", "from", &format!("joiner{round}")],
         );
-        wait_value(&leader_address, "from", &format!("joiner{round}"), false);
+        cluster.wait_value(leader, "from", &format!("joiner{round}"), false);
         joiner.kill();
-        joiner.start(&initial, "existing");
+        joiner.restart();
     }
 }

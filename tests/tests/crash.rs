@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::{Grpc, Server, ServerKind};
 use oxetcd_proto::etcdserverpb::{PutRequest, RangeRequest};
+use oxetcd_tests::{Grpc, Server, ServerKind};
 
 /// Concurrent writers (each its own connection).
 const WRITERS: usize = 4;

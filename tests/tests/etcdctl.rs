@@ -4,8 +4,8 @@
 //!
 //! etcdctl 3.4 has no `get --count-only`; `-w json` output covers counts.
 
-use oxetcd_conformance::ServerKind;
 use oxetcd_tests::session::{args, compare_with_etcd, fails, ok, txn, Session};
+use oxetcd_tests::ServerKind;
 
 fn sessions() -> Vec<Session> {
     vec![

@@ -8,8 +8,8 @@
 //! and `endpoint status` and `endpoint health` failed, while etcd accepts
 //! them. The server now strips the scheme before h2 sees the header.
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_tests::etcdctl::{self, Output};
+use oxetcd_tests::{Server, ServerKind};
 use serde_json::Value;
 
 /// Runs `etcdctl --endpoints <server's URL> <command>`, which must succeed,

@@ -6,12 +6,12 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_tests::etcdctl::{self, Output};
+use oxetcd_tests::{Server, ServerKind};
 
 /// One action of the script.
 enum Action {
@@ -99,16 +99,9 @@ fn record(kind: ServerKind) -> Result<Vec<(String, Output)>, String> {
                 transcript.push((command.to_owned(), etcdctl::normalise(&output, &address)));
             }
             Action::Spawn(name, command, stdin) => {
-                let mut child = Command::new(etcdctl::program()?)
-                    .env("ETCDCTL_API", "3")
-                    .arg(format!("--endpoints={address}"))
-                    .arg("--dial-timeout=5s")
+                let mut child = etcdctl::command(&etcdctl::program()?, &address)
                     .args(command.split_whitespace())
-                    .stdin(if stdin.is_some() {
-                        Stdio::piped()
-                    } else {
-                        Stdio::null()
-                    })
+                    .stdin(etcdctl::stdin_pipe(stdin.is_some()))
                     .stdout(Stdio::piped())
                     .stderr(Stdio::null())
                     .spawn()

@@ -6,7 +6,8 @@
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use oxetcd_conformance::{binary_path, free_port, Grpc};
+use oxetcd_tests::process::ChildGuard;
+use oxetcd_tests::{binary_path, Grpc, Ports};
 
 const BINARIES: [&str; 2] = ["oxetcd", "oxetcd-smol"];
 
@@ -98,8 +99,7 @@ fn unusable_data_dir_is_refused() {
     std::fs::write(&file, b"not a directory").expect("write");
     let under_file = file.join("data");
     for binary in BINARIES {
-        let port = free_port().expect("port").to_string();
-        let url = format!("http://127.0.0.1:{port}");
+        let url = Ports::Kernel.http_url();
         refused(
             binary,
             &[
@@ -136,36 +136,35 @@ fn version_is_printed() {
 fn unknown_etcd_variable_is_only_a_warning() {
     for binary in BINARIES {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port().expect("port");
-        let url = format!("http://127.0.0.1:{port}");
+        let url = Ports::Kernel.http_url();
         // Its own peer port too: the default (2380) may be taken on a
         // machine that runs other members.
-        let peer_url = format!("http://127.0.0.1:{}", free_port().expect("port"));
+        let peer_url = Ports::Kernel.http_url();
         let initial_cluster = format!("default={peer_url}");
         let program = binary_path(binary).unwrap_or_else(|e| panic!("{e}"));
-        let mut child = Command::new(program)
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-                "--initial-cluster",
-                &initial_cluster,
-            ])
-            .env("ETCD_DATA_DIR", dir.path().join("data"))
-            .env("ETCD_FROBNICATE", "yes")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
+        let server = ChildGuard::spawn(
+            Command::new(program)
+                .args([
+                    "--listen-client-urls",
+                    &url,
+                    "--advertise-client-urls",
+                    &url,
+                    "--listen-peer-urls",
+                    &peer_url,
+                    "--initial-advertise-peer-urls",
+                    &peer_url,
+                    "--initial-cluster",
+                    &initial_cluster,
+                ])
+                .env("ETCD_DATA_DIR", dir.path().join("data"))
+                .env("ETCD_FROBNICATE", "yes")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+        .expect("spawn");
         let client = Grpc::connect(&url);
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(server);
         client.unwrap_or_else(|e| panic!("{binary} with ETCD_FROBNICATE set: {e}"));
         assert!(
             dir.path().join("data").is_dir(),
@@ -227,8 +226,8 @@ fn removed_and_refused_flags_say_why() {
 fn config_file_starts_the_server_and_routes_its_log() {
     for binary in BINARIES {
         let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("http://127.0.0.1:{}", free_port().expect("port"));
-        let peer_url = format!("http://127.0.0.1:{}", free_port().expect("port"));
+        let url = Ports::Kernel.http_url();
+        let peer_url = Ports::Kernel.http_url();
         let log = dir.path().join("server.log");
         let yaml = format!(
             "name: filed\ndata-dir: {data}\nlisten-client-urls: {url}\n\
@@ -241,14 +240,15 @@ fn config_file_starts_the_server_and_routes_its_log() {
         let file = dir.path().join("etcd.yaml");
         std::fs::write(&file, yaml).expect("write config");
         let program = binary_path(binary).unwrap_or_else(|e| panic!("{e}"));
-        let mut child = Command::new(program)
-            .args(["--config-file", file.to_str().expect("utf-8")])
-            .args(["--name", "ignored-because-of-the-file"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
+        let server = ChildGuard::spawn(
+            Command::new(program)
+                .args(["--config-file", file.to_str().expect("utf-8")])
+                .args(["--name", "ignored-because-of-the-file"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+        .expect("spawn");
         let client = Grpc::connect(&url);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let mut logged = String::new();
@@ -256,8 +256,7 @@ fn config_file_starts_the_server_and_routes_its_log() {
             std::thread::sleep(Duration::from_millis(20));
             logged = std::fs::read_to_string(&log).unwrap_or_default();
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(server);
         client.unwrap_or_else(|e| panic!("{binary} from a config file: {e}"));
         assert!(
             logged.contains("published {Name:filed ClientURLs:"),

@@ -3,8 +3,8 @@
 //! older ones, across overwrites, deletions and a compaction; a compacted
 //! or future revision gets etcd's error.
 
-use oxetcd_conformance::{Grpc, Server, ServerKind};
 use oxetcd_proto::etcdserverpb::{CompactionRequest, DeleteRangeRequest, PutRequest};
+use oxetcd_tests::{Grpc, Server, ServerKind};
 
 fn put(client: &mut Grpc, key: &str, value: &str) {
     client

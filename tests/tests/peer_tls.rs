@@ -21,16 +21,17 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::{free_port, Grpc, Server, ServerKind};
 use oxetcd_proto::etcdserverpb::PutRequest;
-use oxetcd_tests::etcdctl;
+use oxetcd_tests::cluster::MIXED;
+use oxetcd_tests::etcdctl::{ctl, ctl_ok};
+use oxetcd_tests::pki::{logged_refusal, peer_tls_flags, pki};
+use oxetcd_tests::probe::member_id;
+use oxetcd_tests::{Cluster, ClusterOptions, Grpc, Ports, ServerKind};
 use oxetcd_tls::rustls;
-use oxetcd_tls::test_pki::TestPki;
-use serde_json::Value;
 
 /// Longest to wait for a leader that all running members agree on.
 const LEADER_DEADLINE: Duration = Duration::from_secs(15);
@@ -41,297 +42,23 @@ const CATCH_UP_DEADLINE: Duration = Duration::from_secs(20);
 /// Longest a raw socket read may block.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Raft timing: etcd's ratio, elections ten times faster than the default.
-const TIMING: [&str; 4] = ["--heartbeat-interval", "50", "--election-timeout", "500"];
-
 /// A small snapshot count, so a new member is sent a snapshot quickly.
 const SNAPSHOT_COUNT: u64 = 50;
 
-/// Ports are taken from here up, below Linux's ephemeral range
-/// (32768–60999), so no outbound connection of a running member can take
-/// one between its choice and the bind.
-const PORTS_FROM: u16 = 20_000;
-
-/// How many ports [`port`] cycles through.
-const PORTS_SPAN: u16 = 12_000;
-
-/// A port on 127.0.0.1 that was free a moment ago, outside the ephemeral
-/// range, never handed out twice by this process.
-fn port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = u16::try_from(std::process::id() % u32::from(PORTS_SPAN)).unwrap_or(0);
-    for _ in 0..PORTS_SPAN {
-        let offset = NEXT.fetch_add(1, Ordering::Relaxed);
-        let candidate = PORTS_FROM + (start.wrapping_add(offset)) % PORTS_SPAN;
-        if std::net::TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
-            return candidate;
-        }
-    }
-    free_port().expect("port")
-}
-
-/// The test PKI in a temporary directory that lives as long as it.
-struct Pki {
-    _dir: tempfile::TempDir,
-    files: TestPki,
-}
-
-impl std::ops::Deref for Pki {
-    type Target = TestPki;
-
-    fn deref(&self) -> &TestPki {
-        &self.files
-    }
-}
-
-fn pki() -> Pki {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let files = TestPki::write_to(dir.path()).expect("test PKI");
-    Pki { _dir: dir, files }
-}
-
-fn path_arg(flag: &str, path: &Path) -> String {
-    format!("--{flag}={}", path.display())
-}
-
-/// Peer TLS with `cert` and `key`, peers verified against `ca` both ways.
-fn peer_tls_flags(cert: &Path, key: &Path, ca: &Path) -> Vec<String> {
-    vec![
-        path_arg("peer-cert-file", cert),
-        path_arg("peer-key-file", key),
-        path_arg("peer-trusted-ca-file", ca),
-        "--peer-client-cert-auth".to_owned(),
-    ]
-}
-
-struct Member {
-    name: String,
-    kind: ServerKind,
-    client_port: u16,
-    peer_port: u16,
-    data_dir: PathBuf,
-    /// Flags added to every start (the peer TLS flags).
-    extra_args: Vec<String>,
-    server: Option<Server>,
-}
-
-impl Member {
-    fn new(name: &str, kind: ServerKind, root: &Path, extra_args: Vec<String>) -> Self {
-        Self {
-            name: name.to_owned(),
-            kind,
-            client_port: port(),
-            peer_port: port(),
-            data_dir: root.join(name),
-            extra_args,
-            server: None,
-        }
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
-    }
-
-    fn peer_url(&self) -> String {
-        format!("https://127.0.0.1:{}", self.peer_port)
-    }
-
-    fn start(&mut self, initial_cluster: &str, state: &str) {
-        let client_url = format!("http://127.0.0.1:{}", self.client_port);
-        let data_dir = self.data_dir.display().to_string();
-        let snapshot_count = SNAPSHOT_COUNT.to_string();
-        let mut args: Vec<String> = [
-            "--name",
-            &self.name,
-            "--data-dir",
-            &data_dir,
-            "--listen-client-urls",
-            &client_url,
-            "--advertise-client-urls",
-            &client_url,
-            "--listen-peer-urls",
-            &self.peer_url(),
-            "--initial-advertise-peer-urls",
-            &self.peer_url(),
-            "--initial-cluster",
-            initial_cluster,
-            "--initial-cluster-state",
-            state,
-            "--initial-cluster-token",
-            "peer-tls-test",
+/// This file's clusters: `https://` peer URLs with `tls` flags on every
+/// member, ports below the ephemeral range, the harness's fast raft
+/// timing and [`SNAPSHOT_COUNT`].
+fn options(tls: &[String]) -> ClusterOptions {
+    ClusterOptions::new("peer-tls-test")
+        .flags(&[
             "--snapshot-count",
-            &snapshot_count,
+            &SNAPSHOT_COUNT.to_string(),
             "--experimental-snapshot-catchup-entries",
             "10",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(TIMING.iter().map(|s| s.to_string()));
-        args.extend(self.extra_args.iter().cloned());
-        let server = Server::start_args(self.kind, self.client_port, &self.data_dir, &args)
-            .unwrap_or_else(|e| panic!("starting {}: {e}", self.name));
-        self.server = Some(server);
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            server.kill();
-        }
-    }
-
-    fn is_up(&self) -> bool {
-        self.server.is_some()
-    }
-
-    fn log(&self) -> String {
-        self.server.as_ref().map(Server::log).unwrap_or_default()
-    }
-
-    fn log_tail(&self) -> String {
-        self.server
-            .as_ref()
-            .map(Server::log_tail)
-            .unwrap_or_default()
-    }
-}
-
-struct Cluster {
-    members: Vec<Member>,
-    root: tempfile::TempDir,
-}
-
-impl Cluster {
-    /// Starts one member per entry: its kind and its extra flags.
-    fn start(members: Vec<(ServerKind, Vec<String>)>) -> Self {
-        let root = tempfile::tempdir().expect("temp dir");
-        let mut members: Vec<Member> = members
-            .into_iter()
-            .enumerate()
-            .map(|(i, (kind, args))| Member::new(&format!("m{i}"), kind, root.path(), args))
-            .collect();
-        let initial = initial_cluster(&members.iter().collect::<Vec<_>>());
-        for member in &mut members {
-            member.start(&initial, "new");
-        }
-        Self { members, root }
-    }
-
-    /// The position of the leader once every running member in `among`
-    /// reports the same one.
-    fn wait_leader_among(&self, among: &[usize]) -> usize {
-        let started = Instant::now();
-        loop {
-            let up: Vec<usize> = among
-                .iter()
-                .copied()
-                .filter(|i| self.members[*i].is_up())
-                .collect();
-            let statuses: Vec<Option<(u64, u64)>> = up
-                .iter()
-                .map(|i| status(&self.members[*i].address()))
-                .collect();
-            let leaders: Vec<u64> = statuses.iter().map(|s| s.map_or(0, |s| s.1)).collect();
-            if leaders[0] != 0 && leaders.iter().all(|l| *l == leaders[0]) {
-                let found = statuses
-                    .iter()
-                    .position(|s| s.is_some_and(|(id, _)| id == leaders[0]));
-                if let Some(pos) = found {
-                    return up[pos];
-                }
-            }
-            if started.elapsed() > LEADER_DEADLINE {
-                let logs: Vec<String> = self.members.iter().map(Member::log_tail).collect();
-                panic!("no agreed leader within {LEADER_DEADLINE:?}: {leaders:x?}\n{logs:#?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn wait_leader(&self) -> usize {
-        let all: Vec<usize> = (0..self.members.len()).collect();
-        self.wait_leader_among(&all)
-    }
-}
-
-fn initial_cluster(members: &[&Member]) -> String {
-    members
-        .iter()
-        .map(|m| format!("{}={}", m.name, m.peer_url()))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn ctl(address: &str, args: &[&str]) -> etcdctl::Output {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    etcdctl::run(address, &args, None).expect("etcdctl")
-}
-
-fn ctl_ok(address: &str, args: &[&str]) -> String {
-    let out = ctl(address, args);
-    assert_eq!(out.code, 0, "etcdctl {args:?} on {address}: {out:?}");
-    out.stdout
-}
-
-/// (member ID, leader ID) from `endpoint status`, or `None` if the member
-/// does not answer.
-fn status(address: &str) -> Option<(u64, u64)> {
-    let out = ctl(address, &["endpoint", "status", "-w", "json"]);
-    if out.code != 0 {
-        return None;
-    }
-    let json: Value = serde_json::from_str(&out.stdout).ok()?;
-    let status = &json[0]["Status"];
-    Some((
-        status["header"]["member_id"].as_u64()?,
-        status["leader"].as_u64()?,
-    ))
-}
-
-/// Waits until `get key` on `address` prints `value`; `serializable` reads
-/// the member's own state.
-fn try_wait_value(address: &str, key: &str, value: &str, serializable: bool) -> Result<(), String> {
-    let started = Instant::now();
-    let consistency = if serializable { "s" } else { "l" };
-    loop {
-        let out = ctl(
-            address,
-            &[
-                "get",
-                key,
-                "--print-value-only",
-                "--consistency",
-                consistency,
-            ],
-        );
-        if out.code == 0 && out.stdout.trim() == value {
-            return Ok(());
-        }
-        if started.elapsed() > CATCH_UP_DEADLINE {
-            return Err(format!(
-                "{address} did not show {key}={value} within {CATCH_UP_DEADLINE:?}: {out:?}"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn wait_value(cluster: &Cluster, member: usize, key: &str, value: &str, serializable: bool) {
-    if let Err(e) = try_wait_value(&cluster.members[member].address(), key, value, serializable) {
-        let logs: Vec<String> = cluster.members.iter().map(Member::log_tail).collect();
-        panic!("{e}\n{logs:#?}");
-    }
-}
-
-/// The hex ID of the member with `peer_url` from `member list`.
-fn member_id(address: &str, peer_url: &str) -> String {
-    let list = ctl_ok(address, &["member", "list"]);
-    list.lines()
-        .find(|line| line.split(", ").nth(3) == Some(peer_url))
-        .and_then(|line| line.split(", ").next())
-        .unwrap_or_else(|| panic!("no member at {peer_url} in {list}"))
-        .to_owned()
+        ])
+        .peer_tls(tls)
+        .ports(Ports::BELOW_EPHEMERAL)
+        .deadlines(LEADER_DEADLINE, CATCH_UP_DEADLINE)
 }
 
 /// Writes on the leader are read back on every member; the leader is
@@ -343,7 +70,7 @@ fn secure_cluster(kinds: [ServerKind; 3], learner_kind: ServerKind, allowed: &st
     let pki = pki();
     let mut flags = peer_tls_flags(&pki.peer_cert, &pki.peer_key, &pki.ca);
     flags.push(allowed.to_owned());
-    let mut cluster = Cluster::start(kinds.iter().map(|k| (*k, flags.clone())).collect());
+    let mut cluster = Cluster::start(options(&flags), &kinds);
     let leader = cluster.wait_leader();
     for member in &cluster.members {
         assert!(
@@ -354,7 +81,7 @@ fn secure_cluster(kinds: [ServerKind; 3], learner_kind: ServerKind, allowed: &st
     }
     ctl_ok(&cluster.members[leader].address(), &["put", "k1", "v1"]);
     for member in 0..3 {
-        wait_value(&cluster, member, "k1", "v1", false);
+        cluster.wait_value(member, "k1", "v1", false);
     }
 
     cluster.members[leader].kill();
@@ -364,11 +91,10 @@ fn secure_cluster(kinds: [ServerKind; 3], learner_kind: ServerKind, allowed: &st
         .find(|i| *i != leader && *i != new_leader)
         .expect("a follower");
     ctl_ok(&cluster.members[follower].address(), &["put", "k2", "v2"]);
-    wait_value(&cluster, new_leader, "k2", "v2", false);
-    let initial = initial_cluster(&cluster.members.iter().collect::<Vec<_>>());
-    cluster.members[leader].start(&initial, "new");
-    wait_value(&cluster, leader, "k2", "v2", true);
-    wait_value(&cluster, leader, "k2", "v2", false);
+    cluster.wait_value(new_leader, "k2", "v2", false);
+    cluster.members[leader].restart();
+    cluster.wait_value(leader, "k2", "v2", true);
+    cluster.wait_value(leader, "k2", "v2", false);
     let recovered = started.elapsed();
 
     // Well past the snapshot count: the log is compacted, so the learner
@@ -387,26 +113,9 @@ fn secure_cluster(kinds: [ServerKind; 3], learner_kind: ServerKind, allowed: &st
     }
     ctl_ok(&leader_address, &["put", "last", "written"]);
 
-    let root = cluster.root.path().to_path_buf();
-    let mut learner = Member::new("m3", learner_kind, &root, flags.clone());
-    let added = ctl_ok(
-        &leader_address,
-        &[
-            "member",
-            "add",
-            "m3",
-            "--learner",
-            "--peer-urls",
-            &learner.peer_url(),
-        ],
-    );
-    assert!(added.contains("added"), "{added}");
-    let mut everyone: Vec<&Member> = cluster.members.iter().collect();
-    everyone.push(&learner);
-    let initial = initial_cluster(&everyone);
-    learner.start(&initial, "existing");
+    let learner = cluster.add_member(leader, "m3", learner_kind, true);
     cluster.members.push(learner);
-    wait_value(&cluster, 3, "last", "written", true);
+    cluster.wait_value(3, "last", "written", true);
     // The data is readable a moment before the node logs the install.
     let waited = Instant::now();
     while !cluster.members[3].log().contains("installed a snapshot") {
@@ -443,9 +152,9 @@ fn secure_cluster(kinds: [ServerKind; 3], learner_kind: ServerKind, allowed: &st
     assert_eq!(member_id(&leader_address, &moved), first_id);
     ctl_ok(&leader_address, &["put", "after", "update"]);
     for member in 0..3 {
-        wait_value(&cluster, member, "after", "update", false);
+        cluster.wait_value(member, "after", "update", false);
     }
-    wait_value(&cluster, 3, "after", "update", true);
+    cluster.wait_value(3, "after", "update", true);
     eprintln!(
         "{kinds:?}: leader kill recovered after {recovered:?}; learner {learner_id} caught \
          up; whole test {:?}",
@@ -465,11 +174,7 @@ fn tls_cluster_replicates_survives_a_leader_kill_and_adds_a_learner() {
 #[test]
 fn mixed_tls_cluster_replicates_survives_a_leader_kill_and_adds_a_learner() {
     secure_cluster(
-        [
-            ServerKind::Oxetcd,
-            ServerKind::OxetcdSmol,
-            ServerKind::Oxetcd,
-        ],
+        MIXED,
         ServerKind::OxetcdSmol,
         "--peer-cert-allowed-cn=oxetcd test",
     );
@@ -483,9 +188,9 @@ fn raw_tls(
     key: &Path,
     ca: &Path,
 ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
-    let settings = oxetcd_tls::PeerSettings {
+    let settings = oxetcd_tls::PortSettings {
         trusted_ca_file: Some(ca.to_path_buf()),
-        ..oxetcd_tls::PeerSettings::new(cert, key)
+        ..oxetcd_tls::PortSettings::new(oxetcd_tls::Port::Peer, cert, key)
     };
     let config: Arc<rustls::ClientConfig> = settings.client().map_err(|e| e.to_string())?;
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
@@ -590,15 +295,13 @@ fn a_member_with_a_certificate_from_another_ca_is_refused() {
     let pki = pki();
     let good = peer_tls_flags(&pki.peer_cert, &pki.peer_key, &pki.ca);
     let stranger = peer_tls_flags(&pki.other_peer_cert, &pki.other_peer_key, &pki.ca);
-    let cluster = Cluster::start(vec![
-        (ServerKind::Oxetcd, good.clone()),
-        (ServerKind::OxetcdSmol, good),
-        (ServerKind::Oxetcd, stranger),
-    ]);
+    let mut cluster = Cluster::plan(options(&good), &MIXED);
+    cluster.members[2].peer_tls = Some(stranger);
+    cluster.start_all();
     let leader = cluster.wait_leader_among(&[0, 1]);
     ctl_ok(&cluster.members[leader].address(), &["put", "k", "v1"]);
-    wait_value(&cluster, 0, "k", "v1", false);
-    wait_value(&cluster, 1, "k", "v1", false);
+    cluster.wait_value(0, "k", "v1", false);
+    cluster.wait_value(1, "k", "v1", false);
     // The stranger never hears of the write: no link carries it.
     std::thread::sleep(Duration::from_millis(500));
     let out = ctl(
@@ -610,17 +313,8 @@ fn a_member_with_a_certificate_from_another_ca_is_refused() {
         "the stranger has the data: {out:?}"
     );
     for member in &cluster.members[..2] {
-        let log = member.log();
-        // etcd's wording, which runbooks and etcd's own tests match on
-        // (plain or JSON lines: the parts are matched, not the quoting).
-        let refusal = [
-            "rejected connection from",
-            "127.0.0.1:",
-            "tls: bad certificate",
-        ];
         assert!(
-            log.lines()
-                .any(|line| refusal.iter().all(|part| line.contains(part))),
+            logged_refusal(&member.log(), "tls: bad certificate"),
             "{} logged no refused handshake:\n{}",
             member.name,
             member.log_tail()
@@ -657,7 +351,7 @@ fn a_member_with_a_certificate_from_another_ca_is_refused() {
     // The two good members still serve, with the same leader.
     assert_eq!(cluster.wait_leader_among(&[0, 1]), leader);
     ctl_ok(&cluster.members[1].address(), &["put", "k", "v2"]);
-    wait_value(&cluster, 0, "k", "v2", false);
+    cluster.wait_value(0, "k", "v2", false);
     eprintln!("refusal test took {:?}", started.elapsed());
 }
 
@@ -666,16 +360,11 @@ fn a_member_with_a_certificate_from_another_ca_is_refused() {
 #[test]
 fn auto_tls_members_form_a_cluster() {
     let started = Instant::now();
-    let auto = vec!["--peer-auto-tls".to_owned()];
-    let cluster = Cluster::start(vec![
-        (ServerKind::Oxetcd, auto.clone()),
-        (ServerKind::OxetcdSmol, auto.clone()),
-        (ServerKind::Oxetcd, auto),
-    ]);
+    let cluster = Cluster::start(options(&["--peer-auto-tls".to_owned()]), &MIXED);
     let leader = cluster.wait_leader();
     ctl_ok(&cluster.members[leader].address(), &["put", "auto", "tls"]);
     for member in 0..3 {
-        wait_value(&cluster, member, "auto", "tls", false);
+        cluster.wait_value(member, "auto", "tls", false);
     }
     for member in &cluster.members {
         let cert = member

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use oxetcd_conformance::{Grpc, Server, ServerKind};
 use oxetcd_proto::etcdserverpb::{PutRequest, RangeRequest};
+use oxetcd_tests::{Grpc, Server, ServerKind};
 
 /// etcd's cluster ID for a default single member.
 const DEFAULT_CLUSTER_ID: &str = "cdf818194e3a8c32";

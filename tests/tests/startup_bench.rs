@@ -15,9 +15,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::ServerKind;
 use oxetcd_proto::etcdserverpb::kv_client::KvClient;
 use oxetcd_proto::etcdserverpb::PutRequest;
+use oxetcd_tests::process::ChildGuard;
+use oxetcd_tests::ServerKind;
 use tonic::transport::Endpoint;
 
 /// Starts measured per server.
@@ -37,27 +38,27 @@ async fn start_to_first_put(kind: ServerKind) -> Result<Duration, String> {
     let client = format!("http://127.0.0.1:{CLIENT_PORT}");
     let peer = format!("http://127.0.0.1:{PEER_PORT}");
     let started = Instant::now();
-    let mut child = Command::new(kind.program()?)
-        .args(["--name", "bench", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .args([
-            "--listen-client-urls",
-            &client,
-            "--advertise-client-urls",
-            &client,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer,
-            "--initial-advertise-peer-urls",
-            &peer,
-        ])
-        .args(["--initial-cluster", &format!("bench={peer}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("spawn {}: {e}", kind.name()))?;
+    let server = ChildGuard::spawn(
+        Command::new(kind.program()?)
+            .args(["--name", "bench", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("bench={peer}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )?;
     let endpoint = Endpoint::from_shared(client.clone())
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_millis(200))
@@ -78,8 +79,7 @@ async fn start_to_first_put(kind: ServerKind) -> Result<Duration, String> {
         }
         tokio::time::sleep(RETRY).await;
     };
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     outcome
 }
 

@@ -14,14 +14,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::{binary_path, free_port, Server, ServerKind};
 use oxetcd_tests::etcdctl::{self, Output};
+use oxetcd_tests::pki::{logged_refusal, path_arg, pki, Pki};
+use oxetcd_tests::{binary_path, Launch, Ports, Server, ServerKind};
 use oxetcd_tls::rustls;
-use oxetcd_tls::test_pki::TestPki;
 use serde_json::Value;
-
-/// Longest one oxetcdctl run of [`oxetcdctl_exactly`] may take.
-const CLIENT_DEADLINE: Duration = Duration::from_secs(20);
 
 /// Longest a raw socket read may block in these tests.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,35 +28,6 @@ const READY_LINE: &str = "enabled capabilities for version";
 
 /// Longest a server may take to log [`READY_LINE`].
 const READY_DEADLINE: Duration = Duration::from_secs(20);
-
-// ---------------------------------------------------------------------
-// Certificates.
-
-/// The test PKI, as PEM files in a temporary directory.
-struct Pki {
-    dir: tempfile::TempDir,
-    files: TestPki,
-}
-
-impl std::ops::Deref for Pki {
-    type Target = TestPki;
-
-    fn deref(&self) -> &TestPki {
-        &self.files
-    }
-}
-
-impl Pki {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let files = TestPki::write_to(dir.path()).expect("test PKI");
-        Self { dir, files }
-    }
-}
-
-fn path_arg(flag: &str, path: &Path) -> String {
-    format!("--{flag}={}", path.display())
-}
 
 // ---------------------------------------------------------------------
 // Servers.
@@ -74,23 +42,15 @@ struct Running {
 /// waited for) with `flags` added; the URLs are advertised as given.
 fn start(kind: ServerKind, client_urls: &[String], flags: &[String]) -> Result<Running, String> {
     let data = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let data_dir = data.path().join("data");
-    let port = client_urls
-        .first()
-        .and_then(|u| u.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .ok_or("a client URL with a port is needed")?;
-    let urls = client_urls.join(",");
-    let mut args = vec![
-        "--name".to_owned(),
-        "default".to_owned(),
-        format!("--data-dir={}", data_dir.display()),
-        format!("--listen-client-urls={urls}"),
-        format!("--advertise-client-urls={urls}"),
-        format!("--listen-peer-urls=http://127.0.0.1:{}", free_port()?),
-    ];
-    args.extend_from_slice(flags);
-    let server = Server::start_args(kind, port, &data_dir, &args)?;
+    let server = Launch::new(
+        kind,
+        "default",
+        &data.path().join("data"),
+        client_urls.to_vec(),
+        Ports::Kernel.http_url(),
+    )
+    .flags(flags)
+    .start()?;
     // The port accepts connections from the moment it is bound, before
     // certificates are loaded or made; the readiness line comes after.
     let started = Instant::now();
@@ -110,14 +70,10 @@ fn start(kind: ServerKind, client_urls: &[String], flags: &[String]) -> Result<R
     })
 }
 
-fn https_url() -> String {
-    format!("https://127.0.0.1:{}", free_port().expect("port"))
-}
-
 /// Starts `kind` on one `https://` URL with the test PKI's server
 /// certificate and `flags`; returns it and its URL.
 fn start_tls(kind: ServerKind, pki: &Pki, flags: &[&str]) -> (Running, String) {
-    let url = https_url();
+    let url = Ports::Kernel.https_url();
     let mut all = vec![
         path_arg("cert-file", &pki.server_cert),
         path_arg("key-file", &pki.server_key),
@@ -151,33 +107,10 @@ fn oxetcdctl(endpoint: &str, tls: &[String], command: &str) -> Output {
 }
 
 /// oxetcdctl with exactly `args` (no default flags; clap refuses a flag
-/// given twice), killed if it runs past [`CLIENT_DEADLINE`].
+/// given twice), killed if it runs too long.
 fn oxetcdctl_exactly(args: &[String]) -> Output {
     let program = binary_path("oxetcdctl").unwrap_or_else(|e| panic!("{e}"));
-    let mut child = std::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn oxetcdctl");
-    let started = Instant::now();
-    loop {
-        match child.try_wait().expect("wait") {
-            Some(_) => break,
-            None if started.elapsed() > CLIENT_DEADLINE => {
-                let _ = child.kill();
-                panic!("oxetcdctl {args:?} ran longer than {CLIENT_DEADLINE:?}");
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-    let output = child.wait_with_output().expect("output");
-    Output {
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        code: output.status.code().unwrap_or(-1),
-    }
+    etcdctl::run_exactly(&program, args, None).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Asserts a client failed with a request error, not a usage error.
@@ -274,7 +207,7 @@ fn raw_exchange(url: &str, bytes: &[u8]) -> Result<Vec<u8>, String> {
 // etcdctl against the oxetcd binaries.
 
 fn etcdctl_works_over_tls(kind: ServerKind) {
-    let pki = Pki::new();
+    let pki = pki();
     let (running, url) = start_tls(kind, &pki, &[]);
     let server = &running.server;
     let tls = cacert(&pki.ca);
@@ -327,7 +260,7 @@ fn etcdctl_over_tls_against_oxetcd_smol() {
 }
 
 fn client_certificates_are_required(kind: ServerKind) {
-    let pki = Pki::new();
+    let pki = pki();
     let (running, url) = start_tls(
         kind,
         &pki,
@@ -361,16 +294,9 @@ fn client_certificates_are_required(kind: ServerKind) {
         started.elapsed()
     );
     // The server says who it refused and why, as etcd words it.
-    // (Plain or JSON lines: the parts are matched, not the quoting.)
     let log = server.log();
-    let refusal = [
-        "rejected connection from",
-        "127.0.0.1:",
-        "tls: client didn't provide",
-    ];
     assert!(
-        log.lines()
-            .any(|line| refusal.iter().all(|part| line.contains(part))),
+        logged_refusal(&log, "tls: client didn't provide"),
         "{}: no refusal logged:\n{log}",
         kind.name()
     );
@@ -417,7 +343,7 @@ const SESSION: &[&str] = &[
 /// Runs [`SESSION`] with `client` on a fresh TLS server of `kind`,
 /// normalised.
 fn session(kind: ServerKind, client: fn(&str, &[String], &str) -> Output) -> Vec<Output> {
-    let pki = Pki::new();
+    let pki = pki();
     let (running, url) = start_tls(kind, &pki, &[]);
     let tls = cacert(&pki.ca);
     SESSION
@@ -464,7 +390,7 @@ fn oxetcdctl_over_tls_prints_what_etcdctl_prints() {
 
 #[test]
 fn oxetcdctl_skips_verification_when_asked() {
-    let pki = Pki::new();
+    let pki = pki();
     let (running, url) = start_tls(ServerKind::Oxetcd, &pki, &[]);
     let server = &running.server;
     let skip = vec!["--insecure-skip-tls-verify".to_owned()];
@@ -493,7 +419,7 @@ fn oxetcdctl_skips_verification_when_asked() {
 
 #[test]
 fn a_wrong_ca_fails_clearly_and_quickly() {
-    let pki = Pki::new();
+    let pki = pki();
     let (_running, url) = start_tls(ServerKind::Oxetcd, &pki, &[]);
     let started = Instant::now();
     let output = oxetcdctl(&url, &cacert(&pki.other_ca), "get k");
@@ -525,10 +451,10 @@ fn a_wrong_ca_fails_clearly_and_quickly() {
 
 #[test]
 fn failover_moves_across_tls_endpoints() {
-    let pki = Pki::new();
+    let pki = pki();
     let (running, url) = start_tls(ServerKind::Oxetcd, &pki, &[]);
     // Nothing listens on the first endpoint.
-    let dead = https_url();
+    let dead = Ports::Kernel.https_url();
     let endpoints = format!("{dead},{url}");
     let put = oxetcdctl(&endpoints, &cacert(&pki.ca), "put failover ok");
     succeeded("put with a dead first endpoint", &put, &running.server);
@@ -545,7 +471,7 @@ fn failover_moves_across_tls_endpoints() {
 // Bad traffic on the TLS port, plaintext beside it, broken setups.
 
 fn bad_traffic_ends_one_connection(kind: ServerKind) {
-    let pki = Pki::new();
+    let pki = pki();
     let (running, url) = start_tls(kind, &pki, &[]);
     let server = &running.server;
     for bytes in [
@@ -592,9 +518,9 @@ fn bad_traffic_on_the_tls_port_of_oxetcd_smol() {
 
 #[test]
 fn http_and_https_side_by_side() {
-    let pki = Pki::new();
-    let secure = https_url();
-    let plain = format!("http://127.0.0.1:{}", free_port().expect("port"));
+    let pki = pki();
+    let secure = Ports::Kernel.https_url();
+    let plain = Ports::Kernel.http_url();
     let running = start(
         ServerKind::Oxetcd,
         &[secure.clone(), plain.clone()],
@@ -636,7 +562,7 @@ fn http_and_https_side_by_side() {
 
 #[test]
 fn auto_tls_serves_a_self_signed_certificate() {
-    let url = https_url();
+    let url = Ports::Kernel.https_url();
     let running = start(
         ServerKind::Oxetcd,
         std::slice::from_ref(&url),
@@ -674,7 +600,7 @@ fn auto_tls_serves_a_self_signed_certificate() {
 
 #[test]
 fn broken_tls_setups_stop_the_server_with_a_clear_error() {
-    let pki = Pki::new();
+    let pki = pki();
     let missing = pki.dir.path().join("no-such-cert.pem");
     for (flags, expected) in [
         (vec![], "must be provided for client url"),
@@ -709,7 +635,7 @@ fn broken_tls_setups_stop_the_server_with_a_clear_error() {
             "client-key.pem",
         ),
     ] {
-        let url = https_url();
+        let url = Ports::Kernel.https_url();
         let error = match start(ServerKind::Oxetcd, &[url], &flags) {
             Ok(_) => panic!("{flags:?}: the server started"),
             Err(e) => e,
@@ -720,7 +646,7 @@ fn broken_tls_setups_stop_the_server_with_a_clear_error() {
 
 #[test]
 fn bench_runs_over_tls() {
-    let pki = Pki::new();
+    let pki = pki();
     let (running, url) = start_tls(ServerKind::OxetcdSmol, &pki, &[]);
     let output = oxetcdctl_exactly(&[
         format!("--endpoints={url}"),

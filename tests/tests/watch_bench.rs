@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_proto::etcdserverpb::kv_client::KvClient;
 use oxetcd_proto::etcdserverpb::lease_client::LeaseClient;
 use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
@@ -30,6 +29,7 @@ use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
 use oxetcd_proto::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, PutRequest, WatchCreateRequest, WatchRequest,
 };
+use oxetcd_tests::{Server, ServerKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};

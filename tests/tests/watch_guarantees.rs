@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_proto::etcdserverpb::kv_client::KvClient;
 use oxetcd_proto::etcdserverpb::request_op::Request as Op;
 use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
@@ -29,6 +28,7 @@ use oxetcd_proto::etcdserverpb::{
     DeleteRangeRequest, PutRequest, RequestOp, TxnRequest, WatchCreateRequest,
     WatchProgressRequest, WatchRequest,
 };
+use oxetcd_tests::{Server, ServerKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};

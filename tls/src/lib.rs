@@ -7,16 +7,18 @@
 //!   implements the same traits itself. The server wraps its runtime's
 //!   accepted sockets with it (tokio or smol alike: this crate knows no
 //!   runtime), and `oxetcdctl` hands it to tonic through a connector.
-//! - [`ServerSettings`] and [`ClientSettings`] build rustls configurations
-//!   from PEM files named by etcd's flags (`--cert-file`, `--key-file`,
-//!   `--trusted-ca-file`, `--client-cert-auth`; `--cacert`, `--cert`,
-//!   `--key`, `--insecure-skip-tls-verify`), with the protocol versions and
-//!   cipher suites of `--tls-min-version`, `--tls-max-version` and
-//!   `--cipher-suites`. The server re-reads its certificate and key when
-//!   their files change, so a rotated certificate needs no restart.
-//! - [`PeerSettings`] builds both sides of member-to-member TLS from the
-//!   `--peer-*` flags: one certificate served to members that dial in and
-//!   presented to members dialed.
+//! - [`PortSettings`] builds the rustls configurations of a member's ports
+//!   from PEM files named by etcd's flags, the client port's
+//!   (`--cert-file`, `--key-file`, `--trusted-ca-file`, …) and the peer
+//!   port's (`--peer-cert-file`, … and `--peer-cert-allowed-*`) alike, with
+//!   the protocol versions and cipher suites of `--tls-min-version`,
+//!   `--tls-max-version` and `--cipher-suites`. The peer port differs only
+//!   in data ([`Port`], [`AllowedPeer`], and its client side: one
+//!   certificate served to members that dial in and presented to members
+//!   dialed). The certificate and key are re-read when their files change,
+//!   so a rotated certificate needs no restart.
+//! - [`ClientSettings`] builds etcdctl's side from `--cacert`, `--cert`,
+//!   `--key` and `--insecure-skip-tls-verify`.
 //! - [`self_signed`] makes the certificate of `--auto-tls` and
 //!   `--peer-auto-tls`; [`test_pki`] makes a CA and certificates for tests.
 //! - [`coalesce::WriteCoalesce`], another stream over the same traits,
@@ -31,9 +33,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod allowed;
 pub mod coalesce;
 mod error;
-mod peer;
+mod port;
 mod reload;
 mod self_signed;
 mod settings;
@@ -41,11 +44,12 @@ mod stream;
 pub mod test_pki;
 mod verify;
 
+pub use allowed::AllowedPeer;
 pub use error::TlsError;
-pub use peer::{AllowedPeer, PeerSettings};
+pub use port::{Port, PortSettings};
 pub use self_signed::self_signed;
 pub use settings::{
-    parse_cipher_suites, ClientSettings, ServerSettings, TlsVersion, Versions, ALPN_H2, ALPN_HTTP11,
+    parse_cipher_suites, ClientSettings, TlsVersion, Versions, ALPN_H2, ALPN_HTTP11,
 };
 pub use stream::TlsStream;
 

@@ -1,37 +1,32 @@
-//! rustls configurations from the files and options etcd's flags name.
+//! rustls configurations from the files and options etcd's flags name:
+//! what the ports' settings (`port.rs`) and etcdctl's share.
 //!
 //! Design: a settings struct holds paths and choices only (cheap to
-//! compare and print, as the server's `Config` needs); `build` reads the
-//! files and makes the rustls configuration, failing with a [`TlsError`]
-//! that names the file at fault. Cryptography is always rustls's ring
-//! provider, narrowed to the configured protocol versions and TLS 1.2
-//! cipher suites.
+//! compare and print, as the server's `Config` needs); building it reads
+//! the files and makes the rustls configuration, failing with a
+//! [`TlsError`] that names the file at fault. Cryptography is always
+//! rustls's ring provider, narrowed to the configured protocol versions
+//! and TLS 1.2 cipher suites.
 //!
-//! The server offers ALPN `h2` and `http/1.1`: gRPC and the HTTP endpoints
-//! share the port, as they do in plaintext. It asks every client for a
-//! certificate chaining to `--trusted-ca-file` when one is given — etcd
-//! does the same, with or without `--client-cert-auth`. The client offers
-//! `h2` only (gRPC), verifies the server against `--cacert` or else the
-//! system's CAs, and with `--insecure-skip-tls-verify` accepts any
-//! server certificate while still checking that the server holds its key
-//! (see `verify.rs`).
+//! etcdctl's side, [`ClientSettings`], offers `h2` only (gRPC), verifies
+//! the server against `--cacert` or else the system's CAs, and with
+//! `--insecure-skip-tls-verify` accepts any server certificate while still
+//! checking that the server holds its key (see `verify.rs`).
 
 use std::fs::File;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::client::WantsClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
-use rustls::server::danger::ClientCertVerifier;
-use rustls::server::WebPkiClientVerifier;
 use rustls::{
-    CipherSuite, ClientConfig, RootCertStore, ServerConfig, SupportedCipherSuite,
-    SupportedProtocolVersion,
+    CipherSuite, ClientConfig, ConfigBuilder, RootCertStore, SupportedCipherSuite,
+    SupportedProtocolVersion, WantsVerifier,
 };
 
-use crate::reload::ReloadingCert;
 use crate::verify::AcceptAnyServerCert;
 use crate::TlsError;
 
@@ -230,92 +225,6 @@ pub(crate) fn provider(tls12: &[CipherSuite]) -> Arc<CryptoProvider> {
     Arc::new(provider)
 }
 
-/// The server side of the client port: `--cert-file`, `--key-file`,
-/// `--trusted-ca-file`, versions and cipher suites. The certificate and
-/// key are re-read when their files change (see `reload.rs`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerSettings {
-    /// The server's certificate chain, leaf first.
-    pub cert_file: PathBuf,
-    /// The key of the leaf certificate.
-    pub key_file: PathBuf,
-    /// When set, every client must present a certificate chaining to one
-    /// of these CAs.
-    pub client_ca_file: Option<PathBuf>,
-    /// Certificate revocation lists (DER or PEM): a client certificate
-    /// they revoke is refused. Checked only where client certificates
-    /// are (`client_ca_file`).
-    pub crl_file: Option<PathBuf>,
-    /// Protocol versions to speak.
-    pub versions: Versions,
-    /// TLS 1.2 suites to offer (empty: all).
-    pub cipher_suites: Vec<CipherSuite>,
-}
-
-impl ServerSettings {
-    /// Settings serving `cert_file` with `key_file`, without client
-    /// certificates, on TLS 1.2 and 1.3 with every suite.
-    pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> Self {
-        Self {
-            cert_file: cert_file.into(),
-            key_file: key_file.into(),
-            client_ca_file: None,
-            crl_file: None,
-            versions: Versions::default(),
-            cipher_suites: Vec::new(),
-        }
-    }
-
-    /// Reads the files and builds the configuration.
-    pub fn build(&self) -> Result<Arc<ServerConfig>, TlsError> {
-        let mut config = self.config(|verifier| verifier)?;
-        config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
-        Ok(Arc::new(config))
-    }
-
-    /// The configuration without ALPN, serving the (reloading) certificate,
-    /// with `restrict` applied to the client verifier when a client CA is
-    /// set. The peer port builds on it too.
-    pub(crate) fn config(
-        &self,
-        restrict: impl FnOnce(Arc<dyn ClientCertVerifier>) -> Arc<dyn ClientCertVerifier>,
-    ) -> Result<ServerConfig, TlsError> {
-        check_suites(self.versions, &self.cipher_suites)?;
-        let provider = provider(&self.cipher_suites);
-        let identity = ReloadingCert::new(
-            self.cert_file.clone(),
-            self.key_file.clone(),
-            provider.clone(),
-        )?;
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&self.versions.rustls())
-            .map_err(|e| TlsError::Config(format!("cannot serve these TLS versions: {e}")))?;
-        let builder = match &self.client_ca_file {
-            Some(path) => {
-                let roots = root_store(path)?;
-                let mut verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
-                if let Some(crl_file) = &self.crl_file {
-                    // As etcd: the presented certificate's serial is looked
-                    // up in the lists; a certificate they do not cover
-                    // passes.
-                    verifier = verifier
-                        .with_crls(revocation_lists(crl_file)?)
-                        .only_check_end_entity_revocation()
-                        .allow_unknown_revocation_status();
-                }
-                let verifier = verifier.build().map_err(|e| TlsError::TrustAnchors {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?;
-                builder.with_client_cert_verifier(restrict(verifier))
-            }
-            None => builder.with_no_client_auth(),
-        };
-        Ok(builder.with_cert_resolver(Arc::new(identity)))
-    }
-}
-
 /// `--cipher-suites` names TLS 1.2 suites only: refused when TLS 1.3 is
 /// the lowest version.
 pub(crate) fn check_suites(versions: Versions, suites: &[CipherSuite]) -> Result<(), TlsError> {
@@ -351,20 +260,13 @@ impl ClientSettings {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?;
-        // A named CA file is read even when verification is skipped, so a
-        // typo in it is reported rather than ignored.
-        let roots = self.ca_file.as_deref().map(root_store).transpose()?;
-        let builder = if self.skip_verify {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert::new(provider)))
-        } else {
-            let roots = match roots {
-                Some(roots) => roots,
-                None => native_roots()?,
-            };
-            builder.with_root_certificates(roots)
-        };
+        let builder = verify_servers(
+            builder,
+            provider,
+            self.ca_file.as_deref(),
+            self.skip_verify,
+            |e| e,
+        )?;
         let mut config = match (&self.cert_file, &self.key_file) {
             (Some(cert), Some(key)) => builder
                 .with_client_auth_cert(certificates(cert)?, private_key(key)?)
@@ -384,6 +286,32 @@ impl ClientSettings {
         config.alpn_protocols = vec![ALPN_H2.to_vec()];
         Ok(Arc::new(config))
     }
+}
+
+/// How a client configuration verifies servers: against the CAs in
+/// `ca_file`, or else the system's (`no_system_roots` may reword the
+/// error when there are none); with `skip_verify`, not at all beyond the
+/// handshake's signatures (see `verify.rs`). A named CA file is read even
+/// when verification is skipped, so a typo in it is reported rather than
+/// ignored.
+pub(crate) fn verify_servers(
+    builder: ConfigBuilder<ClientConfig, WantsVerifier>,
+    provider: Arc<CryptoProvider>,
+    ca_file: Option<&Path>,
+    skip_verify: bool,
+    no_system_roots: impl FnOnce(TlsError) -> TlsError,
+) -> Result<ConfigBuilder<ClientConfig, WantsClientCert>, TlsError> {
+    let roots = ca_file.map(root_store).transpose()?;
+    if skip_verify {
+        return Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert::new(provider))));
+    }
+    let roots = match roots {
+        Some(roots) => roots,
+        None => native_roots().map_err(no_system_roots)?,
+    };
+    Ok(builder.with_root_certificates(roots))
 }
 
 /// A PEM file's bytes, bounded by [`PEM_FILE_BYTES_MAX`].
@@ -499,6 +427,7 @@ pub(crate) fn native_roots() -> Result<RootCertStore, TlsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Port, PortSettings};
 
     /// A self-signed certificate and its key, as PEM files in `dir`.
     fn identity(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -525,30 +454,40 @@ mod tests {
         std::fs::write(&text, "not pem at all\n").expect("write");
         let missing = dir.path().join("missing.pem");
 
-        let error = ServerSettings::new(&missing, &key).build().unwrap_err();
+        let error = PortSettings::new(Port::Client, &missing, &key)
+            .server()
+            .unwrap_err();
         assert!(matches!(error, TlsError::Read { .. }), "{error}");
         assert!(error.to_string().contains("missing.pem"), "{error}");
 
-        let error = ServerSettings::new(&text, &key).build().unwrap_err();
+        let error = PortSettings::new(Port::Client, &text, &key)
+            .server()
+            .unwrap_err();
         assert!(matches!(error, TlsError::NoCertificate { .. }), "{error}");
         assert!(error.to_string().contains("text.pem"), "{error}");
 
         // A certificate file is not a key file.
-        let error = ServerSettings::new(&cert, &cert).build().unwrap_err();
+        let error = PortSettings::new(Port::Client, &cert, &cert)
+            .server()
+            .unwrap_err();
         assert!(matches!(error, TlsError::NoPrivateKey { .. }), "{error}");
 
-        let error = ServerSettings::new(&cert, &other_key).build().unwrap_err();
+        let error = PortSettings::new(Port::Client, &cert, &other_key)
+            .server()
+            .unwrap_err();
         assert!(matches!(error, TlsError::Identity { .. }), "{error}");
         assert!(error.to_string().contains("b-key.pem"), "{error}");
 
-        let mut settings = ServerSettings::new(&cert, &key);
-        settings.client_ca_file = Some(text.clone());
+        let mut settings = PortSettings::new(Port::Client, &cert, &key);
+        settings.trusted_ca_file = Some(text.clone());
         assert!(matches!(
-            settings.build().unwrap_err(),
+            settings.server().unwrap_err(),
             TlsError::NoCertificate { .. }
         ));
-        settings.client_ca_file = Some(cert.clone());
-        settings.build().expect("a certificate is a usable CA file");
+        settings.trusted_ca_file = Some(cert.clone());
+        settings
+            .server()
+            .expect("a certificate is a usable CA file");
 
         let client = ClientSettings {
             ca_file: Some(missing.clone()),
@@ -634,19 +573,5 @@ mod tests {
             error.to_string().contains("none of the cipher suites"),
             "{error}"
         );
-    }
-
-    #[test]
-    fn cipher_suites_need_tls12() {
-        let dir = tempfile::tempdir().expect("dir");
-        let (cert, key) = identity(dir.path(), "a");
-        let mut settings = ServerSettings::new(cert, key);
-        settings.cipher_suites = vec![CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256];
-        settings.build().expect("TLS 1.2 and 1.3");
-        settings.versions = Versions::new(TlsVersion::Tls13, TlsVersion::Tls13).expect("v");
-        assert!(matches!(
-            settings.build().unwrap_err(),
-            TlsError::CipherSuites(_)
-        ));
     }
 }

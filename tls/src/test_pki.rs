@@ -81,6 +81,32 @@ impl TestPki {
     }
 }
 
+/// A test PKI together with what keeps its directory alive (a
+/// `tempfile::TempDir`, in tests): the files last as long as it does, and
+/// it reads as the [`TestPki`] it holds.
+#[derive(Debug)]
+pub struct TestPkiIn<D> {
+    /// The directory's owner.
+    pub dir: D,
+    files: TestPki,
+}
+
+impl<D: AsRef<Path>> TestPkiIn<D> {
+    /// Makes fresh keys and certificates and writes them into `dir`.
+    pub fn write(dir: D) -> io::Result<Self> {
+        let files = TestPki::write_to(dir.as_ref())?;
+        Ok(Self { dir, files })
+    }
+}
+
+impl<D> std::ops::Deref for TestPkiIn<D> {
+    type Target = TestPki;
+
+    fn deref(&self) -> &TestPki {
+        &self.files
+    }
+}
+
 struct Authority {
     cert: Certificate,
     key: KeyPair,

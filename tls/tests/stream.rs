@@ -13,10 +13,9 @@ use std::task::{Context, Poll, Waker};
 use futures_lite::future;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use oxetcd_tls::rustls::pki_types::ServerName;
-use oxetcd_tls::test_pki::TestPki;
+use oxetcd_tls::test_pki::TestPkiIn;
 use oxetcd_tls::{
-    tls_cause, AllowedPeer, ClientSettings, PeerSettings, ServerSettings, TlsStream, TlsVersion,
-    Versions,
+    tls_cause, AllowedPeer, ClientSettings, Port, PortSettings, TlsStream, TlsVersion, Versions,
 };
 
 /// Bytes one direction of the pipe holds; small, so writers often wait.
@@ -26,23 +25,10 @@ const PIPE_BYTES: usize = 1024;
 // Certificates.
 
 /// The test PKI in a temporary directory that lives as long as it.
-struct Pki {
-    _dir: tempfile::TempDir,
-    files: TestPki,
-}
-
-impl std::ops::Deref for Pki {
-    type Target = TestPki;
-
-    fn deref(&self) -> &TestPki {
-        &self.files
-    }
-}
+type Pki = TestPkiIn<tempfile::TempDir>;
 
 fn pki() -> Pki {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let files = TestPki::write_to(dir.path()).expect("test PKI");
-    Pki { _dir: dir, files }
+    TestPkiIn::write(tempfile::tempdir().expect("temp dir")).expect("test PKI")
 }
 
 // ---------------------------------------------------------------------
@@ -194,8 +180,8 @@ fn localhost() -> ServerName<'static> {
     ServerName::try_from("localhost").expect("name")
 }
 
-fn server_settings(pki: &Pki) -> ServerSettings {
-    ServerSettings::new(&pki.server_cert, &pki.server_key)
+fn server_settings(pki: &Pki) -> PortSettings {
+    PortSettings::new(Port::Client, &pki.server_cert, &pki.server_key)
 }
 
 fn client_settings(ca: &Path) -> ClientSettings {
@@ -208,11 +194,11 @@ fn client_settings(ca: &Path) -> ClientSettings {
 /// Runs a server and a client stream over one pipe: both handshakes, then
 /// `client_side` and `server_side` concurrently.
 fn connect(
-    server: &ServerSettings,
+    server: &PortSettings,
     client: &ClientSettings,
     name: ServerName<'static>,
 ) -> (io::Result<TlsStream<End>>, io::Result<TlsStream<End>>) {
-    connect_with(server.build().expect("server config"), client, name)
+    connect_with(server.server().expect("server config"), client, name)
 }
 
 /// [`connect`] with a server configuration built once by the caller.
@@ -360,7 +346,7 @@ fn skip_verify_accepts_any_server_certificate() {
 fn client_certificates_are_required_when_a_client_ca_is_set() {
     let pki = pki();
     let mut settings = server_settings(&pki);
-    settings.client_ca_file = Some(pki.ca.clone());
+    settings.trusted_ca_file = Some(pki.ca.clone());
 
     // Without a certificate: the server refuses (the TLS 1.3 client may
     // finish its side first and learn it from the alert on first read).
@@ -418,7 +404,7 @@ fn client_certificates_are_required_when_a_client_ca_is_set() {
 #[test]
 fn plaintext_and_garbage_fail_the_handshake_cleanly() {
     let pki = pki();
-    let config = server_settings(&pki).build().expect("config");
+    let config = server_settings(&pki).server().expect("config");
     for garbage in [
         &b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"[..],
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
@@ -445,7 +431,7 @@ fn plaintext_and_garbage_fail_the_handshake_cleanly() {
 #[test]
 fn a_peer_that_vanishes_mid_handshake_is_an_error_not_a_hang() {
     let pki = pki();
-    let config = server_settings(&pki).build().expect("config");
+    let config = server_settings(&pki).server().expect("config");
     let (a, b) = pipe();
     drop(b);
     let mut server = TlsStream::server(a, config).expect("stream");
@@ -475,7 +461,7 @@ fn self_signed_certificates_are_made_once_and_verify() {
 
     // Trusting the certificate itself verifies it.
     let (server, client) = connect(
-        &ServerSettings::new(&cert, &key),
+        &PortSettings::new(Port::Client, &cert, &key),
         &client_settings(&cert),
         ServerName::try_from("127.0.0.1").expect("name"),
     );
@@ -486,7 +472,7 @@ fn self_signed_certificates_are_made_once_and_verify() {
 #[test]
 fn a_rotated_certificate_is_served_without_a_restart() {
     let pki = pki();
-    let config = server_settings(&pki).build().expect("config");
+    let config = server_settings(&pki).server().expect("config");
     let skip = ClientSettings {
         skip_verify: true,
         ..Default::default()
@@ -533,13 +519,14 @@ fn a_rotated_certificate_is_served_without_a_restart() {
 }
 
 // ---------------------------------------------------------------------
-// Between members: `PeerSettings`, both sides from one set of flags.
+// Between members: the peer port's `PortSettings`, both sides from one
+// set of flags.
 
 /// Both handshakes between a member accepting with `server` and one
 /// dialing with `client`, to `127.0.0.1`. Under TLS 1.3 a refused client
 /// certificate reaches the client only on its first read, so a client that
 /// finished its side reads ahead once (the server writes a byte).
-fn connect_peers(server: &PeerSettings, client: &PeerSettings) -> (bool, bool) {
+fn connect_peers(server: &PortSettings, client: &PortSettings) -> (bool, bool) {
     let server = server.server().expect("server config");
     let client = client.client().expect("client config");
     let (a, b) = pipe();
@@ -563,10 +550,10 @@ fn connect_peers(server: &PeerSettings, client: &PeerSettings) -> (bool, bool) {
     (accepted, connected)
 }
 
-fn peer_settings(pki: &Pki) -> PeerSettings {
-    PeerSettings {
+fn peer_settings(pki: &Pki) -> PortSettings {
+    PortSettings {
         trusted_ca_file: Some(pki.ca.clone()),
-        ..PeerSettings::new(&pki.peer_cert, &pki.peer_key)
+        ..PortSettings::new(Port::Peer, &pki.peer_cert, &pki.peer_key)
     }
 }
 
@@ -578,25 +565,25 @@ fn members_authenticate_each_other_with_one_certificate() {
 
     // A certificate made for servers only cannot dial: its usage is
     // checked, which is why peer certificates carry both.
-    let server_only = PeerSettings {
+    let server_only = PortSettings {
         trusted_ca_file: Some(pki.ca.clone()),
-        ..PeerSettings::new(&pki.server_cert, &pki.server_key)
+        ..PortSettings::new(Port::Peer, &pki.server_cert, &pki.server_key)
     };
     assert_eq!(connect_peers(&member, &server_only), (false, false));
 
     // A member whose certificate another CA signed is refused both ways.
-    let stranger = PeerSettings {
+    let stranger = PortSettings {
         trusted_ca_file: Some(pki.ca.clone()),
-        ..PeerSettings::new(&pki.other_peer_cert, &pki.other_peer_key)
+        ..PortSettings::new(Port::Peer, &pki.other_peer_cert, &pki.other_peer_key)
     };
     assert_eq!(connect_peers(&member, &stranger), (false, false));
     assert!(!connect_peers(&stranger, &member).1);
 
     // --peer-auto-tls: the dialer accepts any certificate, and a listener
     // without a trusted CA asks for none.
-    let auto = PeerSettings {
+    let auto = PortSettings {
         skip_verify: true,
-        ..PeerSettings::new(&pki.other_peer_cert, &pki.other_peer_key)
+        ..PortSettings::new(Port::Peer, &pki.other_peer_cert, &pki.other_peer_key)
     };
     assert_eq!(connect_peers(&auto, &auto), (true, true));
 }
@@ -605,7 +592,7 @@ fn members_authenticate_each_other_with_one_certificate() {
 fn allowed_common_names_and_host_names_narrow_whom_a_member_accepts() {
     let pki = pki();
     let member = peer_settings(&pki);
-    let with = |allowed: AllowedPeer| PeerSettings {
+    let with = |allowed: AllowedPeer| PortSettings {
         allowed: Some(allowed),
         ..peer_settings(&pki)
     };

@@ -82,6 +82,7 @@ fn build(
         &listen_peer_urls,
         &initial_advertise_peer_urls,
         &initial_cluster,
+        &client_tls,
         &mut warnings,
     )?;
     let (heartbeat_interval_ms, election_timeout_ms) =

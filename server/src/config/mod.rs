@@ -46,7 +46,7 @@ pub use help::{usage, version};
 pub use logging::{LogFormat, LogLevel, LogOutput, Logging};
 pub use parse::parse;
 pub use settings::{AutoCompaction, Pending, Settings};
-pub use tls::{ClientTls, PeerTls};
+pub use tls::PortTls;
 pub use urls::ListenUrl;
 pub use values::Value;
 
@@ -59,11 +59,11 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Addresses to serve clients on (`--listen-client-urls`).
     pub listen_client_urls: Vec<ListenUrl>,
-    /// TLS of the `https://` client URLs. Its versions and cipher suites
-    /// apply to the peer links too.
-    pub client_tls: ClientTls,
-    /// TLS of the `https://` peer URLs.
-    pub peer_tls: PeerTls,
+    /// TLS of the `https://` client URLs.
+    pub client_tls: PortTls,
+    /// TLS of the `https://` peer URLs (its versions and cipher suites are
+    /// the client side's: etcd has one set of flags for them).
+    pub peer_tls: PortTls,
     /// Client URLs published to the cluster (`--advertise-client-urls`).
     pub advertise_client_urls: Vec<String>,
     /// Addresses to serve peers on (`--listen-peer-urls`).

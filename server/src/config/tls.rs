@@ -1,17 +1,19 @@
-//! TLS flags of the client port and the peer links, parsed by one parser.
+//! TLS flags of the client port and the peer links: one type, one parser.
 //!
 //! Design: both sides have the same flags under different names
 //! (`--cert-file` / `--peer-cert-file`, …) and are checked by the same
 //! rules, as etcd checks them: an `https://` URL to listen on needs a
 //! certificate and key (or auto TLS), the two files come together, client
 //! certificate authentication needs a CA to verify against, and TLS flags
-//! next to `http://` URLs only are ignored with a warning. [`Side`] holds
-//! what differs — flag names and words in messages — so the rules are
-//! written once, in [`parse_side`]. Versions and cipher suites are shared by
-//! both sides (etcd has one set of flags for them); the peer side adds the
-//! allowed common name or host name and the rule that this member's own
-//! `https://` peer URLs, which it dials, need a certificate too. The files
-//! are read when the server starts (`serve/tls.rs`, `peer/tls.rs`).
+//! next to `http://` URLs only are ignored with a warning. Both parse into
+//! one [`PortTls`]; [`Side`] holds what differs — flag names, words in
+//! messages, and what the peer side has beyond the client's: the allowed
+//! common name or host name, and the rule that the `https://` peer URLs this
+//! member dials (its own advertised ones, those in `--initial-cluster`) need
+//! a certificate too — so the rules are written once, in [`parse_side`].
+//! Versions and cipher suites have one set of flags (as in etcd), read with
+//! the client side's and copied to the peer side's. The files are read when
+//! the server starts (`serve/tls.rs`, `peer/tls.rs`).
 
 use std::path::PathBuf;
 
@@ -20,69 +22,54 @@ use super::urls::{split_list, ListenUrl};
 use super::values::invalid;
 use super::ConfigError;
 
-/// TLS of the client port: `--cert-file`, `--key-file`,
-/// `--trusted-ca-file`, `--client-cert-auth`, `--auto-tls`,
-/// `--tls-min-version`, `--tls-max-version` and `--cipher-suites`. It
-/// applies to the `https://` client URLs; `http://` ones stay plaintext.
+/// The TLS of one side, the client port or the peer links, from its flags
+/// (client / peer): `--cert-file` / `--peer-cert-file`, `--key-file` /
+/// `--peer-key-file`, `--trusted-ca-file` / `--peer-trusted-ca-file`,
+/// `--client-cert-auth` / `--peer-client-cert-auth`, `--auto-tls` /
+/// `--peer-auto-tls`, `--client-crl-file` / `--peer-crl-file`; the peer
+/// side's `--peer-cert-allowed-cn` or `--peer-cert-allowed-hostname`; and
+/// both sides' `--tls-min-version`, `--tls-max-version` and
+/// `--cipher-suites`. It applies to the side's `https://` URLs (and, on the
+/// peer side, to dials to `https://` peer URLs); `http://` ones stay
+/// plaintext.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClientTls {
-    /// The server's certificate chain.
+pub struct PortTls {
+    /// The certificate chain served (and, on the peer side, presented to
+    /// the members dialed).
     pub cert_file: Option<PathBuf>,
     /// Its key.
     pub key_file: Option<PathBuf>,
-    /// CAs client certificates must chain to. As in etcd, giving it makes
-    /// a client certificate mandatory, with or without `--client-cert-auth`.
+    /// CAs the other side's certificates must chain to (on the peer side
+    /// both ways). As in etcd, giving it makes a certificate mandatory for
+    /// whoever connects, with or without `client_cert_auth`.
     pub trusted_ca_file: Option<PathBuf>,
-    /// `--client-cert-auth`.
+    /// `--client-cert-auth` / `--peer-client-cert-auth`.
     pub client_cert_auth: bool,
-    /// `--auto-tls` with no certificate given: serve a self-signed
-    /// certificate kept in `<data-dir>/fixtures/client`.
+    /// Auto TLS with no certificate given: a self-signed certificate kept
+    /// in `<data-dir>/fixtures/client` or `…/peer`; on the peer side the
+    /// certificates of members dialed are then not verified.
     pub auto_tls: bool,
-    /// `--client-crl-file`: revoked client certificates are refused (read
-    /// when the server starts).
+    /// Revoked certificates of whoever connects are refused (read when the
+    /// server starts).
     pub crl_file: Option<PathBuf>,
-    /// Protocol versions.
+    /// The peer side's further condition on the certificates of members
+    /// that dial in; always `None` on the client side.
+    pub allowed: Option<oxetcd_tls::AllowedPeer>,
+    /// Protocol versions (the same on both sides).
     pub versions: oxetcd_tls::Versions,
-    /// TLS 1.2 cipher suites (empty: all).
+    /// TLS 1.2 cipher suites, empty for all (the same on both sides).
     pub cipher_suites: Vec<oxetcd_tls::rustls::CipherSuite>,
 }
 
-/// TLS of the peer links: `--peer-cert-file`, `--peer-key-file`,
-/// `--peer-trusted-ca-file`, `--peer-client-cert-auth`, `--peer-auto-tls`,
-/// `--peer-cert-allowed-cn` and `--peer-cert-allowed-hostname` (versions
-/// and cipher suites are [`ClientTls`]'s, as in etcd). It applies to this
-/// member's `https://` listen peer URLs and to dials to `https://` peer
-/// URLs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PeerTls {
-    /// The member's certificate chain, served and presented to peers.
-    pub cert_file: Option<PathBuf>,
-    /// Its key.
-    pub key_file: Option<PathBuf>,
-    /// CAs peers' certificates must chain to, both ways. As in etcd,
-    /// giving it makes a certificate mandatory for members that dial in.
-    pub trusted_ca_file: Option<PathBuf>,
-    /// `--peer-client-cert-auth`.
-    pub client_cert_auth: bool,
-    /// `--peer-auto-tls` with no certificate given: a self-signed
-    /// certificate kept in `<data-dir>/fixtures/peer`, and peers'
-    /// certificates not verified.
-    pub auto_tls: bool,
-    /// `--peer-crl-file`: revoked certificates of dialing members are
-    /// refused.
-    pub crl_file: Option<PathBuf>,
-    /// `--peer-cert-allowed-cn` or `--peer-cert-allowed-hostname`.
-    pub allowed: Option<oxetcd_tls::AllowedPeer>,
-}
-
-impl PeerTls {
-    /// A certificate to serve and present: files or `--peer-auto-tls`.
+impl PortTls {
+    /// A certificate to serve and present: files or auto TLS.
     pub fn has_identity(&self) -> bool {
         self.cert_file.is_some() || self.auto_tls
     }
 }
 
-/// The flags of one side, by name.
+/// The flags of one side, by name, and what the side has beyond the
+/// client's.
 pub(super) struct Side {
     /// "client" or "peer", as messages say it.
     word: &'static str,
@@ -93,25 +80,17 @@ pub(super) struct Side {
     auto_tls: &'static str,
     crl_file: &'static str,
     listen_urls: &'static str,
+    /// Why an `https://` URL to listen on cannot be served: etcd's words,
+    /// which differ between the sides.
+    missing_identity: fn(&ListenUrl) -> String,
+    /// The flags naming whom the side accepts, when it has them.
+    allowed: Option<AllowedFlags>,
 }
 
-impl Side {
-    /// Why `url` cannot be served: etcd's words for each side.
-    fn missing_identity(&self, url: &ListenUrl) -> String {
-        if self.word == "client" {
-            format!(
-                "TLS key/cert (--cert-file, --key-file) must be provided for client url {} \
-                 with HTTPS scheme",
-                url.url
-            )
-        } else {
-            format!(
-                "cannot listen on TLS for {}: KeyFile and CertFile are not presented (give \
-                 --peer-cert-file and --peer-key-file, or --peer-auto-tls)",
-                url.addr
-            )
-        }
-    }
+/// `--peer-cert-allowed-cn` and `--peer-cert-allowed-hostname`, by name.
+struct AllowedFlags {
+    common_name: &'static str,
+    hostname: &'static str,
 }
 
 /// The client port's flags.
@@ -124,6 +103,14 @@ pub(super) const CLIENT: Side = Side {
     auto_tls: "auto-tls",
     crl_file: "client-crl-file",
     listen_urls: "listen-client-urls",
+    missing_identity: |url| {
+        format!(
+            "TLS key/cert (--cert-file, --key-file) must be provided for client url {} with \
+             HTTPS scheme",
+            url.url
+        )
+    },
+    allowed: None,
 };
 
 /// The peer links' flags.
@@ -136,23 +123,18 @@ pub(super) const PEER: Side = Side {
     auto_tls: "peer-auto-tls",
     crl_file: "peer-crl-file",
     listen_urls: "listen-peer-urls",
+    missing_identity: |url| {
+        format!(
+            "cannot listen on TLS for {}: KeyFile and CertFile are not presented (give \
+             --peer-cert-file and --peer-key-file, or --peer-auto-tls)",
+            url.addr
+        )
+    },
+    allowed: Some(AllowedFlags {
+        common_name: "peer-cert-allowed-cn",
+        hostname: "peer-cert-allowed-hostname",
+    }),
 };
-
-/// What both sides have, parsed and checked.
-pub(super) struct Common {
-    pub(super) cert_file: Option<PathBuf>,
-    pub(super) key_file: Option<PathBuf>,
-    pub(super) trusted_ca_file: Option<PathBuf>,
-    pub(super) client_cert_auth: bool,
-    pub(super) auto_tls: bool,
-    pub(super) crl_file: Option<PathBuf>,
-}
-
-impl Common {
-    fn has_identity(&self) -> bool {
-        self.cert_file.is_some() || self.auto_tls
-    }
-}
 
 /// A flag's value (its default when not given) and a switch's state.
 pub(super) struct Switches<'a> {
@@ -168,23 +150,31 @@ impl Switches<'_> {
     fn text(&self, flag: &'static str) -> Option<String> {
         Some((self.value)(flag)).filter(|v| !v.is_empty())
     }
+
+    /// `flag`'s value refused for `reason`.
+    fn refuse(&self, flag: &'static str, reason: impl Into<String>) -> ConfigError {
+        invalid(flag, &(self.value)(flag), reason)
+    }
 }
 
-/// The rules both sides share, for `side`'s flags and its URLs to listen
-/// on.
+/// The rules of both sides, for `side`'s flags, its URLs to listen on and
+/// the URLs it dials (each with the flag that named it); versions and
+/// cipher suites are left at their defaults.
 pub(super) fn parse_side(
     side: &Side,
     given: &Switches<'_>,
     listen_urls: &[ListenUrl],
+    dialed_urls: &[(&'static str, &str)],
     warnings: &mut Vec<String>,
-) -> Result<Common, ConfigError> {
-    let mut tls = Common {
+) -> Result<PortTls, ConfigError> {
+    let mut tls = PortTls {
         cert_file: given.path(side.cert_file),
         key_file: given.path(side.key_file),
         trusted_ca_file: given.path(side.trusted_ca_file),
         client_cert_auth: (given.switch)(side.client_cert_auth),
         auto_tls: (given.switch)(side.auto_tls),
         crl_file: given.path(side.crl_file),
+        ..PortTls::default()
     };
     match (&tls.cert_file, &tls.key_file) {
         (Some(_), None) | (None, Some(_)) => {
@@ -193,9 +183,8 @@ pub(super) fn parse_side(
             } else {
                 side.key_file
             };
-            return Err(invalid(
+            return Err(given.refuse(
                 flag,
-                &(given.value)(flag),
                 format!(
                     "--{} and --{} must be given together",
                     side.cert_file, side.key_file
@@ -214,7 +203,7 @@ pub(super) fn parse_side(
             return Err(invalid(
                 side.listen_urls,
                 &url.url,
-                side.missing_identity(url),
+                (side.missing_identity)(url),
             ));
         }
         if !url.is_secure() && configured {
@@ -248,20 +237,115 @@ pub(super) fn parse_side(
             side.crl_file, side.trusted_ca_file, side.word
         ));
     }
+    if let Some(flags) = &side.allowed {
+        tls.allowed = parse_allowed(flags, given)?;
+    }
+    let dialed_https = dialed_urls
+        .iter()
+        .find(|(_, url)| url.starts_with("https://"));
+    if let Some(&(flag, url)) = dialed_https {
+        if !tls.has_identity() {
+            return Err(invalid(
+                flag,
+                url,
+                format!(
+                    "{} URL {url} uses TLS but no {} certificate is given (--{} and --{}, or \
+                     --{})",
+                    side.word, side.word, side.cert_file, side.key_file, side.auto_tls
+                ),
+            ));
+        }
+    }
+    if let (Some(allowed), Some(flags)) = (&tls.allowed, &side.allowed) {
+        if tls.trusted_ca_file.is_none() {
+            let flag = match allowed {
+                oxetcd_tls::AllowedPeer::Hostname(_) => flags.hostname,
+                oxetcd_tls::AllowedPeer::CommonName(_) => flags.common_name,
+            };
+            return Err(given.refuse(
+                flag,
+                format!(
+                    "needs --{}: only verified {} certificates are checked for it",
+                    side.trusted_ca_file, side.word
+                ),
+            ));
+        }
+    }
     Ok(tls)
 }
 
-/// The client port's TLS: the shared rules, then versions and cipher
-/// suites (which the peer links use too).
+/// The allowed common name or host name; at most one of them.
+fn parse_allowed(
+    flags: &AllowedFlags,
+    given: &Switches<'_>,
+) -> Result<Option<oxetcd_tls::AllowedPeer>, ConfigError> {
+    match (given.text(flags.common_name), given.text(flags.hostname)) {
+        (Some(cn), Some(hostname)) => Err(invalid(
+            flags.common_name,
+            &cn,
+            format!(
+                "AllowedCN and AllowedHostname are mutually exclusive (cn={cn:?}, \
+                 hostname={hostname:?})"
+            ),
+        )),
+        (Some(cn), None) => Ok(Some(oxetcd_tls::AllowedPeer::CommonName(cn))),
+        (None, Some(hostname)) => Ok(Some(oxetcd_tls::AllowedPeer::Hostname(hostname))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The client port's TLS: the rules of both sides, then the versions and
+/// cipher suites (which the peer links use too).
 pub(super) fn parse_client_tls(
     given: &Switches<'_>,
     listen_client_urls: &[ListenUrl],
     warnings: &mut Vec<String>,
-) -> Result<ClientTls, ConfigError> {
-    let common = parse_side(&CLIENT, given, listen_client_urls, warnings)?;
+) -> Result<PortTls, ConfigError> {
+    let tls = parse_side(&CLIENT, given, listen_client_urls, &[], warnings)?;
+    let (versions, cipher_suites) = parse_versions(given, warnings)?;
+    Ok(PortTls {
+        versions,
+        cipher_suites,
+        ..tls
+    })
+}
+
+/// The peer links' TLS: the rules of both sides, with the `https://` peer
+/// URLs this member dials (advertised, or in `--initial-cluster`), and the
+/// client side's versions and cipher suites.
+pub(super) fn parse_peer_tls(
+    given: &Switches<'_>,
+    listen_peer_urls: &[ListenUrl],
+    advertise_peer_urls: &[String],
+    initial_cluster: &[InitialMember],
+    client_tls: &PortTls,
+    warnings: &mut Vec<String>,
+) -> Result<PortTls, ConfigError> {
+    let dialed: Vec<(&'static str, &str)> = advertise_peer_urls
+        .iter()
+        .map(|url| ("initial-advertise-peer-urls", url.as_str()))
+        .chain(
+            initial_cluster
+                .iter()
+                .flat_map(|m| &m.peer_urls)
+                .map(|url| ("initial-cluster", url.as_str())),
+        )
+        .collect();
+    let tls = parse_side(&PEER, given, listen_peer_urls, &dialed, warnings)?;
+    Ok(PortTls {
+        versions: client_tls.versions,
+        cipher_suites: client_tls.cipher_suites.clone(),
+        ..tls
+    })
+}
+
+/// `--tls-min-version`, `--tls-max-version` and `--cipher-suites`.
+fn parse_versions(
+    given: &Switches<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<(oxetcd_tls::Versions, Vec<oxetcd_tls::rustls::CipherSuite>), ConfigError> {
     let value = given.value;
-    let tls_error =
-        |flag: &'static str, e: oxetcd_tls::TlsError| invalid(flag, &value(flag), e.to_string());
+    let tls_error = |flag: &'static str, e: oxetcd_tls::TlsError| given.refuse(flag, e.to_string());
     let version = |flag: &'static str, default: oxetcd_tls::TlsVersion| match value(flag).trim() {
         "" => Ok(default),
         text => oxetcd_tls::TlsVersion::parse(text).map_err(|e| tls_error(flag, e)),
@@ -281,93 +365,10 @@ pub(super) fn parse_client_tls(
         ));
     }
     if !suites.tls12.is_empty() && min == oxetcd_tls::TlsVersion::Tls13 {
-        return Err(invalid(
+        return Err(given.refuse(
             "cipher-suites",
-            &value("cipher-suites"),
             "cipher suites cannot be configured when only TLS1.3 is enabled",
         ));
     }
-    Ok(ClientTls {
-        cert_file: common.cert_file,
-        key_file: common.key_file,
-        trusted_ca_file: common.trusted_ca_file,
-        client_cert_auth: common.client_cert_auth,
-        auto_tls: common.auto_tls,
-        crl_file: common.crl_file,
-        versions,
-        cipher_suites: suites.tls12,
-    })
-}
-
-/// The peer links' TLS: the shared rules, the allowed peer, and a
-/// certificate for this member's own `https://` peer URLs (advertised, or
-/// in `--initial-cluster`), which it dials.
-pub(super) fn parse_peer_tls(
-    given: &Switches<'_>,
-    listen_peer_urls: &[ListenUrl],
-    advertise_peer_urls: &[String],
-    initial_cluster: &[InitialMember],
-    warnings: &mut Vec<String>,
-) -> Result<PeerTls, ConfigError> {
-    let common = parse_side(&PEER, given, listen_peer_urls, warnings)?;
-    let allowed = match (
-        given.text("peer-cert-allowed-cn"),
-        given.text("peer-cert-allowed-hostname"),
-    ) {
-        (Some(cn), Some(hostname)) => {
-            return Err(invalid(
-                "peer-cert-allowed-cn",
-                &cn,
-                format!(
-                    "AllowedCN and AllowedHostname are mutually exclusive (cn={cn:?}, \
-                     hostname={hostname:?})"
-                ),
-            ))
-        }
-        (Some(cn), None) => Some(oxetcd_tls::AllowedPeer::CommonName(cn)),
-        (None, Some(hostname)) => Some(oxetcd_tls::AllowedPeer::Hostname(hostname)),
-        (None, None) => None,
-    };
-    let dialed_https = advertise_peer_urls
-        .iter()
-        .map(|url| ("initial-advertise-peer-urls", url))
-        .chain(
-            initial_cluster
-                .iter()
-                .flat_map(|m| &m.peer_urls)
-                .map(|url| ("initial-cluster", url)),
-        )
-        .find(|(_, url)| url.starts_with("https://"));
-    if let Some((flag, url)) = dialed_https {
-        if !common.has_identity() {
-            return Err(invalid(
-                flag,
-                url,
-                format!(
-                    "peer URL {url} uses TLS but no peer certificate is given (--peer-cert-file \
-                     and --peer-key-file, or --peer-auto-tls)"
-                ),
-            ));
-        }
-    }
-    if allowed.is_some() && common.trusted_ca_file.is_none() {
-        let flag = match allowed {
-            Some(oxetcd_tls::AllowedPeer::Hostname(_)) => "peer-cert-allowed-hostname",
-            _ => "peer-cert-allowed-cn",
-        };
-        return Err(invalid(
-            flag,
-            &(given.value)(flag),
-            "needs --peer-trusted-ca-file: only verified peer certificates are checked for it",
-        ));
-    }
-    Ok(PeerTls {
-        cert_file: common.cert_file,
-        key_file: common.key_file,
-        trusted_ca_file: common.trusted_ca_file,
-        client_cert_auth: common.client_cert_auth,
-        auto_tls: common.auto_tls,
-        crl_file: common.crl_file,
-        allowed,
-    })
+    Ok((versions, suites.tls12))
 }

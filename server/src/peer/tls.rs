@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use oxetcd_tls::rustls::pki_types::ServerName;
 use oxetcd_tls::rustls::{ClientConfig, ServerConfig};
-use oxetcd_tls::{PeerSettings, TlsStream};
+use oxetcd_tls::{Port, PortSettings, TlsStream};
 use tracing::{info, warn};
 
 use super::HANDSHAKE_TIMEOUT;
@@ -43,7 +43,7 @@ pub struct TransportTls {
 
 impl TransportTls {
     /// Both configurations from `settings` (reads the files).
-    pub fn new(settings: &PeerSettings) -> Result<Self, oxetcd_tls::TlsError> {
+    pub fn new(settings: &PortSettings) -> Result<Self, oxetcd_tls::TlsError> {
         Ok(Self {
             server: settings.server()?,
             client: settings.client()?,
@@ -90,15 +90,14 @@ pub(crate) fn configure(config: &Config) -> Result<Option<TransportTls>, oxetcd_
         }
         _ => return Ok(None),
     };
-    let settings = PeerSettings {
-        cert_file: cert_file.clone(),
-        key_file: key_file.clone(),
+    let settings = PortSettings {
         trusted_ca_file: flags.trusted_ca_file.clone(),
-        skip_verify: self_signed,
-        allowed: flags.allowed.clone(),
         crl_file: flags.crl_file.clone(),
-        versions: config.client_tls.versions,
-        cipher_suites: config.client_tls.cipher_suites.clone(),
+        allowed: flags.allowed.clone(),
+        skip_verify: self_signed,
+        versions: flags.versions,
+        cipher_suites: flags.cipher_suites.clone(),
+        ..PortSettings::new(Port::Peer, cert_file.clone(), key_file.clone())
     };
     let tls = TransportTls::new(&settings)?;
     info!(

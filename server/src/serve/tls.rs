@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use oxetcd_tls::rustls::ServerConfig;
-use oxetcd_tls::ServerSettings;
+use oxetcd_tls::{Port, PortSettings};
 use tracing::{info, warn};
 
 use crate::config::Config;
@@ -56,15 +56,14 @@ pub(crate) fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>
             }))
         }
     };
-    let settings = ServerSettings {
-        cert_file: cert_file.clone(),
-        key_file: key_file.clone(),
-        client_ca_file: tls.trusted_ca_file.clone(),
+    let settings = PortSettings {
+        trusted_ca_file: tls.trusted_ca_file.clone(),
         crl_file: tls.crl_file.clone(),
         versions: tls.versions,
         cipher_suites: tls.cipher_suites.clone(),
+        ..PortSettings::new(Port::Client, cert_file.clone(), key_file.clone())
     };
-    let server_config = settings.build().map_err(RunError::Tls)?;
+    let server_config = settings.server().map_err(RunError::Tls)?;
     info!(
         cert_file = %cert_file.display(),
         key_file = %key_file.display(),

@@ -45,9 +45,9 @@ fn https_client_urls_need_a_certificate() {
     assert!(config.client_tls.auto_tls);
     assert_eq!(
         config.client_tls,
-        ClientTls {
+        PortTls {
             auto_tls: true,
-            ..ClientTls::default()
+            ..PortTls::default()
         }
     );
 }
@@ -226,7 +226,7 @@ fn peer_tls_flags_are_checked_like_etcds() {
     let config = run(&args, &[]);
     assert_eq!(
         config.peer_tls,
-        PeerTls {
+        PortTls {
             cert_file: Some(PathBuf::from("/p.pem")),
             key_file: Some(PathBuf::from("/pk.pem")),
             trusted_ca_file: Some(PathBuf::from("/ca.pem")),
@@ -234,6 +234,7 @@ fn peer_tls_flags_are_checked_like_etcds() {
             auto_tls: false,
             crl_file: None,
             allowed: Some(oxetcd_tls::AllowedPeer::Hostname("localhost".into())),
+            ..PortTls::default()
         }
     );
     assert!(config.warnings[0].contains("ignoring peer auto TLS"));
@@ -255,7 +256,7 @@ fn peer_tls_flags_are_checked_like_etcds() {
         .any(|w| w.contains("ignoring client cert auth")));
     assert_eq!(
         run(&["--peer-auto-tls=false"], &[]).peer_tls,
-        PeerTls::default()
+        PortTls::default()
     );
 }
 

@@ -1,38 +1,15 @@
-//! TLS between members: one certificate, both sides of the connection.
-//!
-//! Design: a member accepts peer connections and dials them with the same
-//! certificate and key (`--peer-cert-file`, `--peer-key-file`), so
-//! [`PeerSettings`] builds both rustls configurations from one set of
-//! flags. The server side asks for a client certificate chaining to
-//! `--peer-trusted-ca-file` when one is given (required, as etcd requires
-//! it whenever a trusted CA is set) and may further insist on a common name
-//! (`--peer-cert-allowed-cn`) or a host name or IP address the certificate
-//! is valid for (`--peer-cert-allowed-hostname`). The client side verifies
-//! the listening member against the same CA file, or the system's CAs
-//! without one, and presents the member's certificate when asked. With
-//! `--peer-auto-tls` the certificates are self-signed, nobody vouches for
-//! them, and the client side accepts any certificate whose key signs the
-//! handshake, as etcd does.
-//!
-//! Both sides re-read the certificate and key when the files change (see
-//! `reload.rs`), speak the configured versions and cipher suites, and
-//! offer no ALPN: the peer protocol is oxetcd's own, not HTTP.
+//! `--peer-cert-allowed-cn` and `--peer-cert-allowed-hostname`: a client
+//! certificate verifier that, after the CA's verifier accepted a
+//! certificate, accepts it only if it names the one allowed peer — by the
+//! subject's common name, or by a host name or IP address it is valid for.
+//! A refusal is a `bad_certificate` alert, as Go's TLS sends it.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{
-    CertificateError, CipherSuite, ClientConfig, DigitallySignedStruct, DistinguishedName,
-    ServerConfig, SignatureScheme,
-};
-
-use crate::reload::ReloadingCert;
-use crate::settings::{check_suites, native_roots, provider, root_store};
-use crate::verify::AcceptAnyServerCert;
-use crate::{ServerSettings, TlsError, Versions};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 /// What a peer's certificate must name, beyond chaining to the trusted CA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,123 +21,19 @@ pub enum AllowedPeer {
     Hostname(String),
 }
 
-/// The peer port's TLS, from etcd's `--peer-*` flags.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerSettings {
-    /// The member's certificate chain, leaf first: served to members that
-    /// dial it and presented to members it dials.
-    pub cert_file: PathBuf,
-    /// The key of the leaf certificate.
-    pub key_file: PathBuf,
-    /// CAs the other members' certificates must chain to, both ways. When
-    /// set, members that dial this one must present a certificate.
-    pub trusted_ca_file: Option<PathBuf>,
-    /// Accept any certificate from the members this one dials
-    /// (`--peer-auto-tls`: self-signed certificates all round).
-    pub skip_verify: bool,
-    /// A further condition on the certificates of members that dial this
-    /// one; needs `trusted_ca_file`.
-    pub allowed: Option<AllowedPeer>,
-    /// Certificate revocation lists for the certificates of members that
-    /// dial this one (`--peer-crl-file`); needs `trusted_ca_file`.
-    pub crl_file: Option<PathBuf>,
-    /// Protocol versions to speak.
-    pub versions: Versions,
-    /// TLS 1.2 suites to offer (empty: all).
-    pub cipher_suites: Vec<CipherSuite>,
-}
-
-impl PeerSettings {
-    /// Settings for `cert_file` and `key_file`, no CA, every version and
-    /// suite.
-    pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> Self {
-        Self {
-            cert_file: cert_file.into(),
-            key_file: key_file.into(),
-            trusted_ca_file: None,
-            skip_verify: false,
-            allowed: None,
-            crl_file: None,
-            versions: Versions::default(),
-            cipher_suites: Vec::new(),
-        }
-    }
-
-    /// The configuration that accepts peer connections.
-    pub fn server(&self) -> Result<Arc<ServerConfig>, TlsError> {
-        if self.trusted_ca_file.is_none() && self.allowed.is_some() {
-            return Err(TlsError::Config(
-                "an allowed peer common name or host name needs a trusted CA: peer \
-                 certificates are only checked against one"
-                    .to_owned(),
-            ));
-        }
-        let settings = ServerSettings {
-            cert_file: self.cert_file.clone(),
-            key_file: self.key_file.clone(),
-            client_ca_file: self.trusted_ca_file.clone(),
-            crl_file: self.crl_file.clone(),
-            versions: self.versions,
-            cipher_suites: self.cipher_suites.clone(),
-        };
-        let config = settings.config(|verifier| match &self.allowed {
-            None => verifier,
-            Some(allowed) => Arc::new(AllowedOnly {
-                inner: verifier,
-                allowed: allowed.clone(),
-            }),
-        })?;
-        Ok(Arc::new(config))
-    }
-
-    /// The configuration that dials peers.
-    pub fn client(&self) -> Result<Arc<ClientConfig>, TlsError> {
-        check_suites(self.versions, &self.cipher_suites)?;
-        let provider = provider(&self.cipher_suites);
-        let identity = ReloadingCert::new(
-            self.cert_file.clone(),
-            self.key_file.clone(),
-            provider.clone(),
-        )?;
-        let builder = ClientConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&self.versions.rustls())
-            .map_err(|e| TlsError::Config(format!("cannot dial with these TLS versions: {e}")))?;
-        // A named CA file is read even when verification is skipped, so a
-        // typo in it is reported rather than ignored.
-        let roots = self
-            .trusted_ca_file
-            .as_deref()
-            .map(root_store)
-            .transpose()?;
-        let builder = if self.skip_verify {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert::new(provider)))
-        } else {
-            let roots = match roots {
-                Some(roots) => roots,
-                None => native_roots().map_err(|e| match e {
-                    TlsError::NoSystemRoots { reason } => TlsError::Config(format!(
-                        "no CA certificates to verify peers with ({reason}); give \
-                         --peer-trusted-ca-file"
-                    )),
-                    other => other,
-                })?,
-            };
-            builder.with_root_certificates(roots)
-        };
-        Ok(Arc::new(
-            builder.with_client_cert_resolver(Arc::new(identity)),
-        ))
-    }
-}
-
 /// A client verifier that accepts only certificates naming [`AllowedPeer`],
 /// after the CA's verifier accepted them.
 #[derive(Debug)]
-struct AllowedOnly {
+pub(crate) struct AllowedOnly {
     inner: Arc<dyn ClientCertVerifier>,
     allowed: AllowedPeer,
+}
+
+impl AllowedOnly {
+    /// `inner`, narrowed to certificates naming `allowed`.
+    pub(crate) fn new(inner: Arc<dyn ClientCertVerifier>, allowed: AllowedPeer) -> Self {
+        Self { inner, allowed }
+    }
 }
 
 impl ClientCertVerifier for AllowedOnly {
@@ -378,21 +251,5 @@ mod tests {
         assert!(!valid_for_host(&cert, "127.0.0.2"));
         assert!(!valid_for_host(&cert, "node-2.example"));
         assert!(!valid_for_host(&cert, ""));
-    }
-
-    #[test]
-    fn allowed_names_need_a_trusted_ca() {
-        let dir = tempfile::tempdir().expect("dir");
-        let pki = crate::test_pki::TestPki::write_to(dir.path()).expect("pki");
-        let mut settings = PeerSettings::new(&pki.peer_cert, &pki.peer_key);
-        settings.allowed = Some(AllowedPeer::CommonName("x".into()));
-        assert!(settings.server().is_err());
-        settings.trusted_ca_file = Some(pki.ca.clone());
-        settings.server().expect("server config");
-        settings.client().expect("client config");
-        settings.skip_verify = true;
-        settings
-            .client()
-            .expect("client config skipping verification");
     }
 }
