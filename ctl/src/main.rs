@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{ArgAction, Parser, Subcommand};
 use oxetcd_ctl::bench::BenchArgs;
 use oxetcd_ctl::client::{Client, Config, Credentials, Tls};
+use oxetcd_ctl::command::auth::AuthCommand;
 use oxetcd_ctl::command::endpoint::EndpointArgs;
 use oxetcd_ctl::command::kv::{CompactionArgs, DelArgs, GetArgs, PutArgs};
 use oxetcd_ctl::command::lease::LeaseCommand;
@@ -15,7 +16,9 @@ use oxetcd_ctl::command::maintenance::{
     AlarmCommand, DefragArgs, DowngradeCommand, SnapshotCommand,
 };
 use oxetcd_ctl::command::member::MemberCommand;
+use oxetcd_ctl::command::role::RoleCommand;
 use oxetcd_ctl::command::txn::TxnArgs;
+use oxetcd_ctl::command::user::UserCommand;
 use oxetcd_ctl::command::watch::WatchArgs;
 use oxetcd_ctl::command::{self, exit, Context, Failure};
 use oxetcd_ctl::output::{Format, Printer};
@@ -161,6 +164,21 @@ enum Command {
         #[command(subcommand)]
         command: DowngradeCommand,
     },
+    /// Enable or disable authentication
+    Auth {
+        #[command(subcommand)]
+        command: AuthCommand,
+    },
+    /// User related commands
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Role related commands
+    Role {
+        #[command(subcommand)]
+        command: RoleCommand,
+    },
     /// Measure request throughput and latency
     Bench(BenchArgs),
 }
@@ -249,6 +267,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Member { command } => command::member::member(&ctx, command).await,
         Command::Snapshot { command } => command::maintenance::snapshot(&ctx, command).await,
         Command::Downgrade { command } => command::maintenance::downgrade(&ctx, command).await,
+        Command::Auth { command } => command::auth::auth(&ctx, command).await,
+        Command::User { command } => command::user::user(&ctx, command).await,
+        Command::Role { command } => command::role::role(&ctx, command).await,
         Command::Version | Command::Bench(_) => unreachable!("handled above"),
     };
     match ctx.client.credentials_refused() {
