@@ -41,18 +41,29 @@ use oxetcd_proto::etcdserverpb::kv_client::KvClient;
 use oxetcd_proto::etcdserverpb::lease_client::LeaseClient;
 use oxetcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oxetcd_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, AuthenticateRequest, CompactionRequest, CompactionResponse,
-    DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse,
-    DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, LeaseGrantRequest,
-    LeaseGrantResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest,
-    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MemberAddRequest,
-    MemberAddResponse, MemberListRequest, MemberListResponse, MemberPromoteRequest,
-    MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
-    MemberUpdateResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+    AlarmRequest, AlarmResponse, AuthDisableRequest, AuthDisableResponse, AuthEnableRequest,
+    AuthEnableResponse, AuthRoleAddRequest, AuthRoleAddResponse, AuthRoleDeleteRequest,
+    AuthRoleDeleteResponse, AuthRoleGetRequest, AuthRoleGetResponse,
+    AuthRoleGrantPermissionRequest, AuthRoleGrantPermissionResponse, AuthRoleListRequest,
+    AuthRoleListResponse, AuthRoleRevokePermissionRequest, AuthRoleRevokePermissionResponse,
+    AuthStatusRequest, AuthStatusResponse, AuthUserAddRequest, AuthUserAddResponse,
+    AuthUserChangePasswordRequest, AuthUserChangePasswordResponse, AuthUserDeleteRequest,
+    AuthUserDeleteResponse, AuthUserGetRequest, AuthUserGetResponse, AuthUserGrantRoleRequest,
+    AuthUserGrantRoleResponse, AuthUserListRequest, AuthUserListResponse,
+    AuthUserRevokeRoleRequest, AuthUserRevokeRoleResponse, AuthenticateRequest, CompactionRequest,
+    CompactionResponse, DefragmentRequest, DefragmentResponse, DeleteRangeRequest,
+    DeleteRangeResponse, DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseLeasesRequest, LeaseLeasesResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
+    MemberUpdateRequest, MemberUpdateResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest,
+    TxnResponse,
 };
 use oxetcd_tls::rustls::ClientConfig;
 use oxetcd_tls::ClientSettings;
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -60,7 +71,7 @@ use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::connector::TlsConnector;
-use crate::error::{Error, AUTH_NOT_ENABLED};
+use crate::error::{Error, AUTH_NOT_ENABLED, INVALID_AUTH_TOKEN};
 
 /// Pause before walking the endpoint list again once every endpoint has
 /// failed, so a cluster that is down is not hammered until the deadline.
@@ -176,25 +187,37 @@ impl Tls {
 pub struct Credentials {
     /// User name.
     pub user: String,
-    /// Password.
-    pub password: String,
+    /// Password; `None` to ask for it on stdin ([`crate::prompt`]) when
+    /// the client first connects, as etcdctl's `--user name` does: after
+    /// the command has checked its arguments and asked its own questions.
+    pub password: Option<String>,
 }
 
 /// The gRPC transport every typed client in this module runs over: a
 /// channel plus the auth token, when there is one.
 pub type Transport = InterceptedService<Channel, Token>;
 
-/// Adds etcd's `token` metadata to each request once authenticated.
+/// Adds etcd's `token` metadata to every call made over a transport, unary
+/// or streaming, once authenticated. Clones share the token, so a new one
+/// (after the server forgot the old) reaches every transport of the
+/// connection from its next call on.
 #[derive(Clone, Debug, Default)]
-pub struct Token(Option<MetadataValue<Ascii>>);
+pub struct Token(Arc<Mutex<Option<MetadataValue<Ascii>>>>);
+
+impl Token {
+    fn set(&self, token: Option<MetadataValue<Ascii>>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = token;
+    }
+}
 
 impl Interceptor for Token {
     fn call(
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.0 {
-            request.metadata_mut().insert("token", token.clone());
+        let token = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(token) = token {
+            request.metadata_mut().insert("token", token);
         }
         Ok(request)
     }
@@ -207,12 +230,47 @@ pub struct Client {
     /// The TLS configuration every TLS endpoint shares.
     tls: Option<Arc<ClientConfig>>,
     state: Arc<Mutex<State>>,
+    /// The answer to the password prompt, once asked; shared with the
+    /// clients [`Client::for_endpoint`] makes, so it is asked only once.
+    asked_password: Arc<OnceCell<String>>,
 }
 
 /// Which endpoint is in use, and its connection once made.
 struct State {
     current: usize,
-    connection: Option<(usize, Transport)>,
+    connection: Option<Connection>,
+    /// Why the server refused the credentials, once it has.
+    refusal: Option<Error>,
+}
+
+/// A connection to one endpoint, and the token it authenticated with.
+#[derive(Clone)]
+struct Connection {
+    index: usize,
+    channel: Channel,
+    token: Token,
+}
+
+impl Connection {
+    fn transport(&self) -> Transport {
+        InterceptedService::new(self.channel.clone(), self.token.clone())
+    }
+}
+
+/// `Client` methods for `Auth` calls, one per line: the method (named as
+/// tonic names the call), request and response types, and whether the
+/// call is repeatable, as for [`Client::unary`].
+macro_rules! auth_calls {
+    ($($name:ident($request:ty) -> $response:ty, $repeatable:literal;)*) => {$(
+        #[doc = concat!("The `Auth` service's `", stringify!($name), "` call.")]
+        pub async fn $name(&self, request: $request) -> Result<$response, Error> {
+            self.unary($repeatable, |t| {
+                let request = request.clone();
+                async move { auth(t).$name(request).await }
+            })
+            .await
+        }
+    )*};
 }
 
 impl Client {
@@ -220,10 +278,14 @@ impl Client {
     /// that a dead first endpoint costs no more than one dial timeout.
     pub fn new(config: Config) -> Result<Self, Error> {
         let tls = config.tls.client_config(&config.endpoints)?;
-        Self::with_tls(config, tls)
+        Self::with_tls(config, tls, Arc::default())
     }
 
-    fn with_tls(config: Config, tls: Option<Arc<ClientConfig>>) -> Result<Self, Error> {
+    fn with_tls(
+        config: Config,
+        tls: Option<Arc<ClientConfig>>,
+        asked_password: Arc<OnceCell<String>>,
+    ) -> Result<Self, Error> {
         if config.endpoints.is_empty() {
             return Err(Error::BadEndpoint("no endpoints given".into()));
         }
@@ -238,7 +300,9 @@ impl Client {
             state: Arc::new(Mutex::new(State {
                 current: 0,
                 connection: None,
+                refusal: None,
             })),
+            asked_password,
         })
     }
 
@@ -256,7 +320,7 @@ impl Client {
             Some(tls) => Some(tls.clone()),
             None => config.tls.client_config(&config.endpoints)?,
         };
-        Self::with_tls(config, tls)
+        Self::with_tls(config, tls, self.asked_password.clone())
     }
 
     /// The endpoint requests go to now.
@@ -268,7 +332,15 @@ impl Client {
     /// The connection to the current endpoint, connecting (and moving on
     /// from endpoints that refuse) until `deadline`. Returns the endpoint's
     /// index with it, for [`Client::failed`].
+    ///
+    /// A password prompt on the way does not count against `deadline`.
     pub async fn transport(&self, deadline: Instant) -> Result<(usize, Transport), Error> {
+        let asking = Instant::now();
+        let deadline = if self.ask_password().await? {
+            deadline + asking.elapsed()
+        } else {
+            deadline
+        };
         let mut last = None;
         let mut failures_in_round = 0;
         // Whether every failure of this round was a TLS verification one.
@@ -276,8 +348,8 @@ impl Client {
         loop {
             let index = {
                 let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some((index, transport)) = &state.connection {
-                    return Ok((*index, transport.clone()));
+                if let Some(connection) = &state.connection {
+                    return Ok((connection.index, connection.transport()));
                 }
                 state.current
             };
@@ -286,12 +358,12 @@ impl Client {
             }
             let dial = tokio::time::timeout_at(deadline, self.dial(index)).await;
             match dial {
-                Ok(Ok(transport)) => {
+                Ok(Ok(connection)) => {
                     let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                     if state.current == index && state.connection.is_none() {
-                        state.connection = Some((index, transport.clone()));
+                        state.connection = Some(connection.clone());
                     }
-                    return Ok((index, transport));
+                    return Ok((index, connection.transport()));
                 }
                 Ok(Err(e)) => {
                     // Wrong credentials are final; anything else is the
@@ -328,7 +400,7 @@ impl Client {
         }
     }
 
-    async fn dial(&self, index: usize) -> Result<Transport, Error> {
+    async fn dial(&self, index: usize) -> Result<Connection, Error> {
         let endpoint = &self.config.endpoints[index];
         let tls = if self.config.tls.secures(endpoint) {
             // Built in `new` whenever an endpoint is a TLS one.
@@ -350,46 +422,125 @@ impl Client {
             .await
             .map_err(|_| Error::Protocol(format!("{url}: dial timeout")))?
             .map_err(|e| dial_error(&url, &e))?;
+        let token = Token::default();
+        self.authenticate(&channel, &token).await?;
+        Ok(Connection {
+            index,
+            channel,
+            token,
+        })
+    }
+
+    /// Asks for the password if the credentials lack one and it has not
+    /// been asked yet; true when it asked.
+    async fn ask_password(&self) -> Result<bool, Error> {
+        let needed = self
+            .config
+            .credentials
+            .as_ref()
+            .is_some_and(|c| c.password.is_none());
+        if !needed || self.asked_password.initialized() {
+            return Ok(false);
+        }
+        self.asked_password
+            .get_or_try_init(|| async {
+                crate::prompt::password("Password: ")
+                    .await
+                    .map_err(Error::Protocol)
+            })
+            .await?;
+        Ok(true)
+    }
+
+    /// Exchanges the credentials, if any, for a token on `channel` and
+    /// hands it to `token`. Without credentials, or when the cluster has
+    /// auth off, calls go without a token.
+    async fn authenticate(&self, channel: &Channel, token: &Token) -> Result<(), Error> {
         let Some(credentials) = &self.config.credentials else {
-            return Ok(InterceptedService::new(channel, Token::default()));
+            return Ok(());
         };
         let mut auth = AuthClient::new(channel.clone());
         let answer = auth
             .authenticate(AuthenticateRequest {
                 name: credentials.user.clone(),
-                password: credentials.password.clone(),
+                password: credentials
+                    .password
+                    .clone()
+                    .or_else(|| self.asked_password.get().cloned())
+                    .unwrap_or_default(),
             })
             .await;
-        let token = match answer {
-            Ok(response) => {
-                let token = response.into_inner().token;
-                Some(
-                    token
-                        .parse()
-                        .map_err(|_| Error::Protocol("server sent an unusable token".into()))?,
-                )
-            }
+        let value = match answer {
+            Ok(response) => Some(
+                response
+                    .into_inner()
+                    .token
+                    .parse()
+                    .map_err(|_| Error::Protocol("server sent an unusable token".into()))?,
+            ),
             // etcd's client carries on without a token when auth is off.
             Err(status) if status.message() == AUTH_NOT_ENABLED => None,
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 return Err(Error::Protocol(status.message().to_owned()))
             }
-            Err(status) => return Err(Error::from_status(&status)),
+            Err(status) => {
+                let refusal = Error::from_status(&status);
+                let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                state.refusal = Some(refusal.clone());
+                return Err(refusal);
+            }
         };
-        Ok(InterceptedService::new(channel, Token(token)))
+        token.set(value);
+        Ok(())
+    }
+
+    /// The server's answer when it refused the credentials (a wrong
+    /// password, an unknown user), if it has: etcdctl reports that as a
+    /// failure to connect, whatever the command.
+    pub fn credentials_refused(&self) -> Option<Error> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.refusal.clone()
+    }
+
+    /// True when the server refused `status`'s call for a token it no
+    /// longer knows (it restarted, or the token expired) and credentials
+    /// can get a new one.
+    pub fn token_refused(&self, status: &tonic::Status) -> bool {
+        self.config.credentials.is_some()
+            && status.code() == tonic::Code::Unauthenticated
+            && status.message() == INVALID_AUTH_TOKEN
+    }
+
+    /// Authenticates again on the connection to the endpoint at `index`, so
+    /// its next calls carry a fresh token. Nothing to do when that
+    /// connection is gone: the next one authenticates as it is made.
+    pub async fn refresh_token(&self, index: usize) -> Result<(), Error> {
+        let connection = {
+            let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.connection.clone().filter(|c| c.index == index)
+        };
+        match connection {
+            Some(c) => self.authenticate(&c.channel, &c.token).await,
+            None => Ok(()),
+        }
     }
 
     /// Runs one unary call with failover: `call` gets a transport and sends
     /// the request. `repeatable` says whether the request may be sent again
-    /// after a failure that might have reached the server.
+    /// after a failure that might have reached the server. A call refused
+    /// for a stale token is sent once more after authenticating again, as
+    /// etcd's client does (the server refused it unread, so even a write
+    /// is safe to resend).
     pub async fn unary<T, F, Fut>(&self, repeatable: bool, mut call: F) -> Result<T, Error>
     where
         F: FnMut(Transport) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.ask_password().await?;
         let deadline = Instant::now() + self.config.command_timeout;
         let mut last = None;
         let mut failures_in_round = 0;
+        let mut token_refreshed = false;
         loop {
             let (index, transport) = match self.transport(deadline).await {
                 Ok(t) => t,
@@ -405,6 +556,11 @@ impl Client {
                 Ok(Ok(response)) => return Ok(response.into_inner()),
                 Ok(Err(status)) => status,
             };
+            if !token_refreshed && self.token_refused(&status) {
+                token_refreshed = true;
+                self.refresh_token(index).await?;
+                continue;
+            }
             if !endpoint_failed(&status) {
                 return Err(Error::from_status(&status));
             }
@@ -606,6 +762,25 @@ impl Client {
         })
         .await
     }
+
+    auth_calls! {
+        auth_enable(AuthEnableRequest) -> AuthEnableResponse, false;
+        auth_disable(AuthDisableRequest) -> AuthDisableResponse, false;
+        auth_status(AuthStatusRequest) -> AuthStatusResponse, true;
+        user_add(AuthUserAddRequest) -> AuthUserAddResponse, false;
+        user_get(AuthUserGetRequest) -> AuthUserGetResponse, true;
+        user_list(AuthUserListRequest) -> AuthUserListResponse, true;
+        user_delete(AuthUserDeleteRequest) -> AuthUserDeleteResponse, false;
+        user_change_password(AuthUserChangePasswordRequest) -> AuthUserChangePasswordResponse, false;
+        user_grant_role(AuthUserGrantRoleRequest) -> AuthUserGrantRoleResponse, false;
+        user_revoke_role(AuthUserRevokeRoleRequest) -> AuthUserRevokeRoleResponse, false;
+        role_add(AuthRoleAddRequest) -> AuthRoleAddResponse, false;
+        role_get(AuthRoleGetRequest) -> AuthRoleGetResponse, true;
+        role_list(AuthRoleListRequest) -> AuthRoleListResponse, true;
+        role_delete(AuthRoleDeleteRequest) -> AuthRoleDeleteResponse, false;
+        role_grant_permission(AuthRoleGrantPermissionRequest) -> AuthRoleGrantPermissionResponse, false;
+        role_revoke_permission(AuthRoleRevokePermissionRequest) -> AuthRoleRevokePermissionResponse, false;
+    }
 }
 
 /// A KV client over `transport`.
@@ -626,6 +801,11 @@ pub fn cluster(transport: Transport) -> ClusterClient<Transport> {
 /// A Maintenance client over `transport`.
 pub fn maintenance(transport: Transport) -> MaintenanceClient<Transport> {
     MaintenanceClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
+}
+
+/// An Auth client over `transport`.
+pub fn auth(transport: Transport) -> AuthClient<Transport> {
+    AuthClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
 }
 
 /// A Watch client over `transport`.

@@ -183,6 +183,13 @@ pub const LEASE_NOT_FOUND: &str = "etcdserver: requested lease not found";
 /// The message a server without authentication answers `Authenticate` with.
 pub const AUTH_NOT_ENABLED: &str = "etcdserver: authentication is not enabled";
 
+/// The message for a token the server does not know (any more).
+pub const INVALID_AUTH_TOKEN: &str = "etcdserver: invalid auth token";
+
+/// The message `AuthEnable` refuses with while the root user lacks the
+/// root role.
+pub const ROOT_ROLE_NOT_EXIST: &str = "etcdserver: root user does not have root role";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 //!   `https://` endpoints.
 //! - [`output`]: etcdctl's output formats (`simple`, `json`, `fields`,
 //!   `table`, `protobuf`), byte for byte.
+//! - [`prompt`]: password prompts, on a terminal or from piped stdin.
 //! - [`restore`]: `snapshot restore`, a new member's data directory from a
 //!   snapshot file.
 //! - [`bench`]: a load generator in the manner of etcd's `benchmark` tool,
@@ -18,6 +19,7 @@ pub mod command;
 pub mod connector;
 pub mod error;
 pub mod output;
+pub mod prompt;
 pub mod restore;
 
 use std::time::Duration;

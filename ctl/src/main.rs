@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{ArgAction, Parser, Subcommand};
 use oxetcd_ctl::bench::BenchArgs;
 use oxetcd_ctl::client::{Client, Config, Credentials, Tls};
+use oxetcd_ctl::command::auth::AuthCommand;
 use oxetcd_ctl::command::endpoint::EndpointArgs;
 use oxetcd_ctl::command::kv::{CompactionArgs, DelArgs, GetArgs, PutArgs};
 use oxetcd_ctl::command::lease::LeaseCommand;
@@ -15,7 +16,9 @@ use oxetcd_ctl::command::maintenance::{
     AlarmCommand, DefragArgs, DowngradeCommand, SnapshotCommand,
 };
 use oxetcd_ctl::command::member::MemberCommand;
+use oxetcd_ctl::command::role::RoleCommand;
 use oxetcd_ctl::command::txn::TxnArgs;
+use oxetcd_ctl::command::user::UserCommand;
 use oxetcd_ctl::command::watch::WatchArgs;
 use oxetcd_ctl::command::{self, exit, Context, Failure};
 use oxetcd_ctl::output::{Format, Printer};
@@ -161,6 +164,21 @@ enum Command {
         #[command(subcommand)]
         command: DowngradeCommand,
     },
+    /// Enable or disable authentication
+    Auth {
+        #[command(subcommand)]
+        command: AuthCommand,
+    },
+    /// User related commands
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Role related commands
+    Role {
+        #[command(subcommand)]
+        command: RoleCommand,
+    },
     /// Measure request throughput and latency
     Bench(BenchArgs),
 }
@@ -234,7 +252,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         },
         command_timeout_given: g.command_timeout.is_some(),
     };
-    match &cli.command {
+    let result = match &cli.command {
         Command::Get(a) => command::kv::get(&ctx, a).await,
         Command::Put(a) => command::kv::put(&ctx, a).await,
         Command::Del(a) => command::kv::del(&ctx, a).await,
@@ -249,7 +267,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Member { command } => command::member::member(&ctx, command).await,
         Command::Snapshot { command } => command::maintenance::snapshot(&ctx, command).await,
         Command::Downgrade { command } => command::maintenance::downgrade(&ctx, command).await,
+        Command::Auth { command } => command::auth::auth(&ctx, command).await,
+        Command::User { command } => command::user::user(&ctx, command).await,
+        Command::Role { command } => command::role::role(&ctx, command).await,
         Command::Version | Command::Bench(_) => unreachable!("handled above"),
+    };
+    match ctx.client.credentials_refused() {
+        // etcdctl authenticates as it connects, before the command runs,
+        // and reports a refusal there as a connection failure.
+        Some(refusal) if result.is_err() => Err(Failure::new(exit::BAD_CONNECTION, refusal)),
+        _ => result,
     }
 }
 
@@ -267,25 +294,19 @@ fn config(g: &Global) -> Result<Config, Failure> {
         (Some(user), _) if user.is_empty() => None,
         (Some(user), Some(password)) if !password.is_empty() => Some(Credentials {
             user: user.clone(),
-            password: password.clone(),
+            password: Some(password.clone()),
         }),
-        (Some(user), _) => match user.split_once(':') {
-            Some((user, password)) => Some(Credentials {
+        (Some(user), _) => Some(match user.split_once(':') {
+            Some((user, password)) => Credentials {
                 user: user.to_owned(),
-                password: password.to_owned(),
-            }),
-            None => {
-                eprint!("Password: ");
-                let mut password = String::new();
-                std::io::stdin()
-                    .read_line(&mut password)
-                    .map_err(Failure::error)?;
-                Some(Credentials {
-                    user: user.clone(),
-                    password: password.trim_end_matches(['\r', '\n']).to_owned(),
-                })
-            }
-        },
+                password: Some(password.to_owned()),
+            },
+            // Asked for when the client first connects.
+            None => Credentials {
+                user: user.clone(),
+                password: None,
+            },
+        }),
     };
     Ok(Config {
         endpoints: g.endpoints.iter().map(|e| e.trim().to_owned()).collect(),

@@ -4,12 +4,15 @@
 //! A command returns `Err(Failure)` instead of exiting, so the binary owns
 //! the process exit and the commands stay testable.
 
+pub mod auth;
 pub mod endpoint;
 pub mod kv;
 pub mod lease;
 pub mod maintenance;
 pub mod member;
+pub mod role;
 pub mod txn;
+pub mod user;
 pub mod watch;
 
 use std::fmt;
@@ -114,6 +117,36 @@ pub fn print_with(printer: &Printer, view: &View<'_>) -> Result<(), Failure> {
         let _ = std::io::stderr().write_all(rendered.stderr.as_bytes());
     }
     Ok(())
+}
+
+/// etcdctl's check of a command's arguments: exactly `count` of them, or
+/// `message` (exit 128).
+pub fn expect_args(args: &[String], count: usize, message: &str) -> Result<(), Failure> {
+    if args.len() == count {
+        Ok(())
+    } else {
+        Err(Failure::bad_args(message))
+    }
+}
+
+/// The one argument (a user or role name) a command takes, or `message`
+/// (exit 128).
+pub fn one_arg<'a>(args: &'a [String], message: &str) -> Result<&'a str, Failure> {
+    expect_args(args, 1, message)?;
+    Ok(&args[0])
+}
+
+/// Go's `strconv.ParseBool`, for boolean flags given a value
+/// (`--interactive=false`).
+pub fn parse_go_bool(text: &str) -> Result<bool, String> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "strconv.ParseBool: parsing {}: invalid syntax",
+            crate::output::go::quote(text.as_bytes())
+        )),
+    }
 }
 
 /// Go's `strconv.ParseInt(text, 16, 64)` error text, for etcdctl's

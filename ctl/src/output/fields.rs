@@ -11,7 +11,7 @@ use oxetcd_proto::etcdserverpb::{
 use oxetcd_proto::mvccpb::KeyValue;
 
 use super::go::{quote, string_list};
-use super::{alarm_name, event_name, View};
+use super::{alarm_name, event_name, permission_name, View};
 
 pub(super) fn render(view: &View<'_>) -> Option<String> {
     let mut out = String::new();
@@ -117,7 +117,31 @@ pub(super) fn render(view: &View<'_>) -> Option<String> {
             header(o, r.header.as_ref());
             let _ = writeln!(o, "\"Version\" : {}", r.version);
         }
-        View::MemberAdd { .. }
+        View::AuthChange(_, h) => header(o, h),
+        View::RoleGet(_, r) => {
+            header(o, r.header.as_ref());
+            for p in &r.perm {
+                // Go's Println puts a space between its operands, after
+                // the one already in `"PermType" : `.
+                let _ = writeln!(o, "\"PermType\" :  {}", permission_name(p.perm_type));
+                let _ = writeln!(o, "\"Key\" : {}", quote(&p.key));
+                let _ = writeln!(o, "\"RangeEnd\" : {}", quote(&p.range_end));
+            }
+        }
+        View::RoleList(r) => {
+            header(o, r.header.as_ref());
+            o.push_str("\"Roles\" :");
+            for role in &r.roles {
+                let _ = write!(o, " {}", quote(role.as_bytes()));
+            }
+            o.push('\n');
+        }
+        // etcdctl has no fields output for these (3.5's `auth status`
+        // included).
+        View::AuthStatus(_)
+        | View::UserGet(..)
+        | View::UserList(_)
+        | View::MemberAdd { .. }
         | View::MemberRemove(..)
         | View::MemberUpdate(..)
         | View::MemberPromote(..)

@@ -143,6 +143,34 @@ pub(super) fn render(view: &View<'_>) -> String {
             o.string("version", &r.version, true);
             o.finish()
         }
+        View::AuthStatus(r) => {
+            let mut o = Obj::new();
+            o.header(r.header.as_ref());
+            o.boolean("enabled", r.enabled, true);
+            o.uint("authRevision", r.auth_revision, true);
+            o.finish()
+        }
+        View::AuthChange(_, header) => only_header(header),
+        View::UserGet(_, r) => names(r.header.as_ref(), "roles", &r.roles),
+        View::UserList(r) => names(r.header.as_ref(), "users", &r.users),
+        View::RoleList(r) => names(r.header.as_ref(), "roles", &r.roles),
+        View::RoleGet(_, r) => {
+            let mut o = Obj::new();
+            o.header(r.header.as_ref());
+            if !r.perm.is_empty() {
+                o.raw(
+                    "perm",
+                    &list(r.perm.iter().map(|p| {
+                        let mut o = Obj::new();
+                        o.int("permType", i64::from(p.perm_type), true);
+                        o.bytes("key", &p.key);
+                        o.bytes("range_end", &p.range_end);
+                        o.finish()
+                    })),
+                );
+            }
+            o.finish()
+        }
     };
     text.push('\n');
     text
@@ -258,6 +286,17 @@ fn member(m: &Member) -> String {
         );
     }
     o.boolean("isLearner", m.is_learner, true);
+    o.finish()
+}
+
+/// A header and a list of names (`omitempty`, as the auth responses'
+/// `roles` and `users` are).
+fn names(h: Option<&ResponseHeader>, field: &str, names: &[String]) -> String {
+    let mut o = Obj::new();
+    o.header(h);
+    if !names.is_empty() {
+        o.raw(field, &list(names.iter().map(|n| json_string(n))));
+    }
     o.finish()
 }
 

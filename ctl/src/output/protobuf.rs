@@ -1,7 +1,7 @@
 //! The `protobuf` format: the response's wire encoding, for the responses
 //! etcdctl prints that way (the ones that are protobuf messages).
 
-use oxetcd_proto::etcdserverpb::WatchResponse;
+use oxetcd_proto::etcdserverpb::{AuthUserAddResponse, WatchResponse};
 use prost::Message;
 
 use super::View;
@@ -29,6 +29,16 @@ pub(super) fn render(view: &View<'_>) -> Option<Vec<u8>> {
         View::MemberList(r) => r.encode_to_vec(),
         View::Alarm(r) => r.encode_to_vec(),
         View::MoveLeader { response, .. } => response.encode_to_vec(),
+        View::AuthStatus(r) => r.encode_to_vec(),
+        // Every header-only auth response has this one encoding.
+        View::AuthChange(_, header) => AuthUserAddResponse {
+            header: header.cloned(),
+        }
+        .encode_to_vec(),
+        View::UserGet(_, r) => r.encode_to_vec(),
+        View::UserList(r) => r.encode_to_vec(),
+        View::RoleGet(_, r) => r.encode_to_vec(),
+        View::RoleList(r) => r.encode_to_vec(),
         _ => return None,
     })
 }

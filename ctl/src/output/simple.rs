@@ -4,13 +4,16 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 
+use oxetcd_proto::authpb::Permission;
 use oxetcd_proto::etcdserverpb::response_op::Response;
-use oxetcd_proto::etcdserverpb::{DeleteRangeResponse, PutResponse, RangeResponse};
+use oxetcd_proto::etcdserverpb::{
+    AuthRoleGetResponse, DeleteRangeResponse, PutResponse, RangeResponse,
+};
 use oxetcd_proto::mvccpb::KeyValue;
 
 use super::{
-    alarm_name, db_status_rows, event_name, hash_rows, member_rows, status_rows, DowngradeStep,
-    Printer, Rendered, View,
+    alarm_name, db_status_rows, event_name, hash_rows, member_rows, status_rows, AuthChange,
+    DowngradeStep, Printer, Rendered, View,
 };
 
 pub(super) fn render(printer: &Printer, view: &View<'_>) -> Rendered {
@@ -174,10 +177,112 @@ pub(super) fn render(printer: &Printer, view: &View<'_>) -> Rendered {
             };
             let _ = writeln!(o, "Downgrade {step} success, cluster version {}", r.version);
         }
+        View::AuthStatus(r) => {
+            let _ = writeln!(o, "Authentication Status: {}", r.enabled);
+            let _ = writeln!(o, "AuthRevision: {}", r.auth_revision);
+        }
+        View::AuthChange(change, _) => auth_change(o, change),
+        View::UserGet(name, r) => {
+            let _ = write!(o, "User: {name}\nRoles:");
+            for role in &r.roles {
+                let _ = write!(o, " {role}");
+            }
+            o.push(b'\n');
+        }
+        View::UserList(r) => lines(o, &r.users),
+        View::RoleGet(name, r) => role_get(o, name, r),
+        View::RoleList(r) => lines(o, &r.roles),
     }
     Rendered {
         stdout: out,
         stderr: err,
+    }
+}
+
+fn auth_change(o: &mut Vec<u8>, change: AuthChange<'_>) {
+    let _ = match change {
+        AuthChange::UserAdded(user) => writeln!(o, "User {user} created"),
+        AuthChange::UserDeleted(user) => writeln!(o, "User {user} deleted"),
+        AuthChange::PasswordChanged => writeln!(o, "Password updated"),
+        AuthChange::RoleGranted { user, role } => {
+            writeln!(o, "Role {role} is granted to user {user}")
+        }
+        AuthChange::RoleRevoked { user, role } => {
+            writeln!(o, "Role {role} is revoked from user {user}")
+        }
+        AuthChange::RoleAdded(role) => writeln!(o, "Role {role} created"),
+        AuthChange::RoleDeleted(role) => writeln!(o, "Role {role} deleted"),
+        AuthChange::PermissionGranted(role) => writeln!(o, "Role {role} updated"),
+        AuthChange::PermissionRevoked {
+            role,
+            key,
+            range_end,
+        } => {
+            if range_end.is_empty() {
+                o.extend_from_slice(b"Permission of key ");
+                o.extend_from_slice(key);
+            } else {
+                o.extend_from_slice(b"Permission of range ");
+                key_range(o, key, range_end);
+            }
+            writeln!(o, " is revoked from role {role}")
+        }
+    };
+}
+
+/// A role's permissions, reads then writes (a read-write one under both):
+/// a single key bare, a range as `[key, end)` or `[key, <open ended>`,
+/// with `(prefix key)` when the range is exactly a prefix's.
+fn role_get(o: &mut Vec<u8>, name: &str, r: &AuthRoleGetResponse) {
+    const READ: i32 = 0;
+    const WRITE: i32 = 1;
+    const READ_WRITE: i32 = 2;
+    let _ = writeln!(o, "Role {name}");
+    for (heading, kind) in [("KV Read:", READ), ("KV Write:", WRITE)] {
+        let _ = writeln!(o, "{heading}");
+        for perm in r
+            .perm
+            .iter()
+            .filter(|p| p.perm_type == kind || p.perm_type == READ_WRITE)
+        {
+            permission(o, perm);
+        }
+    }
+}
+
+fn permission(o: &mut Vec<u8>, perm: &Permission) {
+    o.push(b'\t');
+    if perm.range_end.is_empty() {
+        o.extend_from_slice(&perm.key);
+        o.push(b'\n');
+        return;
+    }
+    key_range(o, &perm.key, &perm.range_end);
+    if crate::command::kv::prefix_end(&perm.key) == perm.range_end {
+        o.extend_from_slice(b" (prefix ");
+        o.extend_from_slice(&perm.key);
+        o.push(b')');
+    }
+    o.push(b'\n');
+}
+
+/// `[key, end)`, or etcdctl's unclosed `[key, <open ended>` for a range
+/// that runs to the end of the key space.
+fn key_range(o: &mut Vec<u8>, key: &[u8], end: &[u8]) {
+    o.push(b'[');
+    o.extend_from_slice(key);
+    if end == b"\0" {
+        o.extend_from_slice(b", <open ended>");
+    } else {
+        o.extend_from_slice(b", ");
+        o.extend_from_slice(end);
+        o.push(b')');
+    }
+}
+
+fn lines(out: &mut Vec<u8>, items: &[String]) {
+    for item in items {
+        let _ = writeln!(out, "{item}");
     }
 }
 
