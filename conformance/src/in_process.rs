@@ -5,6 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use oxetcd_core::auth::Credentials;
 use oxetcd_core::memory::{MemoryKv, MemoryLog};
 use oxetcd_core::testing::{Effect, Member};
 use oxetcd_core::{Config, Error, Input, Instant, Request, RequestId, Response};
@@ -175,6 +176,7 @@ impl InProcess {
             Input::Watch {
                 stream: stream as u64,
                 request,
+                credentials: Credentials::Anonymous,
             },
         );
         self.drain()
@@ -224,7 +226,7 @@ impl InProcess {
         self.next_id += 1;
         self.member
             .node
-            .handle(self.now, Input::Client(id, request));
+            .handle(self.now, Input::Client(id, request, Credentials::Anonymous));
         for _ in 0..ROUNDS_MAX {
             self.drain()?;
             if let Some(answer) = self.answers.remove(&id) {

@@ -5,12 +5,12 @@
 use std::process::Command;
 use std::time::Duration;
 
-use oxetcd_conformance::{Server, ServerKind};
 use oxetcd_ctl::client::{Client, Config, Credentials};
 use oxetcd_proto::etcdserverpb::{
     AuthEnableRequest, AuthRoleAddRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
     PutRequest, RangeRequest,
 };
+use oxetcd_tests::{Server, ServerKind};
 
 /// Longer than the server's token TTL (one second, below) plus the
 /// period at which etcd drops expired simple tokens (one second).

@@ -97,6 +97,8 @@ mod tests {
         let proposal = Proposal {
             id: 42,
             request: Some(proposal::Request::Txn(txn)),
+            user: "alice".into(),
+            auth_revision: 7,
         };
         let bytes = proposal.encode_to_vec();
         assert_eq!(Proposal::decode(bytes.as_slice()).unwrap(), proposal);

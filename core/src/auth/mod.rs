@@ -33,15 +33,15 @@ use std::collections::BTreeMap;
 
 use oxetcd_proto::authpb::{Permission, Role, User, UserAddOptions};
 use oxetcd_proto::etcdserverpb::{
-    AuthRoleAddRequest, AuthRoleAddResponse, AuthRoleDeleteRequest, AuthRoleDeleteResponse,
-    AuthRoleGetRequest, AuthRoleGetResponse, AuthRoleGrantPermissionRequest,
-    AuthRoleGrantPermissionResponse, AuthRoleListResponse, AuthRoleRevokePermissionRequest,
-    AuthRoleRevokePermissionResponse, AuthStatusResponse, AuthUserAddRequest, AuthUserAddResponse,
-    AuthUserChangePasswordRequest, AuthUserChangePasswordResponse, AuthUserDeleteRequest,
-    AuthUserDeleteResponse, AuthUserGetRequest, AuthUserGetResponse, AuthUserGrantRoleRequest,
-    AuthUserGrantRoleResponse, AuthUserListResponse, AuthUserRevokeRoleRequest,
-    AuthUserRevokeRoleResponse, AuthDisableResponse, AuthEnableResponse, AuthenticateResponse,
-    ResponseHeader,
+    AuthDisableResponse, AuthEnableResponse, AuthRoleAddRequest, AuthRoleAddResponse,
+    AuthRoleDeleteRequest, AuthRoleDeleteResponse, AuthRoleGetRequest, AuthRoleGetResponse,
+    AuthRoleGrantPermissionRequest, AuthRoleGrantPermissionResponse, AuthRoleListResponse,
+    AuthRoleRevokePermissionRequest, AuthRoleRevokePermissionResponse, AuthStatusResponse,
+    AuthUserAddRequest, AuthUserAddResponse, AuthUserChangePasswordRequest,
+    AuthUserChangePasswordResponse, AuthUserDeleteRequest, AuthUserDeleteResponse,
+    AuthUserGetRequest, AuthUserGetResponse, AuthUserGrantRoleRequest, AuthUserGrantRoleResponse,
+    AuthUserListResponse, AuthUserRevokeRoleRequest, AuthUserRevokeRoleResponse,
+    AuthenticateResponse, ResponseHeader,
 };
 use oxetcd_proto::oxetcdpb::auth_change::Change as AuthChange;
 use oxetcd_proto::oxetcdpb::AuthenticateChange;
@@ -572,10 +572,16 @@ mod tests {
     #[test]
     fn users_get_etcds_checks_and_every_change_bumps_the_revision() {
         let mut store = AuthStore::default();
-        assert_eq!(store.apply(user_add(""), Instant::ZERO), Err(Error::UserEmpty));
+        assert_eq!(
+            store.apply(user_add(""), Instant::ZERO),
+            Err(Error::UserEmpty)
+        );
         store.apply(user_add("b"), Instant::ZERO).unwrap();
         store.apply(user_add("a"), Instant::ZERO).unwrap();
-        assert_eq!(store.apply(user_add("a"), Instant::ZERO), Err(Error::UserAlreadyExists));
+        assert_eq!(
+            store.apply(user_add("a"), Instant::ZERO),
+            Err(Error::UserAlreadyExists)
+        );
         assert_eq!(store.revision(), 2, "failures change nothing");
         let Ok(AuthResponse::UserList(list)) = store.read(&AuthRead::UserList) else {
             panic!("list")
@@ -593,7 +599,10 @@ mod tests {
             })
         };
         store.apply(delete("a"), Instant::ZERO).unwrap();
-        assert_eq!(store.apply(delete("a"), Instant::ZERO), Err(Error::UserNotFound));
+        assert_eq!(
+            store.apply(delete("a"), Instant::ZERO),
+            Err(Error::UserNotFound)
+        );
         assert_eq!(store.revision(), 3);
     }
 
@@ -607,10 +616,19 @@ mod tests {
                 role: role.to_owned(),
             })
         };
-        assert_eq!(store.apply(grant_role("r"), Instant::ZERO), Err(Error::RoleNotFound));
-        assert_eq!(store.apply(role_add(""), Instant::ZERO), Err(Error::RoleEmpty));
+        assert_eq!(
+            store.apply(grant_role("r"), Instant::ZERO),
+            Err(Error::RoleNotFound)
+        );
+        assert_eq!(
+            store.apply(role_add(""), Instant::ZERO),
+            Err(Error::RoleEmpty)
+        );
         store.apply(role_add("r"), Instant::ZERO).unwrap();
-        assert_eq!(store.apply(role_add("r"), Instant::ZERO), Err(Error::RoleAlreadyExists));
+        assert_eq!(
+            store.apply(role_add("r"), Instant::ZERO),
+            Err(Error::RoleAlreadyExists)
+        );
         store.apply(grant_role("r"), Instant::ZERO).unwrap();
         store.apply(grant_role(ROOT), Instant::ZERO).unwrap();
         let revision = store.revision();
@@ -628,7 +646,10 @@ mod tests {
             })
         };
         store.apply(revoke(ROOT), Instant::ZERO).unwrap();
-        assert_eq!(store.apply(revoke(ROOT), Instant::ZERO), Err(Error::RoleNotGranted));
+        assert_eq!(
+            store.apply(revoke(ROOT), Instant::ZERO),
+            Err(Error::RoleNotGranted)
+        );
         let delete = AuthChange::RoleDelete(AuthRoleDeleteRequest { role: "r".into() });
         store.apply(delete.clone(), Instant::ZERO).unwrap();
         assert_eq!(store.apply(delete, Instant::ZERO), Err(Error::RoleNotFound));
@@ -666,7 +687,8 @@ mod tests {
             Err(Error::PermissionNotGranted)
         );
         store.apply(revoke("a", "c"), Instant::ZERO).unwrap();
-        let recovered = AuthStore::recover(Some(store.state()), std::time::Duration::from_secs(300));
+        let recovered =
+            AuthStore::recover(Some(store.state()), std::time::Duration::from_secs(300));
         assert_eq!(recovered, store, "the stored form holds everything");
     }
 }

@@ -253,10 +253,16 @@ mod tests {
         assert!(!permits(&r, Access::Write, "a", "d"));
         assert!(permits(&r, Access::Write, "c", "e"));
         assert!(permits(&r, Access::Write, "x", ""));
-        assert!(permits(&r, Access::Write, "x", "x\0"), "a point is its own range");
+        assert!(
+            permits(&r, Access::Write, "x", "x\0"),
+            "a point is its own range"
+        );
         assert!(!permits(&r, Access::Write, "x", "y"));
         assert!(!permits(&r, Access::Read, "x", ""));
-        assert!(!permits(&r, Access::Read, "a", "\0"), "from-key needs an open grant");
+        assert!(
+            !permits(&r, Access::Read, "a", "\0"),
+            "from-key needs an open grant"
+        );
         let open = role(&[("k", "\0", Read)]);
         assert!(permits(&open, Access::Read, "k", "\0"));
         assert!(permits(&open, Access::Read, "z", ""));

@@ -102,7 +102,10 @@ mod tests {
         let mut tokens = SimpleTokens::new(Duration::from_secs(10));
         let t0 = Instant::ZERO;
         tokens.assign("t".into(), "alice", t0);
-        assert_eq!(tokens.resolve("t", t0 + Duration::from_secs(9)).as_deref(), Some("alice"));
+        assert_eq!(
+            tokens.resolve("t", t0 + Duration::from_secs(9)).as_deref(),
+            Some("alice")
+        );
         assert_eq!(
             tokens.resolve("t", t0 + Duration::from_secs(18)).as_deref(),
             Some("alice"),

@@ -16,8 +16,8 @@ use oxetcd_proto::etcdserverpb::{
 };
 
 use super::*;
-use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
 use crate::auth::Credentials;
+use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
 use crate::testing::{self as driver, Effect};
 
 /// Virtual time a call may take before the harness gives up.
@@ -232,8 +232,10 @@ impl Cluster {
         let request_id = self.next_request;
         self.next_request += 1;
         let now = self.now;
-        self.node_mut(id)
-            .handle(now, Input::Client(request_id, request, Credentials::Anonymous));
+        self.node_mut(id).handle(
+            now,
+            Input::Client(request_id, request, Credentials::Anonymous),
+        );
         request_id
     }
 
@@ -814,15 +816,14 @@ fn leases_expire_on_the_leader_only_and_watches_fire_on_every_member() {
             ),
         };
         let now = c.now;
-        c.node_mut(id)
-            .handle(
-                now,
-                Input::Watch {
-                    stream: 1,
-                    request,
-                    credentials: Credentials::Anonymous,
-                },
-            );
+        c.node_mut(id).handle(
+            now,
+            Input::Watch {
+                stream: 1,
+                request,
+                credentials: Credentials::Anonymous,
+            },
+        );
     }
     let Ok(Response::LeaseGrant(grant)) = c.call(
         leader,

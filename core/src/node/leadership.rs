@@ -52,10 +52,10 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     pub(super) fn hold_for_leader(&mut self, ticket: Ticket, held: Held) {
         // An election takes at most about one election timeout.
         let give_up = self.now + self.config.election_timeout;
-        let held = self
+        if !self
             .leaderless
-            .hold(ticket, held, give_up, LEADERLESS_REQUESTS_MAX);
-        if held.is_err() {
+            .hold(ticket, held, give_up, LEADERLESS_REQUESTS_MAX)
+        {
             self.answer(ticket, Err(Error::NoLeader));
         }
     }

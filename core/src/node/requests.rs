@@ -114,16 +114,16 @@ pub(super) struct Leaderless {
 }
 
 impl Leaderless {
-    /// Holds `held` until `give_up`; gives it back if `max` are held.
+    /// Holds `held` until `give_up`; refuses (false) if `max` are held.
     pub(super) fn hold(
         &mut self,
         ticket: Ticket,
         held: Held,
         give_up: Instant,
         max: usize,
-    ) -> Result<(), Held> {
+    ) -> bool {
         if self.held.len() >= max {
-            return Err(held);
+            return false;
         }
         // `expired` stops at the first request still in time.
         debug_assert!(
@@ -131,7 +131,7 @@ impl Leaderless {
             "requests are held in the order they give up"
         );
         self.held.push_back((give_up, ticket, held));
-        Ok(())
+        true
     }
 
     /// Everything held, in order (a leader is known).
@@ -206,15 +206,24 @@ mod tests {
     #[test]
     fn leaderless_requests_are_bounded_and_give_up_in_order() {
         let mut leaderless = Leaderless::default();
-        assert!(leaderless
-            .hold(1, Held::Request(Request::Status, Default::default()), at(100), 2)
-            .is_ok());
-        assert!(leaderless
-            .hold(2, Held::Request(Request::Status, Default::default()), at(200), 2)
-            .is_ok());
-        assert!(leaderless
-            .hold(3, Held::Request(Request::Status, Default::default()), at(300), 2)
-            .is_err());
+        assert!(leaderless.hold(
+            1,
+            Held::Request(Request::Status, Default::default()),
+            at(100),
+            2
+        ));
+        assert!(leaderless.hold(
+            2,
+            Held::Request(Request::Status, Default::default()),
+            at(200),
+            2
+        ));
+        assert!(!leaderless.hold(
+            3,
+            Held::Request(Request::Status, Default::default()),
+            at(300),
+            2
+        ));
         assert_eq!(leaderless.poll_timeout(), Some(at(100)));
         assert_eq!(leaderless.expired(at(150)), vec![1]);
         let released: Vec<Ticket> = leaderless.release().into_iter().map(|(t, _)| t).collect();

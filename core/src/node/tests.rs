@@ -8,8 +8,8 @@ use oxetcd_proto::etcdserverpb::{
 };
 
 use super::*;
-use crate::memory::{MemoryKv, MemoryLog};
 use crate::auth::Credentials;
+use crate::memory::{MemoryKv, MemoryLog};
 use crate::testing::{Effect, Member};
 use crate::watch::StreamId;
 
@@ -97,8 +97,10 @@ impl Harness {
             value: value.as_bytes().to_vec(),
             ..Default::default()
         };
-        self.node
-            .handle(Instant::ZERO, Input::Client(id, Request::Put(put), Credentials::Anonymous));
+        self.node.handle(
+            Instant::ZERO,
+            Input::Client(id, Request::Put(put), Credentials::Anonymous),
+        );
         self.drain();
     }
 
@@ -107,8 +109,10 @@ impl Harness {
             key: key.as_bytes().to_vec(),
             ..Default::default()
         };
-        self.node
-            .handle(Instant::ZERO, Input::Client(id, Request::Range(range), Credentials::Anonymous));
+        self.node.handle(
+            Instant::ZERO,
+            Input::Client(id, Request::Range(range), Credentials::Anonymous),
+        );
         self.drain();
     }
 
@@ -134,13 +138,14 @@ impl Harness {
     }
 
     fn watch(&mut self, stream: StreamId, request: WatchRequest) {
-        self.member
-            .node
-            .handle(self.now, Input::Watch {
-            stream,
-            request,
-            credentials: Credentials::Anonymous,
-        });
+        self.member.node.handle(
+            self.now,
+            Input::Watch {
+                stream,
+                request,
+                credentials: Credentials::Anonymous,
+            },
+        );
         self.settle();
     }
 
@@ -492,8 +497,10 @@ fn a_read_between_an_election_and_its_report_is_answered() {
             key: b"k".to_vec(),
             ..Default::default()
         };
-        h.node
-            .handle(Instant::ZERO, Input::Client(id, Request::Range(range), Credentials::Anonymous));
+        h.node.handle(
+            Instant::ZERO,
+            Input::Client(id, Request::Range(range), Credentials::Anonymous),
+        );
         reads.push(id);
         h.drain();
     }

@@ -13,6 +13,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use futures_channel::{mpsc as async_mpsc, oneshot};
+use oxetcd_core::auth::Credentials;
 use oxetcd_core::storage::{KvMeta, KvRead, KvStore};
 use oxetcd_core::watch::{CatchUp, CatchUpOutcome, StreamId};
 use oxetcd_core::{mvcc, watch, Error, Input, Request, Response};
@@ -56,13 +57,25 @@ pub(crate) struct WatchStreamParts {
 }
 
 impl<K: KvStore> Handle<K> {
-    /// Sends one request through the node and waits for its answer. A range
-    /// is answered by reading a backend snapshot once the node allows it.
+    /// Sends one request of the server's own through the node (no
+    /// credentials: checked as nobody's once auth is on) and waits for its
+    /// answer.
     pub async fn request(&self, request: Request) -> Result<Response, Error> {
+        self.request_as(Credentials::Anonymous, request).await
+    }
+
+    /// Sends one client request through the node, as whoever
+    /// `credentials` say, and waits for its answer. A range is answered by
+    /// reading a backend snapshot once the node allows it.
+    pub async fn request_as(
+        &self,
+        credentials: Credentials,
+        request: Request,
+    ) -> Result<Response, Error> {
         let _slot = self.admit()?;
         let (reply, answer) = oneshot::channel();
         self.commands
-            .send(Command::Client(request, reply))
+            .send(Command::Client(request, credentials, reply))
             .map_err(|_| Error::Stopped)?;
         match answer.await.map_err(|_| Error::Stopped)? {
             Reply::Done(result) => result,
@@ -156,10 +169,17 @@ impl<K: KvStore> Handle<K> {
     }
 
     /// Passes a client's watch request to the node.
-    pub(crate) fn watch_request(&self, stream: StreamId, request: WatchRequest) {
-        let _ = self
-            .commands
-            .send(Command::Watch(Input::Watch { stream, request }));
+    pub(crate) fn watch_request(
+        &self,
+        stream: StreamId,
+        request: WatchRequest,
+        credentials: Credentials,
+    ) {
+        let _ = self.commands.send(Command::Watch(Input::Watch {
+            stream,
+            request,
+            credentials,
+        }));
     }
 
     /// The stream's client is gone.

@@ -69,6 +69,7 @@ use std::sync::Arc;
 use std::thread;
 
 use futures_channel::{mpsc as async_mpsc, oneshot};
+use oxetcd_core::auth::Credentials;
 use oxetcd_core::raft::{Persist, PersistId};
 use oxetcd_core::storage::{Cause, KvStore, LogStore, StorageError};
 use oxetcd_core::watch::StreamId;
@@ -189,7 +190,7 @@ pub type Blocking = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 
 /// What the driver thread receives.
 enum Command {
-    Client(Request, oneshot::Sender<Reply>),
+    Client(Request, Credentials, oneshot::Sender<Reply>),
     Persisted(PersistId),
     Stop(oneshot::Sender<()>),
     /// An event of the peer transport.

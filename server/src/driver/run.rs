@@ -240,11 +240,11 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
     fn feed(&mut self, now: Instant, command: Command) -> Option<oneshot::Sender<()>> {
         let node = &mut self.node;
         match command {
-            Command::Client(request, reply) => {
+            Command::Client(request, credentials, reply) => {
                 let slot = self.executor.pending.vacant_entry();
                 let id = slot.key() as RequestId;
                 slot.insert(reply);
-                node.handle(now, Input::Client(id, request));
+                node.handle(now, Input::Client(id, request, credentials));
             }
             Command::Persisted(id) => node.handle(now, Input::Persisted { id }),
             Command::Stop(done) => {

@@ -6,11 +6,10 @@
 //! thread, before the request leaves this member: the log, the backend
 //! and snapshots hold hashes only.
 //!
-//! Enabling auth is not served yet, because nothing would check a
-//! permission: `AuthEnable` is refused, so auth stays off and every
-//! request is allowed, as it is on an etcd whose auth is off.
-//! `Authenticate` answers etcd's `authentication is not enabled`, and
-//! `AuthDisable` succeeds (auth is off).
+//! `Authenticate` checks the password here too (bcrypt, on a blocking
+//! thread, against the hash read after a read barrier), then proposes the
+//! token it picked so that every member learns it. Every call carries its
+//! caller's credentials; the node decides what each may do.
 
 use oxetcd_core::auth::{AuthRead, AuthRequest, AuthResponse};
 use oxetcd_core::storage::KvStore;
@@ -18,7 +17,12 @@ use oxetcd_core::{Error, Request, Response};
 use oxetcd_proto::etcdserverpb::auth_server::Auth;
 use oxetcd_proto::etcdserverpb::*;
 use oxetcd_proto::oxetcdpb::auth_change::Change;
+use oxetcd_proto::oxetcdpb::AuthenticateChange;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tonic::Status;
+
+use super::credentials::Gate;
+use oxetcd_core::auth::Credentials;
 
 use super::{mismatched, status_from_error};
 use crate::driver::Handle;
@@ -26,33 +30,67 @@ use crate::driver::Handle;
 /// Serves `etcdserverpb.Auth`.
 pub struct AuthService<K: KvStore> {
     handle: Handle<K>,
+    gate: Gate,
     bcrypt_cost: u32,
+    /// Numbers the tokens this member hands out.
+    tokens_issued: AtomicU64,
 }
 
 impl<K: KvStore> AuthService<K> {
     /// A service sending its requests through `handle`, hashing passwords
     /// at `bcrypt_cost`.
-    pub fn new(handle: Handle<K>, bcrypt_cost: u32) -> Self {
+    pub fn new(handle: Handle<K>, gate: Gate, bcrypt_cost: u32) -> Self {
         Self {
             handle,
+            gate,
             bcrypt_cost,
+            tokens_issued: AtomicU64::new(0),
         }
     }
 
-    async fn ask(&self, request: AuthRequest) -> Result<AuthResponse, Status> {
-        match self.handle.request(Request::Auth(request)).await {
+    async fn ask(&self, who: Credentials, request: AuthRequest) -> Result<AuthResponse, Status> {
+        match self.handle.request_as(who, Request::Auth(request)).await {
             Ok(Response::Auth(response)) => Ok(response),
             Ok(other) => Err(mismatched("auth", &other)),
             Err(e) => Err(status_from_error(&e)),
         }
     }
 
-    async fn change(&self, change: Change) -> Result<AuthResponse, Status> {
-        self.ask(AuthRequest::Change(change)).await
+    async fn change(&self, who: Credentials, change: Change) -> Result<AuthResponse, Status> {
+        self.ask(who, AuthRequest::Change(change)).await
     }
 
-    async fn read(&self, read: AuthRead) -> Result<AuthResponse, Status> {
-        self.ask(AuthRequest::Read(read)).await
+    async fn read(&self, who: Credentials, read: AuthRead) -> Result<AuthResponse, Status> {
+        self.ask(who, AuthRequest::Read(read)).await
+    }
+
+    /// Whether `password` is the one `hash` was made from, checked on a
+    /// blocking thread.
+    async fn verify(&self, password: String, hash: String) -> Result<bool, Status> {
+        self.handle
+            .run_blocking(move || Ok(bcrypt::verify(password, &hash).unwrap_or(false)))
+            .await
+            .map_err(|e| status_from_error(&e))
+    }
+
+    /// A fresh simple token: sixteen random letters, then a number, as
+    /// etcd's look.
+    fn new_token(&self) -> String {
+        let n = self.tokens_issued.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut seed = [0u8; 16];
+        let letters: String = match getrandom::fill(&mut seed) {
+            Ok(()) => seed
+                .iter()
+                .map(|b| {
+                    char::from(
+                        b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                            [usize::from(*b) % 52],
+                    )
+                })
+                .collect(),
+            Err(_) => format!("{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        };
+        format!("{letters}.{n}")
     }
 
     /// `password`'s bcrypt hash, made on a blocking thread.
@@ -84,41 +122,58 @@ macro_rules! expect {
 impl<K: KvStore> Auth for AuthService<K> {
     async fn auth_enable(
         &self,
-        _request: tonic::Request<AuthEnableRequest>,
+        request: tonic::Request<AuthEnableRequest>,
     ) -> Result<tonic::Response<AuthEnableResponse>, Status> {
-        Err(Status::unimplemented(
-            "oxetcd does not check permissions yet, so auth cannot be enabled",
-        ))
+        let who = self.gate.credentials(&request);
+        expect!(
+            self.change(who, Change::Enable(request.into_inner())).await,
+            Enable
+        )
     }
 
     async fn auth_disable(
         &self,
-        _request: tonic::Request<AuthDisableRequest>,
+        request: tonic::Request<AuthDisableRequest>,
     ) -> Result<tonic::Response<AuthDisableResponse>, Status> {
-        let status = expect!(self.read(AuthRead::Status).await, Status)?.into_inner();
-        Ok(tonic::Response::new(AuthDisableResponse {
-            header: status.header,
-        }))
+        let who = self.gate.credentials(&request);
+        expect!(
+            self.change(who, Change::Disable(request.into_inner()))
+                .await,
+            Disable
+        )
     }
 
     async fn auth_status(
         &self,
-        _request: tonic::Request<AuthStatusRequest>,
+        request: tonic::Request<AuthStatusRequest>,
     ) -> Result<tonic::Response<AuthStatusResponse>, Status> {
-        expect!(self.read(AuthRead::Status).await, Status)
+        let who = self.gate.credentials(&request);
+        expect!(self.read(who, AuthRead::Status).await, Status)
     }
 
     async fn authenticate(
         &self,
-        _request: tonic::Request<AuthenticateRequest>,
+        request: tonic::Request<AuthenticateRequest>,
     ) -> Result<tonic::Response<AuthenticateResponse>, Status> {
-        Err(status_from_error(&Error::AuthNotEnabled))
+        let AuthenticateRequest { name, password } = request.into_inner();
+        let read = AuthRead::Password { name: name.clone() };
+        let stored = expect!(self.read(Credentials::Anonymous, read).await, Password)?;
+        if !self.verify(password, stored.into_inner().hash).await? {
+            return Err(status_from_error(&Error::AuthFailed));
+        }
+        let token = self.new_token();
+        let change = Change::Authenticate(AuthenticateChange { name, token });
+        expect!(
+            self.change(Credentials::Anonymous, change).await,
+            Authenticate
+        )
     }
 
     async fn user_add(
         &self,
         request: tonic::Request<AuthUserAddRequest>,
     ) -> Result<tonic::Response<AuthUserAddResponse>, Status> {
+        let who = self.gate.credentials(&request);
         let mut request = request.into_inner();
         let no_password = request.options.as_ref().is_some_and(|o| o.no_password);
         let password = std::mem::take(&mut request.password);
@@ -127,32 +182,37 @@ impl<K: KvStore> Auth for AuthService<K> {
         } else {
             self.hash(password).await?
         };
-        expect!(self.change(Change::UserAdd(request)).await, UserAdd)
+        expect!(self.change(who, Change::UserAdd(request)).await, UserAdd)
     }
 
     async fn user_get(
         &self,
         request: tonic::Request<AuthUserGetRequest>,
     ) -> Result<tonic::Response<AuthUserGetResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.read(AuthRead::UserGet(request.into_inner())).await,
+            self.read(who, AuthRead::UserGet(request.into_inner()))
+                .await,
             UserGet
         )
     }
 
     async fn user_list(
         &self,
-        _request: tonic::Request<AuthUserListRequest>,
+        request: tonic::Request<AuthUserListRequest>,
     ) -> Result<tonic::Response<AuthUserListResponse>, Status> {
-        expect!(self.read(AuthRead::UserList).await, UserList)
+        let who = self.gate.credentials(&request);
+        expect!(self.read(who, AuthRead::UserList).await, UserList)
     }
 
     async fn user_delete(
         &self,
         request: tonic::Request<AuthUserDeleteRequest>,
     ) -> Result<tonic::Response<AuthUserDeleteResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.change(Change::UserDelete(request.into_inner())).await,
+            self.change(who, Change::UserDelete(request.into_inner()))
+                .await,
             UserDelete
         )
     }
@@ -161,11 +221,12 @@ impl<K: KvStore> Auth for AuthService<K> {
         &self,
         request: tonic::Request<AuthUserChangePasswordRequest>,
     ) -> Result<tonic::Response<AuthUserChangePasswordResponse>, Status> {
+        let who = self.gate.credentials(&request);
         let mut request = request.into_inner();
         let password = std::mem::take(&mut request.password);
         request.hashed_password = self.hash(password).await?;
         expect!(
-            self.change(Change::UserChangePassword(request)).await,
+            self.change(who, Change::UserChangePassword(request)).await,
             UserChangePassword
         )
     }
@@ -174,8 +235,9 @@ impl<K: KvStore> Auth for AuthService<K> {
         &self,
         request: tonic::Request<AuthUserGrantRoleRequest>,
     ) -> Result<tonic::Response<AuthUserGrantRoleResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.change(Change::UserGrantRole(request.into_inner()))
+            self.change(who, Change::UserGrantRole(request.into_inner()))
                 .await,
             UserGrantRole
         )
@@ -185,8 +247,9 @@ impl<K: KvStore> Auth for AuthService<K> {
         &self,
         request: tonic::Request<AuthUserRevokeRoleRequest>,
     ) -> Result<tonic::Response<AuthUserRevokeRoleResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.change(Change::UserRevokeRole(request.into_inner()))
+            self.change(who, Change::UserRevokeRole(request.into_inner()))
                 .await,
             UserRevokeRole
         )
@@ -196,8 +259,10 @@ impl<K: KvStore> Auth for AuthService<K> {
         &self,
         request: tonic::Request<AuthRoleAddRequest>,
     ) -> Result<tonic::Response<AuthRoleAddResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.change(Change::RoleAdd(request.into_inner())).await,
+            self.change(who, Change::RoleAdd(request.into_inner()))
+                .await,
             RoleAdd
         )
     }
@@ -206,25 +271,30 @@ impl<K: KvStore> Auth for AuthService<K> {
         &self,
         request: tonic::Request<AuthRoleGetRequest>,
     ) -> Result<tonic::Response<AuthRoleGetResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.read(AuthRead::RoleGet(request.into_inner())).await,
+            self.read(who, AuthRead::RoleGet(request.into_inner()))
+                .await,
             RoleGet
         )
     }
 
     async fn role_list(
         &self,
-        _request: tonic::Request<AuthRoleListRequest>,
+        request: tonic::Request<AuthRoleListRequest>,
     ) -> Result<tonic::Response<AuthRoleListResponse>, Status> {
-        expect!(self.read(AuthRead::RoleList).await, RoleList)
+        let who = self.gate.credentials(&request);
+        expect!(self.read(who, AuthRead::RoleList).await, RoleList)
     }
 
     async fn role_delete(
         &self,
         request: tonic::Request<AuthRoleDeleteRequest>,
     ) -> Result<tonic::Response<AuthRoleDeleteResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.change(Change::RoleDelete(request.into_inner())).await,
+            self.change(who, Change::RoleDelete(request.into_inner()))
+                .await,
             RoleDelete
         )
     }
@@ -233,8 +303,9 @@ impl<K: KvStore> Auth for AuthService<K> {
         &self,
         request: tonic::Request<AuthRoleGrantPermissionRequest>,
     ) -> Result<tonic::Response<AuthRoleGrantPermissionResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.change(Change::RoleGrantPermission(request.into_inner()))
+            self.change(who, Change::RoleGrantPermission(request.into_inner()))
                 .await,
             RoleGrantPermission
         )
@@ -244,8 +315,9 @@ impl<K: KvStore> Auth for AuthService<K> {
         &self,
         request: tonic::Request<AuthRoleRevokePermissionRequest>,
     ) -> Result<tonic::Response<AuthRoleRevokePermissionResponse>, Status> {
+        let who = self.gate.credentials(&request);
         expect!(
-            self.change(Change::RoleRevokePermission(request.into_inner()))
+            self.change(who, Change::RoleRevokePermission(request.into_inner()))
                 .await,
             RoleRevokePermission
         )

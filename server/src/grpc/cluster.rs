@@ -10,17 +10,19 @@ use oxetcd_proto::etcdserverpb::{
 };
 use tonic::Status;
 
+use super::credentials::Gate;
 use crate::driver::Handle;
 
 /// Serves `etcdserverpb.Cluster`.
 pub struct ClusterService<K: KvStore> {
     handle: Handle<K>,
+    gate: Gate,
 }
 
 impl<K: KvStore> ClusterService<K> {
     /// A service sending its requests through `handle`.
-    pub fn new(handle: Handle<K>) -> Self {
-        Self { handle }
+    pub fn new(handle: Handle<K>, gate: Gate) -> Self {
+        Self { handle, gate }
     }
 }
 
@@ -30,49 +32,34 @@ impl<K: KvStore> Cluster for ClusterService<K> {
         &self,
         request: tonic::Request<MemberAddRequest>,
     ) -> Result<tonic::Response<MemberAddResponse>, Status> {
-        ask!(self.handle, MemberAdd(request.into_inner()), "member add").map(tonic::Response::new)
+        ask!(self, request => MemberAdd, "member add").map(tonic::Response::new)
     }
 
     async fn member_remove(
         &self,
         request: tonic::Request<MemberRemoveRequest>,
     ) -> Result<tonic::Response<MemberRemoveResponse>, Status> {
-        ask!(
-            self.handle,
-            MemberRemove(request.into_inner()),
-            "member remove"
-        )
-        .map(tonic::Response::new)
+        ask!(self, request => MemberRemove, "member remove").map(tonic::Response::new)
     }
 
     async fn member_update(
         &self,
         request: tonic::Request<MemberUpdateRequest>,
     ) -> Result<tonic::Response<MemberUpdateResponse>, Status> {
-        ask!(
-            self.handle,
-            MemberUpdate(request.into_inner()),
-            "member update"
-        )
-        .map(tonic::Response::new)
+        ask!(self, request => MemberUpdate, "member update").map(tonic::Response::new)
     }
 
     async fn member_list(
         &self,
         request: tonic::Request<MemberListRequest>,
     ) -> Result<tonic::Response<MemberListResponse>, Status> {
-        ask!(self.handle, MemberList(request.into_inner()), "member list").map(tonic::Response::new)
+        ask!(self, request => MemberList, "member list").map(tonic::Response::new)
     }
 
     async fn member_promote(
         &self,
         request: tonic::Request<MemberPromoteRequest>,
     ) -> Result<tonic::Response<MemberPromoteResponse>, Status> {
-        ask!(
-            self.handle,
-            MemberPromote(request.into_inner()),
-            "member promote"
-        )
-        .map(tonic::Response::new)
+        ask!(self, request => MemberPromote, "member promote").map(tonic::Response::new)
     }
 }

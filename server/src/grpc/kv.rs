@@ -9,17 +9,19 @@ use oxetcd_proto::etcdserverpb::{
 };
 use tonic::Status;
 
+use super::credentials::Gate;
 use crate::driver::Handle;
 
 /// Serves `etcdserverpb.KV` through the node.
 pub struct KvService<K: KvStore> {
     handle: Handle<K>,
+    gate: Gate,
 }
 
 impl<K: KvStore> KvService<K> {
     /// A service sending its requests to `handle`.
-    pub fn new(handle: Handle<K>) -> Self {
-        Self { handle }
+    pub fn new(handle: Handle<K>, gate: Gate) -> Self {
+        Self { handle, gate }
     }
 }
 
@@ -29,39 +31,34 @@ impl<K: KvStore> Kv for KvService<K> {
         &self,
         request: tonic::Request<RangeRequest>,
     ) -> Result<tonic::Response<RangeResponse>, Status> {
-        ask!(self.handle, Range(request.into_inner()), "range").map(tonic::Response::new)
+        ask!(self, request => Range, "range").map(tonic::Response::new)
     }
 
     async fn put(
         &self,
         request: tonic::Request<PutRequest>,
     ) -> Result<tonic::Response<PutResponse>, Status> {
-        ask!(self.handle, Put(request.into_inner()), "put").map(tonic::Response::new)
+        ask!(self, request => Put, "put").map(tonic::Response::new)
     }
 
     async fn delete_range(
         &self,
         request: tonic::Request<DeleteRangeRequest>,
     ) -> Result<tonic::Response<DeleteRangeResponse>, Status> {
-        ask!(
-            self.handle,
-            DeleteRange(request.into_inner()),
-            "delete range"
-        )
-        .map(tonic::Response::new)
+        ask!(self, request => DeleteRange, "delete range").map(tonic::Response::new)
     }
 
     async fn txn(
         &self,
         request: tonic::Request<TxnRequest>,
     ) -> Result<tonic::Response<TxnResponse>, Status> {
-        ask!(self.handle, Txn(request.into_inner()), "txn").map(tonic::Response::new)
+        ask!(self, request => Txn, "txn").map(tonic::Response::new)
     }
 
     async fn compact(
         &self,
         request: tonic::Request<CompactionRequest>,
     ) -> Result<tonic::Response<CompactionResponse>, Status> {
-        ask!(self.handle, Compact(request.into_inner()), "compact").map(tonic::Response::new)
+        ask!(self, request => Compact, "compact").map(tonic::Response::new)
     }
 }

@@ -15,17 +15,19 @@ use oxetcd_proto::etcdserverpb::{
 };
 use tonic::{Status, Streaming};
 
+use super::credentials::Gate;
 use crate::driver::Handle;
 
 /// Serves `etcdserverpb.Lease` through the node.
 pub struct LeaseService<K: KvStore> {
     handle: Handle<K>,
+    gate: Gate,
 }
 
 impl<K: KvStore> LeaseService<K> {
     /// A service sending its requests to `handle`.
-    pub fn new(handle: Handle<K>) -> Self {
-        Self { handle }
+    pub fn new(handle: Handle<K>, gate: Gate) -> Self {
+        Self { handle, gate }
     }
 }
 
@@ -41,19 +43,14 @@ impl<K: KvStore> Lease for LeaseService<K> {
         &self,
         request: tonic::Request<LeaseGrantRequest>,
     ) -> Result<tonic::Response<LeaseGrantResponse>, Status> {
-        ask!(self.handle, LeaseGrant(request.into_inner()), "lease grant").map(tonic::Response::new)
+        ask!(self, request => LeaseGrant, "lease grant").map(tonic::Response::new)
     }
 
     async fn lease_revoke(
         &self,
         request: tonic::Request<LeaseRevokeRequest>,
     ) -> Result<tonic::Response<LeaseRevokeResponse>, Status> {
-        ask!(
-            self.handle,
-            LeaseRevoke(request.into_inner()),
-            "lease revoke"
-        )
-        .map(tonic::Response::new)
+        ask!(self, request => LeaseRevoke, "lease revoke").map(tonic::Response::new)
     }
 
     async fn lease_keep_alive(
@@ -69,7 +66,7 @@ impl<K: KvStore> Lease for LeaseService<K> {
                 let handle = handle.clone();
                 async move {
                     let request = request?;
-                    ask!(handle, LeaseKeepAlive(request), "lease keep-alive")
+                    ask!(@send handle, oxetcd_core::auth::Credentials::Anonymous, oxetcd_core::Request::LeaseKeepAlive(request), LeaseKeepAlive, "lease keep-alive")
                 }
             });
         Ok(tonic::Response::new(Box::pin(responses)))
@@ -79,18 +76,13 @@ impl<K: KvStore> Lease for LeaseService<K> {
         &self,
         request: tonic::Request<LeaseTimeToLiveRequest>,
     ) -> Result<tonic::Response<LeaseTimeToLiveResponse>, Status> {
-        ask!(
-            self.handle,
-            LeaseTimeToLive(request.into_inner()),
-            "lease time-to-live"
-        )
-        .map(tonic::Response::new)
+        ask!(self, request => LeaseTimeToLive, "lease time-to-live").map(tonic::Response::new)
     }
 
     async fn lease_leases(
         &self,
-        _request: tonic::Request<LeaseLeasesRequest>,
+        request: tonic::Request<LeaseLeasesRequest>,
     ) -> Result<tonic::Response<LeaseLeasesResponse>, Status> {
-        ask!(self.handle, LeaseLeases, "lease leases").map(tonic::Response::new)
+        ask!(self, request => LeaseLeases(), "lease leases").map(tonic::Response::new)
     }
 }

@@ -20,19 +20,26 @@ use oxetcd_proto::etcdserverpb::{
 use tonic::codegen::BoxStream;
 use tonic::Status;
 
+use super::credentials::Gate;
 use super::{mismatched, status_from_error, Member, ETCD_VERSION};
 use crate::driver::Handle;
+use oxetcd_core::auth::{AuthRead, AuthRequest};
 
 /// Serves `etcdserverpb.Maintenance`.
 pub struct MaintenanceService<K: KvStore> {
     handle: Handle<K>,
+    gate: Gate,
     member: Member,
 }
 
 impl<K: KvStore> MaintenanceService<K> {
     /// A service answering from `handle` and reporting `member`.
-    pub fn new(handle: Handle<K>, member: Member) -> Self {
-        Self { handle, member }
+    pub fn new(handle: Handle<K>, gate: Gate, member: Member) -> Self {
+        Self {
+            handle,
+            gate,
+            member,
+        }
     }
 }
 
@@ -40,6 +47,19 @@ fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!(
         "unknown method {method} for service etcdserverpb.Maintenance"
     ))
+}
+
+impl<K: KvStore> MaintenanceService<K> {
+    /// Maintenance this member serves itself (hashes, snapshots) is for
+    /// administrators once auth is on, as in etcd.
+    async fn check_admin<T>(&self, request: &tonic::Request<T>) -> Result<(), Status> {
+        let who = self.gate.credentials(request);
+        let read = Request::Auth(AuthRequest::Read(AuthRead::Admin));
+        match self.handle.request_as(who, read).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(status_from_error(&e)),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -108,6 +128,7 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         &self,
         request: tonic::Request<HashKvRequest>,
     ) -> Result<tonic::Response<HashKvResponse>, Status> {
+        self.check_admin(&request).await?;
         let revision = request.into_inner().revision;
         let hashed = self
             .handle
@@ -136,8 +157,9 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
     /// stays 0; clients read until the stream ends, as etcd's do.
     async fn snapshot(
         &self,
-        _request: tonic::Request<SnapshotRequest>,
+        request: tonic::Request<SnapshotRequest>,
     ) -> Result<tonic::Response<Self::SnapshotStream>, Status> {
+        self.check_admin(&request).await?;
         let chunks = self
             .handle
             .snapshot_file(cluster_version(ETCD_VERSION))
@@ -174,8 +196,9 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         &self,
         request: tonic::Request<MoveLeaderRequest>,
     ) -> Result<tonic::Response<MoveLeaderResponse>, Status> {
+        let who = self.gate.credentials(&request);
         let request = Request::MoveLeader(request.into_inner());
-        match self.handle.request(request).await {
+        match self.handle.request_as(who, request).await {
             Ok(Response::MoveLeader(response)) => Ok(tonic::Response::new(response)),
             Ok(other) => Err(mismatched("move leader", &other)),
             Err(e) => Err(status_from_error(&e)),

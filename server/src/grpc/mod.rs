@@ -11,14 +11,21 @@
 //! [`status_from_error`], so clients see etcd's codes and messages.
 
 /// Sends one request through the node and answers with the response kind
-/// it must come back as: `ask!(handle, Put(request), "put")` answers with
+/// it must come back as: `ask!(self, request => Put, "put")` sends the call's
+/// message as whoever its credentials say and answers with
 /// `Response::Put`'s message, or the core error as a gRPC status.
 macro_rules! ask {
-    ($handle:expr, $variant:ident $(($request:expr))?, $what:literal) => {
-        match $handle
-            .request(oxetcd_core::Request::$variant $(($request))?)
-            .await
-        {
+    ($service:expr, $call:ident => $variant:ident, $what:literal) => {{
+        let credentials = $service.gate.credentials(&$call);
+        ask!(@send $service.handle, credentials,
+            oxetcd_core::Request::$variant($call.into_inner()), $variant, $what)
+    }};
+    ($service:expr, $call:ident => $variant:ident(), $what:literal) => {{
+        let credentials = $service.gate.credentials(&$call);
+        ask!(@send $service.handle, credentials, oxetcd_core::Request::$variant, $variant, $what)
+    }};
+    (@send $handle:expr, $credentials:expr, $request:expr, $variant:ident, $what:literal) => {
+        match $handle.request_as($credentials, $request).await {
             Ok(oxetcd_core::Response::$variant(response)) => Ok(response),
             Ok(other) => Err(super::mismatched($what, &other)),
             Err(e) => Err(super::status_from_error(&e)),
@@ -28,6 +35,7 @@ macro_rules! ask {
 
 mod auth;
 mod cluster;
+mod credentials;
 mod kv;
 mod lease;
 mod maintenance;
@@ -58,6 +66,7 @@ pub use lease::{KeepAliveStream, LeaseService};
 pub use maintenance::MaintenanceService;
 pub use watch::{WatchCodec, WatchMessage, WatchResponses, WatchServer, WatchService};
 
+use self::credentials::Gate;
 use crate::driver::Handle;
 
 /// What a gRPC message may carry beyond `--max-request-bytes`, so that a
@@ -104,26 +113,27 @@ impl<K: KvStore> GrpcRouter<K> {
         bcrypt_cost: u32,
     ) -> Self {
         let decode_max = max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
+        let gate = Gate::default();
         // Responses are as large as the data asked for, as in etcd.
         let encode_max = usize::MAX;
         Self {
-            kv: KvServer::new(KvService::new(handle.clone()))
+            kv: KvServer::new(KvService::new(handle.clone(), gate.clone()))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
             watch: WatchServer::new(
-                WatchService::new(handle.clone(), max_request_bytes),
+                WatchService::new(handle.clone(), gate.clone(), max_request_bytes),
                 decode_max,
             ),
-            cluster: ClusterServer::new(ClusterService::new(handle.clone()))
+            cluster: ClusterServer::new(ClusterService::new(handle.clone(), gate.clone()))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
-            lease: LeaseServer::new(LeaseService::new(handle.clone()))
+            lease: LeaseServer::new(LeaseService::new(handle.clone(), gate.clone()))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
-            auth: AuthServer::new(AuthService::new(handle.clone(), bcrypt_cost))
+            auth: AuthServer::new(AuthService::new(handle.clone(), gate.clone(), bcrypt_cost))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
-            maintenance: MaintenanceServer::new(MaintenanceService::new(handle, member))
+            maintenance: MaintenanceServer::new(MaintenanceService::new(handle, gate, member))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
         }

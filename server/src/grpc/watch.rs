@@ -38,13 +38,16 @@ use tonic::codegen::{http, BoxFuture, Service, StdError};
 use tonic::{Status, Streaming};
 use tonic_prost::ProstDecoder;
 
+use super::credentials::Gate;
 use super::status_from_error;
 use crate::driver::Handle;
 use crate::watch_routes::StreamItem;
+use oxetcd_core::auth::Credentials;
 
 /// Serves `etcdserverpb.Watch`.
 pub struct WatchService<K: KvStore> {
     handle: Handle<K>,
+    gate: Gate,
     /// Responses larger than this are fragmented for watchers that asked.
     fragment_bytes: usize,
 }
@@ -52,9 +55,10 @@ pub struct WatchService<K: KvStore> {
 impl<K: KvStore> WatchService<K> {
     /// A service over `handle`. Like etcd, it fragments responses larger
     /// than `max_request_bytes` plus its allowance for gRPC overhead.
-    pub fn new(handle: Handle<K>, max_request_bytes: usize) -> Self {
+    pub fn new(handle: Handle<K>, gate: Gate, max_request_bytes: usize) -> Self {
         Self {
             handle,
+            gate,
             fragment_bytes: max_request_bytes.saturating_add(super::GRPC_OVERHEAD_BYTES),
         }
     }
@@ -141,12 +145,14 @@ impl<K: KvStore> WatchService<K> {
         &self,
         request: tonic::Request<Streaming<WatchRequest>>,
     ) -> Result<tonic::Response<WatchResponses<K>>, Status> {
+        let credentials = self.gate.credentials(&request);
         let parts = self
             .handle
             .open_watch()
             .map_err(|e| status_from_error(&e))?;
         Ok(tonic::Response::new(WatchResponses {
             handle: self.handle.clone(),
+            credentials,
             stream: parts.stream,
             requests: request.into_inner(),
             items: parts.items,
@@ -232,6 +238,8 @@ type CatchUpFuture = Pin<Box<dyn Future<Output = (CatchUp, Result<CatchUpOutcome
 /// The responses of one watch stream (see the module docs).
 pub struct WatchResponses<K: KvStore> {
     handle: Handle<K>,
+    /// Who opened the stream: every create on it is checked as them.
+    credentials: Credentials,
     stream: StreamId,
     requests: Streaming<WatchRequest>,
     items: UnboundedReceiver<StreamItem>,
@@ -289,7 +297,8 @@ impl<K: KvStore> Stream for WatchResponses<K> {
             loop {
                 match this.requests.poll_next_unpin(cx) {
                     Poll::Ready(Some(Ok(request))) => {
-                        this.handle.watch_request(this.stream, request)
+                        this.handle
+                            .watch_request(this.stream, request, this.credentials.clone())
                     }
                     Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
                         this.done = true;
