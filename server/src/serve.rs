@@ -140,6 +140,11 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
     }
 }
 
+/// The common name of the verified client certificate a request came
+/// with: who the client is when it sends no token.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientCommonName(pub(crate) String);
+
 /// What every connection shares.
 struct App<R: Runtime, K: KvStore> {
     runtime: R,
@@ -158,17 +163,28 @@ impl<R: Runtime, K: KvStore> App<R, K> {
         let port = crate::tls_accept::Port::Client;
         if let Some(stream) = crate::tls_accept::accept(&self.runtime, io, remote, tls, port).await
         {
-            self.serve(stream).await;
+            // A client certificate is only ever verified (and so only ever
+            // present) with --client-cert-auth.
+            let common_name = stream
+                .connection()
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|cert| oxetcd_tls::subject_common_name(cert))
+                .map(ClientCommonName);
+            self.serve(stream, common_name).await;
         }
     }
 
-    async fn serve<IO>(self: Arc<Self>, io: IO)
+    async fn serve<IO>(self: Arc<Self>, io: IO, common_name: Option<ClientCommonName>)
     where
         IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
         let app = self.clone();
-        let service = hyper::service::service_fn(move |request| {
+        let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
             let app = app.clone();
+            if let Some(name) = &common_name {
+                request.extensions_mut().insert(name.clone());
+            }
             async move { Ok::<_, Infallible>(app.route(request).await) }
         });
         let io = WriteCoalesce::new(AuthorityRewrite::new(io));
@@ -198,7 +214,7 @@ async fn accept_loop<R: Runtime, K: KvStore>(
     loop {
         match runtime.accept(&listener).await {
             Ok((io, remote)) => match &tls {
-                None => runtime.spawn(app.clone().serve(io)),
+                None => runtime.spawn(app.clone().serve(io, None)),
                 Some(tls) => runtime.spawn(app.clone().serve_tls(io, remote, tls.clone())),
             },
             Err(e) => {

@@ -119,7 +119,7 @@ fn valid_for_host(cert: &CertificateDer<'_>, host: &str) -> bool {
 /// OPTIONAL, serial, signature, issuer, validity, subject, … } … }`; the
 /// subject is a `SEQUENCE` of `SET`s of `SEQUENCE { OID, value }`, and a
 /// common name is OID 2.5.4.3.
-fn subject_common_name(cert: &[u8]) -> Option<String> {
+pub fn subject_common_name(cert: &[u8]) -> Option<String> {
     const SEQUENCE: u8 = 0x30;
     const SET: u8 = 0x31;
     const OID: u8 = 0x06;

@@ -44,7 +44,7 @@ mod stream;
 pub mod test_pki;
 mod verify;
 
-pub use allowed::AllowedPeer;
+pub use allowed::{subject_common_name, AllowedPeer};
 pub use error::TlsError;
 pub use port::{Port, PortSettings};
 pub use self_signed::self_signed;

@@ -4,9 +4,14 @@
 //! metadata entry `token` (the JSON gateway's clients as
 //! `authorization`). The [`Gate`] turns it into the core's
 //! [`Credentials`]; the node resolves and checks them. A call without a
-//! token is anonymous: with auth on, the node refuses what needs a user.
+//! token on a connection with a verified client certificate
+//! (`--client-cert-auth`) is the certificate's common name, as in etcd;
+//! any other is anonymous: with auth on, the node refuses what needs a
+//! user.
 
 use oxetcd_core::auth::Credentials;
+
+use crate::serve::ClientCommonName;
 
 /// Reads credentials off calls; cloned into every service.
 #[derive(Clone, Debug, Default)]
@@ -19,9 +24,15 @@ impl Gate {
         let token = ["token", "authorization"]
             .iter()
             .find_map(|key| metadata.get(*key)?.to_str().ok());
-        match token {
-            Some(token) if !token.is_empty() => Credentials::Token(token.to_owned()),
-            _ => Credentials::Anonymous,
+        if let Some(token) = token.filter(|t| !t.is_empty()) {
+            return Credentials::Token(token.to_owned());
+        }
+        match request.extensions().get::<ClientCommonName>() {
+            Some(ClientCommonName(name)) => Credentials::User {
+                name: name.clone(),
+                revision: None,
+            },
+            None => Credentials::Anonymous,
         }
     }
 }
