@@ -112,26 +112,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     let mut mailbox = driver::Mailbox::default();
     let removal = mailbox.removal();
     let readiness = mailbox.readiness();
-    // A member that joined an existing cluster stored the ID it learned.
-    let mut transport_config = config.peer_transport_config();
-    if transport_config.cluster_id == 0 {
-        transport_config.cluster_id = stored_cluster_id(&log, &config.data_dir)?;
-    }
-    transport_config.tls = peer_tls;
-    let transport = peer::PeerTransport::new(runtime.clone(), transport_config, mailbox.deliver());
-    for (url, listener) in peer_listeners {
-        let listening = if url.starts_with("https://") {
-            transport.listen_tls(listener)
-        } else {
-            transport.listen(listener)
-        };
-        listening.map_err(|error| RunError::Bind { url, error })?;
-    }
-    // The node's stored membership is the truth once it runs; the initial
-    // cluster lets a joining member reach the others from the start.
-    for (id, urls) in config.initial_peers() {
-        transport.add_peer(id, urls);
-    }
+    let transport = start_peers(&runtime, &config, peer_tls, peer_listeners, &log, &mailbox)?;
     let link: Arc<dyn driver::PeerLink> = Arc::new(transport.clone());
     let node_config = config.node_config();
     let handle = driver::start_with_peers(node_config, log, kv, blocking, mailbox, Some(link))
@@ -192,6 +173,39 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     transport.shutdown();
     info!("stopped");
     Ok(())
+}
+
+/// The peer transport, listening on the peer URLs and knowing the
+/// initial cluster.
+fn start_peers<R: Runtime>(
+    runtime: &R,
+    config: &Config,
+    peer_tls: Option<peer::TransportTls>,
+    peer_listeners: Vec<(String, std::net::TcpListener)>,
+    log: &impl LogStore,
+    mailbox: &driver::Mailbox,
+) -> Result<peer::PeerTransport<R>, RunError> {
+    // A member that joined an existing cluster stored the ID it learned.
+    let mut transport_config = config.peer_transport_config();
+    if transport_config.cluster_id == 0 {
+        transport_config.cluster_id = stored_cluster_id(log, &config.data_dir)?;
+    }
+    transport_config.tls = peer_tls;
+    let transport = peer::PeerTransport::new(runtime.clone(), transport_config, mailbox.deliver());
+    for (url, listener) in peer_listeners {
+        let listening = if url.starts_with("https://") {
+            transport.listen_tls(listener)
+        } else {
+            transport.listen(listener)
+        };
+        listening.map_err(|error| RunError::Bind { url, error })?;
+    }
+    // The node's stored membership is the truth once it runs; the initial
+    // cluster lets a joining member reach the others from the start.
+    for (id, urls) in config.initial_peers() {
+        transport.add_peer(id, urls);
+    }
+    Ok(transport)
 }
 
 /// The cluster ID a joining member learned and stored in its log; 0 if

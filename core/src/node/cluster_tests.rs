@@ -19,6 +19,7 @@ use super::*;
 use crate::auth::Credentials;
 use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
 use crate::testing::{self as driver, Effect};
+use oxetcd_proto::eraftpb::Message;
 
 /// Virtual time a call may take before the harness gives up.
 const CALL_TIME_MAX: Duration = Duration::from_secs(60);

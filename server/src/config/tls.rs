@@ -197,6 +197,29 @@ pub(super) fn parse_side(
         }
         _ => {}
     }
+    check_listen(side, &tls, listen_urls, warnings)?;
+    if tls.crl_file.is_some() && tls.trusted_ca_file.is_none() {
+        warnings.push(format!(
+            "--{} has no effect without --{}: only {} certificates verified against a CA \
+             are checked for revocation",
+            side.crl_file, side.trusted_ca_file, side.word
+        ));
+    }
+    if let Some(flags) = &side.allowed {
+        tls.allowed = parse_allowed(flags, given)?;
+    }
+    check_dialed(side, &tls, given, dialed_urls)?;
+    Ok(tls)
+}
+
+/// What the URLs `side` listens on need of its TLS flags, and what the
+/// flags mean for plain URLs (warnings).
+fn check_listen(
+    side: &Side,
+    tls: &PortTls,
+    listen_urls: &[ListenUrl],
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
     let configured = tls.has_identity() || tls.trusted_ca_file.is_some();
     for url in listen_urls {
         if url.is_secure() && !tls.has_identity() {
@@ -230,16 +253,17 @@ pub(super) fn parse_side(
             ),
         ));
     }
-    if tls.crl_file.is_some() && tls.trusted_ca_file.is_none() {
-        warnings.push(format!(
-            "--{} has no effect without --{}: only {} certificates verified against a CA \
-             are checked for revocation",
-            side.crl_file, side.trusted_ca_file, side.word
-        ));
-    }
-    if let Some(flags) = &side.allowed {
-        tls.allowed = parse_allowed(flags, given)?;
-    }
+    Ok(())
+}
+
+/// The URLs `side` dials over TLS need its certificate; an allowed name
+/// needs a CA to verify against.
+fn check_dialed(
+    side: &Side,
+    tls: &PortTls,
+    given: &Switches<'_>,
+    dialed_urls: &[(&'static str, &str)],
+) -> Result<(), ConfigError> {
     let dialed_https = dialed_urls
         .iter()
         .find(|(_, url)| url.starts_with("https://"));
@@ -271,7 +295,7 @@ pub(super) fn parse_side(
             ));
         }
     }
-    Ok(tls)
+    Ok(())
 }
 
 /// The allowed common name or host name; at most one of them.
