@@ -311,13 +311,7 @@ impl AuthStore {
     /// The proposing member checked the password; every member learns the
     /// token. Nothing stored changes, so the revision stays.
     fn authenticate(&mut self, r: AuthenticateChange, now: Instant) -> Result<Applied, Error> {
-        if !self.enabled {
-            return Err(Error::AuthNotEnabled);
-        }
-        let user = self.users.get(&r.name).ok_or(Error::AuthFailed)?;
-        if user.options.as_ref().is_some_and(|o| o.no_password) {
-            return Err(Error::AuthFailed);
-        }
+        self.authenticable(&r.name)?;
         self.tokens.assign(r.token.clone(), &r.name, now);
         Ok(Applied::Unchanged(AuthResponse::Authenticate(
             AuthenticateResponse {
@@ -325,6 +319,19 @@ impl AuthStore {
                 token: r.token,
             },
         )))
+    }
+
+    /// The user `name`, if it may authenticate with a password: auth is
+    /// on, the user exists and has a password. etcd tells no cause apart.
+    fn authenticable(&self, name: &str) -> Result<&User, Error> {
+        if !self.enabled {
+            return Err(Error::AuthNotEnabled);
+        }
+        let user = self.users.get(name).ok_or(Error::AuthFailed)?;
+        if user.options.as_ref().is_some_and(|o| o.no_password) {
+            return Err(Error::AuthFailed);
+        }
+        Ok(user)
     }
 
     fn user_add(&mut self, r: AuthUserAddRequest) -> Result<Applied, Error> {
@@ -498,13 +505,7 @@ impl AuthStore {
                 roles: self.roles.keys().cloned().collect(),
             }),
             AuthRead::Password { name } => {
-                if !self.enabled {
-                    return Err(Error::AuthNotEnabled);
-                }
-                let user = self.users.get(name).ok_or(Error::AuthFailed)?;
-                if user.options.as_ref().is_some_and(|o| o.no_password) {
-                    return Err(Error::AuthFailed);
-                }
+                let user = self.authenticable(name)?;
                 AuthResponse::Password(PasswordHash {
                     header: None,
                     hash: String::from_utf8_lossy(&user.password).into_owned(),
@@ -690,5 +691,106 @@ mod tests {
         let recovered =
             AuthStore::recover(Some(store.state()), std::time::Duration::from_secs(300));
         assert_eq!(recovered, store, "the stored form holds everything");
+    }
+
+    #[test]
+    fn enabling_needs_root_then_tokens_and_permissions_decide() {
+        use oxetcd_proto::etcdserverpb::{AuthEnableRequest, AuthUserGrantRoleRequest};
+        use permission::Access;
+        let t0 = Instant::ZERO;
+        let mut store = AuthStore::default();
+        let enable = || AuthChange::Enable(AuthEnableRequest {});
+        assert_eq!(store.apply(enable(), t0), Err(Error::RootUserNotExist));
+        store.apply(user_add(ROOT), t0).unwrap();
+        assert_eq!(store.apply(enable(), t0), Err(Error::RootRoleNotExist));
+        let grant = |user: &str, role: &str| {
+            AuthChange::UserGrantRole(AuthUserGrantRoleRequest {
+                user: user.to_owned(),
+                role: role.to_owned(),
+            })
+        };
+        store.apply(grant(ROOT, ROOT), t0).unwrap();
+        store.apply(user_add("reader"), t0).unwrap();
+        store.apply(role_add("r"), t0).unwrap();
+        let read_a = AuthChange::RoleGrantPermission(AuthRoleGrantPermissionRequest {
+            name: "r".into(),
+            perm: Some(perm("a", "", 0)),
+        });
+        store.apply(read_a, t0).unwrap();
+        store.apply(grant("reader", "r"), t0).unwrap();
+        assert_eq!(
+            store.resolve(&Credentials::Token("x".into()), t0),
+            Ok(AuthInfo::default()),
+            "off: ignored"
+        );
+        store.apply(enable(), t0).unwrap();
+        assert!(store.enabled());
+
+        // Nobody, a wrong token, then a real one.
+        let nobody = store.resolve(&Credentials::Anonymous, t0).unwrap();
+        assert_eq!(
+            store.check(&nobody, Access::Read, b"a", b""),
+            Err(Error::UserEmpty)
+        );
+        let bad = store.resolve(&Credentials::Token("nope".into()), t0);
+        assert_eq!(bad, Err(Error::InvalidAuthToken));
+        let authenticate = |name: &str, token: &str| {
+            AuthChange::Authenticate(AuthenticateChange {
+                name: name.to_owned(),
+                token: token.to_owned(),
+            })
+        };
+        assert_eq!(
+            store.apply(authenticate("ghost", "g"), t0),
+            Err(Error::AuthFailed)
+        );
+        store.apply(authenticate("reader", "tok.1"), t0).unwrap();
+        let reader = store
+            .resolve(&Credentials::Token("tok.1".into()), t0)
+            .unwrap();
+        assert_eq!(reader.user, "reader");
+        assert_eq!(store.check(&reader, Access::Read, b"a", b""), Ok(()));
+        assert_eq!(
+            store.check(&reader, Access::Write, b"a", b""),
+            Err(Error::PermissionDenied)
+        );
+        assert_eq!(
+            store.check(&reader, Access::Read, b"b", b""),
+            Err(Error::PermissionDenied)
+        );
+        assert_eq!(store.check_admin(&reader), Err(Error::PermissionDenied));
+
+        // A change after admission: the request is refused as old.
+        store.apply(role_add("other"), t0).unwrap();
+        assert_eq!(
+            store.check(&reader, Access::Read, b"a", b""),
+            Err(Error::AuthOldRevision)
+        );
+
+        // Deleting the user ends its token; disabling ends every check.
+        let delete = AuthChange::UserDelete(AuthUserDeleteRequest {
+            name: "reader".into(),
+        });
+        store.apply(delete, t0).unwrap();
+        let gone = store.resolve(&Credentials::Token("tok.1".into()), t0);
+        assert_eq!(gone, Err(Error::InvalidAuthToken));
+        let root = store
+            .resolve(
+                &Credentials::User {
+                    name: ROOT.into(),
+                    revision: None,
+                },
+                t0,
+            )
+            .unwrap();
+        assert_eq!(store.check_admin(&root), Ok(()));
+        assert_eq!(
+            store.check(&root, Access::Write, b"anything", b"\0"),
+            Ok(())
+        );
+        store
+            .apply(AuthChange::Disable(Default::default()), t0)
+            .unwrap();
+        assert_eq!(store.check(&nobody, Access::Write, b"a", b""), Ok(()));
     }
 }
