@@ -4,6 +4,7 @@
 //! sleep, signals), parses flags with [`config::from_process`] and calls
 //! [`run`]. Everything else is here, written once:
 //!
+//! - [`auth_token`]: `--auth-token`, and etcd's JWT tokens.
 //! - [`config`]: flags and `ETCD_*` variables.
 //! - [`driver`]: the node on its own thread, the log writer, the [`Handle`]
 //!   services use.
@@ -21,6 +22,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod auth_token;
 pub mod config;
 pub mod driver;
 pub mod grpc;

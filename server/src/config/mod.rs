@@ -49,6 +49,8 @@ pub use settings::{AutoCompaction, Pending, Settings};
 pub use tls::PortTls;
 pub use urls::ListenUrl;
 pub use values::Value;
+// The JWT `ttl` option of --auth-token is a Go duration too.
+pub(crate) use values::parse_duration;
 
 /// A fully resolved server configuration.
 #[derive(Clone, Debug, PartialEq)]

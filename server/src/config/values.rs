@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::urls::{check_url, split_list};
 use super::ConfigError;
+use crate::auth_token::{self, AuthTokenSpec};
 
 /// A flag's value syntax.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,7 +150,7 @@ pub(super) fn parse_positive(flag: &'static str, value: &str) -> Result<usize, C
 /// each with an optional fraction and a unit (`ns`, `us`, `µs`, `ms`, `s`,
 /// `m`, `h`), as in "5m0s" or "1.5s"; a bare "0" is zero. Negative
 /// durations are refused: no flag of ours takes one.
-pub(super) fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, ConfigError> {
+pub(crate) fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, ConfigError> {
     const DURATION_EXPECTED: &str = "expected a duration like 500ms or 5m0s";
     let text = value.trim();
     let text = text.strip_prefix('+').unwrap_or(text);
@@ -315,33 +316,16 @@ fn parse_retention(flag: &'static str, value: &str) -> Result<String, ConfigErro
     }
 }
 
-/// `--auth-token`: `simple`, or `jwt` with `key=value` options etcd knows.
+/// `--auth-token`: `simple`, or `jwt` with `key=value` options, split as
+/// etcd splits it (`crate::auth_token` owns the syntax); a `ttl` option
+/// must be a Go duration. Key files are read when the server starts.
 fn parse_auth_token(flag: &'static str, value: &str) -> Result<String, ConfigError> {
-    const JWT_OPTIONS: [&str; 5] = ["pub-key", "priv-key", "sign-method", "ttl", "key"];
-    let mut parts = value.split(',').map(str::trim);
-    match parts.next() {
-        Some("simple") if parts.next().is_none() => Ok(value.trim().to_owned()),
-        Some("jwt") => {
-            for option in parts {
-                let known = option
-                    .split_once('=')
-                    .is_some_and(|(key, _)| JWT_OPTIONS.contains(&key));
-                if !known {
-                    return Err(invalid(
-                        flag,
-                        value,
-                        format!("unknown jwt option {option:?}"),
-                    ));
-                }
-            }
-            Ok(value.trim().to_owned())
-        }
-        _ => Err(invalid(
-            flag,
-            value,
-            "expected simple or jwt,pub-key=...,priv-key=...,sign-method=...",
-        )),
+    let text = value.trim();
+    let spec = AuthTokenSpec::parse(text).map_err(|reason| invalid(flag, value, reason))?;
+    if let Some(ttl) = spec.option(auth_token::OPTION_TTL) {
+        parse_duration(flag, ttl)?;
     }
+    Ok(text.to_owned())
 }
 
 /// `name=URL` pairs; the URLs are checked, membership rules come later.
