@@ -70,6 +70,8 @@ pub enum RunError {
     PeerTls(oxetcd_tls::TlsError),
     /// A `--log-outputs` file could not be opened (as in etcd, fatal).
     LogOutput(String),
+    /// `--auth-token` names keys or options that cannot be used.
+    AuthToken(auth_token::TokenConfigError),
 }
 
 impl fmt::Display for RunError {
@@ -80,6 +82,7 @@ impl fmt::Display for RunError {
             Self::Bind { url, error } => write!(f, "cannot listen on {url}: {error}"),
             Self::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
             Self::Tls(e) => write!(f, "cannot set up client TLS: {e}"),
+            Self::AuthToken(e) => write!(f, "cannot set up auth tokens: {e}"),
             Self::PeerTls(e) => write!(f, "cannot set up peer TLS: {e}"),
             Self::LogOutput(message) => write!(f, "{message}"),
         }
@@ -103,6 +106,8 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     // Certificates are read (or, with --auto-tls, made) before the node
     // starts: a bad file stops the server before it joins anything.
     let client_tls = serve::tls::server_config(&config)?;
+    let tokens = auth_token::TokenConfig::parse(&config.auth_token, config.auth_token_ttl)
+        .map_err(RunError::AuthToken)?;
     let peer_tls = peer::tls::configure(&config).map_err(RunError::PeerTls)?;
     let peer_listeners = bind_peers(&config)?;
     let (log, kv) = oxetcd_storage::open(&config.data_dir)
@@ -152,7 +157,14 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     };
     let removed = match futures_util::future::select(std::pin::pin!(ready), &mut stopping).await {
         futures_util::future::Either::Left((cluster_id, _)) => {
-            serve::start(&runtime, &config, handle.clone(), listeners, client_tls);
+            serve::start(
+                &runtime,
+                &config,
+                handle.clone(),
+                listeners,
+                client_tls,
+                tokens,
+            );
             info!(
                 "published {{Name:{} ClientURLs:[{}]}} to cluster {:x}",
                 config.name,

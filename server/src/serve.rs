@@ -83,6 +83,7 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
     handle: Handle<K>,
     listeners: Vec<Bound<R::Listener>>,
     tls: Option<Arc<oxetcd_tls::rustls::ServerConfig>>,
+    tokens: crate::auth_token::TokenConfig,
 ) {
     let member = Member {
         member_id: config.member_id(),
@@ -104,6 +105,7 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
             member,
             config.max_request_bytes,
             config.bcrypt_cost,
+            tokens,
         ),
         http: HttpEndpoints::new(runtime.clone(), handle),
         builder,

@@ -137,6 +137,8 @@ pub struct PasswordHash {
     pub header: Option<ResponseHeader>,
     /// The bcrypt hash (empty for a user without a password).
     pub hash: String,
+    /// The auth revision it was read at (a JWT's `revision` claim).
+    pub revision: u64,
 }
 
 impl AuthResponse {
@@ -509,6 +511,7 @@ impl AuthStore {
                 AuthResponse::Password(PasswordHash {
                     header: None,
                     hash: String::from_utf8_lossy(&user.password).into_owned(),
+                    revision: self.revision,
                 })
             }
         })

@@ -560,7 +560,7 @@ fn the_flag_checks_the_spec_and_ttl_syntax_only() {
         let Ok(Command::Run(config)) = flag(accepted) else {
             panic!("--auth-token {accepted} is refused");
         };
-        assert_eq!(config.pending.auth_token, accepted);
+        assert_eq!(config.auth_token, accepted);
     }
     for refused in [
         "magic",

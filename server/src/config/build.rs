@@ -128,6 +128,8 @@ fn build(
         max_concurrent_streams: u32::try_from(settings.uint("max-concurrent-streams"))
             .unwrap_or(u32::MAX),
         bcrypt_cost: super::settings::bcrypt_cost(&settings)?,
+        auth_token: settings.text("auth-token"),
+        auth_token_ttl: Duration::from_secs(settings.uint("auth-token-ttl")),
         logging,
         pending,
         settings,

@@ -112,6 +112,11 @@ pub struct Config {
     pub max_concurrent_streams: u32,
     /// bcrypt's cost for hashing user passwords (`--bcrypt-cost`).
     pub bcrypt_cost: u32,
+    /// `--auth-token`, as given (`simple`, or `jwt,...`).
+    pub auth_token: String,
+    /// How long a simple token lives after its last use
+    /// (`--auth-token-ttl`).
+    pub auth_token_ttl: Duration,
     /// `--logger`, `--log-level`, `--log-format`, `--log-outputs`.
     pub logging: Logging,
     /// Settings of features oxetcd does not have yet.
@@ -230,6 +235,7 @@ impl Config {
             cluster_token: self.initial_cluster_token.clone(),
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
+            auth_token_ttl: self.auth_token_ttl,
             ..oxetcd_core::Config::single(&self.name)
         }
     }

@@ -82,10 +82,6 @@ pub struct Pending {
     pub quota_backend_bytes: u64,
     /// `--auto-compaction-mode` and `--auto-compaction-retention`.
     pub auto_compaction: AutoCompaction,
-    /// `--auth-token`, as given (`simple`, or `jwt,...`).
-    pub auth_token: String,
-    /// `--auth-token-ttl`.
-    pub auth_token_ttl: Duration,
     /// `--grpc-keepalive-min-time`.
     pub grpc_keepalive_min_time: Duration,
     /// `--grpc-keepalive-interval` (zero: off).
@@ -146,8 +142,6 @@ impl Pending {
                 &settings.text("auto-compaction-mode"),
                 &settings.text("auto-compaction-retention"),
             )?,
-            auth_token: settings.text("auth-token"),
-            auth_token_ttl: Duration::from_secs(settings.uint("auth-token-ttl")),
             grpc_keepalive_min_time: settings.duration("grpc-keepalive-min-time"),
             grpc_keepalive_interval: settings.duration("grpc-keepalive-interval"),
             grpc_keepalive_timeout: settings.duration("grpc-keepalive-timeout"),

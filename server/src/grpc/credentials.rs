@@ -9,15 +9,39 @@
 //! any other is anonymous: with auth on, the node refuses what needs a
 //! user.
 
+use std::sync::Arc;
+use std::time::SystemTime;
+
 use oxetcd_core::auth::Credentials;
+
+use crate::auth_token::{JwtTokens, TokenConfig};
 
 use crate::serve::ClientCommonName;
 
 /// Reads credentials off calls; cloned into every service.
 #[derive(Clone, Debug, Default)]
-pub struct Gate {}
+pub struct Gate {
+    /// With `--auth-token jwt,…`: the keys tokens are signed and checked
+    /// with. Without, tokens are simple ones, which the node resolves.
+    jwt: Option<Arc<JwtTokens>>,
+}
 
 impl Gate {
+    /// A gate for the tokens `--auth-token` asks for.
+    pub fn new(tokens: TokenConfig) -> Self {
+        match tokens {
+            TokenConfig::Simple { .. } => Self::default(),
+            TokenConfig::Jwt(jwt) => Self {
+                jwt: Some(Arc::new(jwt)),
+            },
+        }
+    }
+
+    /// The JWT keys, when tokens are JWTs.
+    pub fn jwt(&self) -> Option<&JwtTokens> {
+        self.jwt.as_deref()
+    }
+
     /// The credentials `request` carries.
     pub fn credentials<T>(&self, request: &tonic::Request<T>) -> Credentials {
         let metadata = request.metadata();
@@ -25,7 +49,15 @@ impl Gate {
             .iter()
             .find_map(|key| metadata.get(*key)?.to_str().ok());
         if let Some(token) = token.filter(|t| !t.is_empty()) {
-            return Credentials::Token(token.to_owned());
+            // A JWT that does not verify goes on as a token nobody holds:
+            // refused while auth is on, ignored while it is off, as etcd.
+            return match self.jwt().map(|jwt| jwt.verify(token, SystemTime::now())) {
+                Some(Ok((name, revision))) => Credentials::User {
+                    name,
+                    revision: Some(revision),
+                },
+                _ => Credentials::Token(token.to_owned()),
+            };
         }
         match request.extensions().get::<ClientCommonName>() {
             Some(ClientCommonName(name)) => Credentials::User {

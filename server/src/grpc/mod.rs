@@ -111,9 +111,10 @@ impl<K: KvStore> GrpcRouter<K> {
         member: Member,
         max_request_bytes: usize,
         bcrypt_cost: u32,
+        tokens: crate::auth_token::TokenConfig,
     ) -> Self {
         let decode_max = max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
-        let gate = Gate::default();
+        let gate = Gate::new(tokens);
         // Responses are as large as the data asked for, as in etcd.
         let encode_max = usize::MAX;
         Self {

@@ -188,7 +188,7 @@ const FLAGS: &[Flag] = &[
 ];
 
 const AUTH_FLAGS: &[Flag] = &[
-    not_yet(
+    wired(
         "auth-token",
         Kind::AuthToken,
         "simple",
@@ -202,7 +202,7 @@ const AUTH_FLAGS: &[Flag] = &[
         "Specify the cost / strength of the bcrypt algorithm for hashing auth passwords. Valid \
          values are between 4 and 31.",
     ),
-    not_yet(
+    wired(
         "auth-token-ttl",
         Kind::Uint,
         "300",
