@@ -113,6 +113,33 @@ pub enum Request {
     Auth(auth::AuthRequest),
 }
 
+/// A write as the log carries it: the one form a write has from
+/// admission to apply.
+pub use oxetcd_proto::oxetcdpb::proposal::Request as Write;
+
+impl Request {
+    /// The write this request is, as the log carries it; any other
+    /// request comes back as it is. Membership changes other than an
+    /// update travel as raft configuration changes, not as writes.
+    pub fn into_write(self) -> Result<Write, Self> {
+        Ok(match self {
+            Self::Put(r) => Write::Put(r),
+            Self::DeleteRange(r) => Write::DeleteRange(r),
+            Self::Txn(r) => Write::Txn(r),
+            Self::Compact(r) => Write::Compaction(r),
+            Self::LeaseGrant(r) => Write::LeaseGrant(r),
+            Self::LeaseRevoke(r) => Write::LeaseRevoke(r),
+            Self::MemberUpdate(r) => Write::MemberUpdate(r),
+            Self::Auth(auth::AuthRequest::Change(change)) => {
+                Write::Auth(oxetcd_proto::oxetcdpb::AuthChange {
+                    change: Some(change),
+                })
+            }
+            other => return Err(other),
+        })
+    }
+}
+
 /// The node's answer to a [`Request`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Response {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use oxetcd_core::mvcc;
 use oxetcd_core::storage::{KvRead, KvStore, KvWrite};
-use oxetcd_core::Request;
+use oxetcd_core::Write;
 use oxetcd_proto::etcdserverpb::PutRequest;
 
 /// Puts applied per run.
@@ -53,7 +53,7 @@ fn run(batch: u64) -> f64 {
         let mut txn = kv.write().expect("write");
         for _ in 0..batch.min(PUTS - applied) {
             let key = format!("key/{:08}", next(&mut rng) % KEY_SPACE);
-            let request = Request::Put(PutRequest {
+            let request = Write::Put(PutRequest {
                 key: key.into_bytes(),
                 value: value.clone(),
                 ..PutRequest::default()

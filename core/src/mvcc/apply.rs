@@ -10,7 +10,7 @@ use oxetcd_proto::etcdserverpb::{
 
 use crate::error::Error;
 use crate::storage::{KeyVersion, KvMeta, KvRead, KvWrite, RangeEnd, Revision};
-use crate::{Request, Response};
+use crate::{Response, Write};
 
 use super::buffer::WriteBuffer;
 use super::range::{self, key_value, Snapshot};
@@ -20,7 +20,7 @@ use super::{current_revision, txn, LeaseCheck};
 pub(super) fn apply<W: KvWrite>(
     txn: &mut W,
     meta: &mut KvMeta,
-    request: &Request,
+    request: &Write,
     leases: &dyn LeaseCheck,
     recorded: &mut Vec<KeyVersion>,
 ) -> Result<Response, Error> {
@@ -29,17 +29,16 @@ pub(super) fn apply<W: KvWrite>(
     let (response, changes) = {
         let mut buffer = WriteBuffer::new(&*txn, begin, compacted);
         let response = match request {
-            Request::Put(put) => {
+            Write::Put(put) => {
                 // A top-level put checks its lease before anything else.
                 check_lease(put, leases)?;
                 Response::Put(apply_put(&mut buffer, put)?)
             }
-            Request::DeleteRange(delete) => {
+            Write::DeleteRange(delete) => {
                 Response::DeleteRange(apply_delete_range(&mut buffer, delete)?)
             }
-            Request::Txn(request) => Response::Txn(txn::apply_txn(&mut buffer, request, leases)?),
-            Request::Range(request) => Response::Range(range::execute(&buffer, request)?),
-            Request::Compact(request) => {
+            Write::Txn(request) => Response::Txn(txn::apply_txn(&mut buffer, request, leases)?),
+            Write::Compaction(request) => {
                 return compact(txn, meta, request).map(Response::Compact);
             }
             _ => {

@@ -44,7 +44,7 @@ use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 
 use crate::error::Error;
 use crate::storage::{KeyVersion, KvMeta, KvRead, KvWrite};
-use crate::{Request, Response};
+use crate::{Response, Write};
 
 pub(crate) use range::key_value;
 pub use validate::validate;
@@ -113,13 +113,14 @@ pub fn read(
 pub fn apply(
     txn: &mut impl KvWrite,
     meta: &mut KvMeta,
-    request: &Request,
+    request: &Write,
 ) -> Result<Response, Error> {
     apply_with_leases(txn, meta, request, &NoLeases)
 }
 
-/// Applies one request (put, delete range, txn, compaction; a range is
-/// answered read-only) inside `txn`, with `leases` telling which leases exist.
+/// Applies one key-space write (put, delete range, txn, compaction) inside
+/// `txn`, with `leases` telling which leases exist; other writes are not
+/// the key space's.
 ///
 /// `meta` is the state the request applies to; when the request changes it
 /// (`revision` after a write, `compact_revision` after a compaction), the new
@@ -130,7 +131,7 @@ pub fn apply(
 pub fn apply_with_leases(
     txn: &mut impl KvWrite,
     meta: &mut KvMeta,
-    request: &Request,
+    request: &Write,
     leases: &dyn LeaseCheck,
 ) -> Result<Response, Error> {
     apply::apply(txn, meta, request, leases, &mut Vec::new())
@@ -143,7 +144,7 @@ pub fn apply_with_leases(
 pub fn apply_recording(
     txn: &mut impl KvWrite,
     meta: &mut KvMeta,
-    request: &Request,
+    request: &Write,
     leases: &dyn LeaseCheck,
     changes: &mut Vec<KeyVersion>,
 ) -> Result<Response, Error> {

@@ -16,6 +16,7 @@ use quickcheck::{Arbitrary, Gen, QuickCheck};
 use super::*;
 use crate::memory::MemoryKv;
 use crate::storage::KvStore;
+use crate::Request;
 
 /// Keys come from a small alphabet so operations collide often.
 const KEYS: u8 = 6;
@@ -325,7 +326,8 @@ fn run(ops: Vec<KvOp>) -> bool {
             continue;
         }
         let mut txn = kv.write().unwrap();
-        let result = apply(&mut txn, &mut meta, &request);
+        let write = request.into_write().expect("a write");
+        let result = apply(&mut txn, &mut meta, &write);
         txn.commit().unwrap();
         match op {
             KvOp::Put { key: k, value } => {

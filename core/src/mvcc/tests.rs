@@ -15,6 +15,7 @@ use oxetcd_proto::mvccpb::KeyValue;
 use super::*;
 use crate::memory::MemoryKv;
 use crate::storage::KvStore;
+use crate::Request;
 
 /// A store and its meta, applying one request per write transaction.
 struct Store {
@@ -43,8 +44,9 @@ impl Store {
     /// Applies and commits even on error, so tests can see that an error
     /// wrote nothing.
     fn apply(&mut self, request: Request) -> Result<Response, Error> {
+        let write = request.into_write().expect("a write");
         let mut txn = self.kv.write().unwrap();
-        let result = apply_with_leases(&mut txn, &mut self.meta, &request, &self.leases);
+        let result = apply_with_leases(&mut txn, &mut self.meta, &write, &self.leases);
         txn.commit().unwrap();
         result
     }
@@ -228,7 +230,7 @@ fn meta_revision_zero_reads_as_one() {
     let kv = MemoryKv::default();
     let mut meta = KvMeta::default();
     let mut w = kv.write().unwrap();
-    let r = apply(&mut w, &mut meta, &Request::Put(put("a", "1"))).unwrap();
+    let r = apply(&mut w, &mut meta, &crate::Write::Put(put("a", "1"))).unwrap();
     assert_eq!(
         r,
         Response::Put(PutResponse {
@@ -1513,11 +1515,17 @@ fn failed_apply_leaves_txn_and_meta_unchanged() {
 }
 
 #[test]
-fn apply_of_a_range_is_read_only() {
-    let mut s = abc();
-    let Response::Range(r) = s.apply(Request::Range(span("a", "\0"))).unwrap() else {
+fn a_range_is_never_a_write_and_reads_only() {
+    let s = abc();
+    let range = Request::Range(span("a", "\0"));
+    assert!(
+        range.clone().into_write().is_err(),
+        "a range never reaches apply"
+    );
+    let Request::Range(range) = range else {
         panic!()
     };
+    let r = crate::mvcc::range(&s.kv.read().unwrap(), &range).unwrap();
     assert_eq!((r.count, r.header), (4, rev(5)));
     assert_eq!(s.revision(), 5);
 }

@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::lease::{self, Lessor};
 use crate::storage::{KvMeta, KvStore, KvWrite, LogStore, Membership, StorageError};
 use crate::watch::WatchRegistry;
-use crate::{mvcc, Instant, Request, Response};
+use crate::{mvcc, Instant, Response, Write};
 
 /// What applying one entry needs besides the transaction, borrowed from
 /// the node's fields.
@@ -45,11 +45,10 @@ pub(super) fn apply_proposal(
     request: proposal::Request,
     cx: &mut ApplyContext<'_>,
 ) -> Result<Result<Response, Error>, StorageError> {
-    let request = match request {
-        proposal::Request::Put(r) => Request::Put(r),
-        proposal::Request::DeleteRange(r) => Request::DeleteRange(r),
-        proposal::Request::Txn(r) => Request::Txn(r),
-        proposal::Request::Compaction(r) => Request::Compact(r),
+    match request {
+        write @ (Write::Put(_) | Write::DeleteRange(_) | Write::Txn(_) | Write::Compaction(_)) => {
+            apply_kv(txn, meta, &write, cx)
+        }
         proposal::Request::LeaseGrant(grant) => {
             let id = if grant.id == 0 {
                 let lessor = &*cx.lessor;
@@ -95,10 +94,9 @@ pub(super) fn apply_proposal(
         }
         proposal::Request::MemberUpdate(_) | proposal::Request::MemberAttributes(_) => {
             // Recorded by the node with the membership, never here.
-            return Ok(Err(Error::Stopped));
+            Ok(Err(Error::Stopped))
         }
-    };
-    apply_kv(txn, meta, &request, cx)
+    }
 }
 
 /// Applies a key-space write, then moves keys between leases and tells the
@@ -106,7 +104,7 @@ pub(super) fn apply_proposal(
 fn apply_kv(
     txn: &mut impl KvWrite,
     meta: &mut KvMeta,
-    request: &Request,
+    request: &Write,
     cx: &mut ApplyContext<'_>,
 ) -> Result<Result<Response, Error>, StorageError> {
     let mut changes = Vec::new();
@@ -145,7 +143,7 @@ fn apply_revoke(
                 )),
             })
             .collect();
-        let txn_request = Request::Txn(TxnRequest {
+        let txn_request = Write::Txn(TxnRequest {
             compare: Vec::new(),
             success: deletes,
             failure: Vec::new(),

@@ -85,7 +85,7 @@ use oxetcd_proto::eraftpb::{ConfChangeType, Entry, EntryType};
 use oxetcd_proto::etcdserverpb::{
     LeaseCheckpointRequest, LeaseRevokeRequest, Member, ResponseHeader, StatusResponse,
 };
-use oxetcd_proto::oxetcdpb::{proposal, AuthChange as AuthChangeProposal, Proposal};
+use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 
 pub use self::io::{ClusterState, Config, InitialMember, Input, Output, GRPC_OVERHEAD_BYTES};
 use self::lease_forward::{is_lease_forward, Forwarded};
@@ -537,73 +537,15 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         if let Err(e) = self.check_admission(&request, &who) {
             return self.answer(ticket, Err(e));
         }
-        let write = match request {
-            Request::Status => {
-                let status = self.status();
-                return self.answer(ticket, Ok(Response::Status(status)));
-            }
-            Request::Range(range) if range.serializable => {
-                return self.serve_read(ticket, ReadKind::Range(range));
-            }
-            Request::MemberList(list) if !list.linearizable => {
-                return self.serve_read(ticket, ReadKind::MemberList);
-            }
-            Request::Put(r) => proposal::Request::Put(r),
-            Request::DeleteRange(r) => proposal::Request::DeleteRange(r),
-            Request::Txn(r) => proposal::Request::Txn(r),
-            Request::Compact(r) => proposal::Request::Compaction(r),
-            Request::LeaseGrant(r) => proposal::Request::LeaseGrant(r),
-            Request::LeaseRevoke(r) => proposal::Request::LeaseRevoke(r),
-            Request::Auth(AuthRequest::Change(change)) => {
-                proposal::Request::Auth(AuthChangeProposal {
-                    change: Some(change),
-                })
-            }
-            Request::MemberUpdate(r) => {
-                if let Err(e) = self.members.check_update(&r) {
-                    return self.answer(ticket, Err(e));
-                }
-                proposal::Request::MemberUpdate(r)
-            }
-            request => {
-                if self.raft.leader().is_none() {
-                    return self.hold_for_leader(ticket, Held::Request(request, who));
-                }
-                return match request {
-                    Request::Range(range) => self.queue_read(ticket, ReadKind::Range(range)),
-                    Request::MemberList(_) => self.queue_read(ticket, ReadKind::MemberList),
-                    Request::Auth(AuthRequest::Read(read)) => {
-                        self.queue_read(ticket, ReadKind::Auth(read))
-                    }
-                    // Every member knows which leases exist (etcd lists
-                    // them on the member asked, too).
-                    Request::LeaseLeases => {
-                        self.queue_read(ticket, ReadKind::Lease(Request::LeaseLeases))
-                    }
-                    request @ (Request::LeaseKeepAlive(_) | Request::LeaseTimeToLive(_)) => {
-                        // Only the leader knows when leases expire.
-                        match self.raft.leader() {
-                            Some(leader) if leader != self.config.member_id => {
-                                self.forward_lease(ticket, leader, request)
-                            }
-                            _ => self.queue_read(ticket, ReadKind::Lease(request)),
-                        }
-                    }
-                    Request::MemberAdd(r) => self.member_add(ticket, r),
-                    Request::MemberRemove(r) => {
-                        self.member_change(ticket, ConfChangeType::RemoveNode, r.id, Bytes::new())
-                    }
-                    Request::MemberPromote(r) => {
-                        self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new())
-                    }
-                    Request::MoveLeader(r) => self.move_leader(ticket, r.target_id),
-                    other => {
-                        debug!(?other, "request kind not dispatched");
-                        self.answer(ticket, Err(Error::Unimplemented("this request")))
-                    }
-                };
-            }
+        let write = match request.into_write() {
+            Ok(write) => write,
+            Err(request) => return self.dispatch_read_or_change(ticket, request, who),
         };
+        if let crate::Write::MemberUpdate(r) = &write {
+            if let Err(e) = self.members.check_update(r) {
+                return self.answer(ticket, Err(e));
+            }
+        }
         let proposal = Proposal {
             id: self.next_proposal_id(),
             request: Some(write),
@@ -620,6 +562,56 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             EntryType::EntryNormal,
             Bytes::from(data),
         );
+    }
+
+    /// Requests that are not writes: answered at once, read after a read
+    /// barrier, forwarded, or turned into raft configuration changes.
+    fn dispatch_read_or_change(&mut self, ticket: Ticket, request: Request, who: AuthInfo) {
+        let request = match request {
+            Request::Status => {
+                let status = self.status();
+                return self.answer(ticket, Ok(Response::Status(status)));
+            }
+            Request::Range(range) if range.serializable => {
+                return self.serve_read(ticket, ReadKind::Range(range));
+            }
+            Request::MemberList(list) if !list.linearizable => {
+                return self.serve_read(ticket, ReadKind::MemberList);
+            }
+            other => other,
+        };
+        if self.raft.leader().is_none() {
+            return self.hold_for_leader(ticket, Held::Request(request, who));
+        }
+        match request {
+            Request::Range(range) => self.queue_read(ticket, ReadKind::Range(range)),
+            Request::MemberList(_) => self.queue_read(ticket, ReadKind::MemberList),
+            Request::Auth(AuthRequest::Read(read)) => self.queue_read(ticket, ReadKind::Auth(read)),
+            // Every member knows which leases exist (etcd lists
+            // them on the member asked, too).
+            Request::LeaseLeases => self.queue_read(ticket, ReadKind::Lease(Request::LeaseLeases)),
+            request @ (Request::LeaseKeepAlive(_) | Request::LeaseTimeToLive(_)) => {
+                // Only the leader knows when leases expire.
+                match self.raft.leader() {
+                    Some(leader) if leader != self.config.member_id => {
+                        self.forward_lease(ticket, leader, request)
+                    }
+                    _ => self.queue_read(ticket, ReadKind::Lease(request)),
+                }
+            }
+            Request::MemberAdd(r) => self.member_add(ticket, r),
+            Request::MemberRemove(r) => {
+                self.member_change(ticket, ConfChangeType::RemoveNode, r.id, Bytes::new())
+            }
+            Request::MemberPromote(r) => {
+                self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new())
+            }
+            Request::MoveLeader(r) => self.move_leader(ticket, r.target_id),
+            other => {
+                debug!(?other, "request kind not dispatched");
+                self.answer(ticket, Err(Error::Unimplemented("this request")))
+            }
+        }
     }
 
     // ----- timers -------------------------------------------------------

@@ -375,7 +375,7 @@ fn uncommitted_index_changes_stay_private() {
 #[test]
 fn compaction_after_a_snapshot_does_not_change_it() {
     use oxetcd_core::mvcc;
-    use oxetcd_core::{Error, Request};
+    use oxetcd_core::{Error, Write};
     use oxetcd_proto::etcdserverpb::{CompactionRequest, RangeRequest};
 
     let dir = tempfile::tempdir().unwrap();
@@ -407,7 +407,7 @@ fn compaction_after_a_snapshot_does_not_change_it() {
     mvcc::apply(
         &mut txn,
         &mut meta,
-        &Request::Compact(CompactionRequest {
+        &Write::Compaction(CompactionRequest {
             revision: 5,
             ..CompactionRequest::default()
         }),
