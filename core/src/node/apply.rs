@@ -57,7 +57,7 @@ pub(super) fn apply_proposal(
                 grant.id
             };
             let granted = cx.lessor.grant(txn, id, grant.ttl, cx.now)?;
-            return Ok(granted.map(|ttl| {
+            Ok(granted.map(|ttl| {
                 Response::LeaseGrant(LeaseGrantResponse {
                     header: Some(ResponseHeader {
                         revision: meta.revision,
@@ -67,16 +67,14 @@ pub(super) fn apply_proposal(
                     ttl,
                     error: String::new(),
                 })
-            }));
+            }))
         }
-        proposal::Request::LeaseRevoke(revoke) => {
-            return apply_revoke(txn, meta, revoke.id, cx);
-        }
+        proposal::Request::LeaseRevoke(revoke) => apply_revoke(txn, meta, revoke.id, cx),
         proposal::Request::LeaseCheckpoint(request) => {
             for checkpoint in &request.checkpoints {
                 cx.lessor.checkpoint(txn, checkpoint, cx.now)?;
             }
-            return Ok(Err(Error::Stopped));
+            Ok(Err(Error::Stopped))
         }
         proposal::Request::Auth(change) => {
             let Some(change) = change.change else {
@@ -90,7 +88,7 @@ pub(super) fn apply_proposal(
                 revision: meta.revision,
                 ..cx.identity
             };
-            return Ok(applied.map(|r| Response::Auth(r.with_header(header))));
+            Ok(applied.map(|r| Response::Auth(r.with_header(header))))
         }
         proposal::Request::MemberUpdate(_) | proposal::Request::MemberAttributes(_) => {
             // Recorded by the node with the membership, never here.
