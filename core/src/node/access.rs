@@ -29,6 +29,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let auth = &self.auth;
         match request {
             Request::Range(r) => auth.check(who, Access::Read, &r.key, &r.range_end),
+            // The keys a lease carries are shown only to who may read them.
+            Request::LeaseTimeToLive(r) if r.keys => self
+                .lessor
+                .keys(r.id)
+                .unwrap_or_default()
+                .iter()
+                .try_for_each(|key| auth.check(who, Access::Read, key, &[])),
             Request::MemberAdd(_)
             | Request::MemberRemove(_)
             | Request::MemberUpdate(_)

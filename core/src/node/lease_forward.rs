@@ -64,8 +64,9 @@ pub(super) const FORWARDED_LEASE_REQUESTS_MAX: usize = 8_192;
 #[derive(Debug)]
 pub(super) struct Forwarded {
     pub(super) ticket: Ticket,
-    /// Kept to dispatch again when the leader changes.
+    /// Kept to dispatch again when the leader changes, as who asked.
     pub(super) request: Request,
+    pub(super) who: AuthInfo,
     /// The leader it went to, and its term then.
     pub(super) leader: Leadership,
 }
@@ -96,7 +97,13 @@ pub(super) fn is_lease_forward(message: &Message) -> bool {
 impl<L: LogStore, K: KvStore> Node<L, K> {
     /// A keep-alive or time-to-live on a follower goes to the leader (the
     /// caller checked that one is known and it is not this member).
-    pub(super) fn forward_lease(&mut self, ticket: Ticket, leader: u64, request: Request) {
+    pub(super) fn forward_lease(
+        &mut self,
+        ticket: Ticket,
+        leader: u64,
+        request: Request,
+        who: AuthInfo,
+    ) {
         let forward_request = match &request {
             Request::LeaseKeepAlive(r) => lease_forward_request::Request::KeepAlive(*r),
             // The keys come from this member's state (see the module docs).
@@ -124,6 +131,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Forwarded {
                 ticket,
                 request,
+                who,
                 leader,
             },
         );
@@ -293,7 +301,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         for id in stale {
             let forwarded = self.forwarded.remove(&id).expect("listed");
             if self.requests.waits(forwarded.ticket) {
-                self.dispatch(forwarded.ticket, forwarded.request, AuthInfo::default());
+                self.dispatch(forwarded.ticket, forwarded.request, forwarded.who);
             }
         }
     }

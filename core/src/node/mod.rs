@@ -594,7 +594,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 // Only the leader knows when leases expire.
                 match self.raft.leader() {
                     Some(leader) if leader != self.config.member_id => {
-                        self.forward_lease(ticket, leader, request)
+                        self.forward_lease(ticket, leader, request, who)
                     }
                     _ => self.queue_read(ticket, ReadKind::Lease(request)),
                 }
