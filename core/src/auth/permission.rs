@@ -269,4 +269,117 @@ mod tests {
         assert!(!permits(&open, Access::Read, "j", "\0"));
         assert!(!permits(&open, Access::Read, "a", "b"));
     }
+
+    /// Keys of at most two bytes over a three-letter alphabet; with "\0"
+    /// appended, every point a grant or a request can start or end at is
+    /// in [`universe`].
+    fn short_key(g: &mut quickcheck::Gen) -> Vec<u8> {
+        let len = usize::from(u8::arbitrary(g) % 3);
+        (0..len)
+            .map(|_| *g.choose(&[0u8, b'a', b'b']).unwrap_or(&b'a'))
+            .collect()
+    }
+
+    /// Every key of at most three bytes over the same alphabet.
+    fn universe() -> Vec<Vec<u8>> {
+        let mut all = vec![Vec::new()];
+        let mut last = vec![Vec::new()];
+        for _ in 0..3 {
+            last = last
+                .iter()
+                .flat_map(|k| {
+                    [0u8, b'a', b'b'].map(|c| {
+                        let mut next = k.clone();
+                        next.push(c);
+                        next
+                    })
+                })
+                .collect();
+            all.extend(last.iter().cloned());
+        }
+        all
+    }
+
+    use quickcheck::Arbitrary;
+
+    #[derive(Clone, Debug)]
+    struct Case {
+        perms: Vec<(Vec<u8>, Vec<u8>, i32)>,
+        key: Vec<u8>,
+        end: Vec<u8>,
+        write: bool,
+    }
+
+    impl Arbitrary for Case {
+        fn arbitrary(g: &mut quickcheck::Gen) -> Self {
+            let end = |g: &mut quickcheck::Gen| match u8::arbitrary(g) % 4 {
+                0 => Vec::new(),
+                1 => vec![0],
+                _ => short_key(g),
+            };
+            let perms = (0..u8::arbitrary(g) % 4)
+                .map(|_| (short_key(g), end(g), i32::from(u8::arbitrary(g) % 3)))
+                .collect();
+            Self {
+                perms,
+                key: short_key(g),
+                end: end(g),
+                write: bool::arbitrary(g),
+            }
+        }
+    }
+
+    /// The permission rules against a model that checks every key of a
+    /// finite universe holding every boundary: a request is permitted
+    /// exactly when each key it names lies in some grant of its kind.
+    #[test]
+    fn permissions_agree_with_a_key_by_key_model() {
+        fn agrees(case: Case) -> bool {
+            let role = Role {
+                name: b"r".to_vec(),
+                key_permission: case
+                    .perms
+                    .iter()
+                    .map(|(key, end, t)| oxetcd_proto::authpb::Permission {
+                        perm_type: *t,
+                        key: key.clone(),
+                        range_end: end.clone(),
+                    })
+                    .collect(),
+            };
+            let access = if case.write {
+                Access::Write
+            } else {
+                Access::Read
+            };
+            let grants = |k: &[u8]| {
+                case.perms.iter().any(|(key, end, t)| {
+                    let kind_ok = *t == PermissionType::Readwrite as i32
+                        || (*t == PermissionType::Read as i32) == !case.write;
+                    let inside = if end.is_empty() {
+                        k == key.as_slice()
+                    } else {
+                        key.as_slice() <= k && (end.as_slice() == [0] || k < end.as_slice())
+                    };
+                    kind_ok && inside
+                })
+            };
+            let model = if case.end.is_empty() {
+                grants(&case.key)
+            } else {
+                universe().iter().all(|k| {
+                    let asked = case.key.as_slice() <= k.as_slice()
+                        && (case.end.as_slice() == [0] || k.as_slice() < case.end.as_slice());
+                    !asked || grants(k)
+                })
+            };
+            let key = String::from_utf8_lossy(&case.key).into_owned();
+            let end = String::from_utf8_lossy(&case.end).into_owned();
+            // Non-UTF-8 keys never arise here: the alphabet is ASCII.
+            model == permits(&role, access, &key, &end)
+        }
+        quickcheck::QuickCheck::new()
+            .tests(2_000)
+            .quickcheck(agrees as fn(Case) -> bool);
+    }
 }
