@@ -355,7 +355,7 @@ mod tests {
             let grants = |k: &[u8]| {
                 case.perms.iter().any(|(key, end, t)| {
                     let kind_ok = *t == PermissionType::Readwrite as i32
-                        || (*t == PermissionType::Read as i32) == !case.write;
+                        || (*t == PermissionType::Read as i32) != case.write;
                     let inside = if end.is_empty() {
                         k == key.as_slice()
                     } else {
