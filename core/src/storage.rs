@@ -271,6 +271,14 @@ pub trait KvStore: Clone + Send + Sync + 'static {
 
     /// Makes every committed transaction durable (shutdown, snapshots).
     fn sync(&self) -> Result<(), StorageError>;
+
+    /// Gives the space that compactions and deletions freed back to the
+    /// file system, while the member runs (`Maintenance.Defragment`).
+    /// Reads and writes wait meanwhile. A store with nothing to give back
+    /// does nothing.
+    fn defragment(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
 }
 
 /// What a log store holds when the node starts.

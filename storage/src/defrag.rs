@@ -16,7 +16,7 @@ use crate::{OpenError, KV_FILE, LOG_FILE, MEMBER_DIR};
 
 /// redb compacts in passes and says whether a pass moved anything; a few
 /// passes reach the fixed point, this many bound a file that never does.
-const COMPACT_PASSES_MAX: usize = 16;
+pub(crate) const COMPACT_PASSES_MAX: usize = 16;
 
 /// One database's size before and after.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,38 +83,43 @@ fn size(path: &Path) -> Result<u64, OpenError> {
 
 #[cfg(test)]
 mod tests {
-    use oxetcd_core::storage::{KeyVersion, KvStore, KvWrite, Revision};
+    use oxetcd_core::storage::{KeyVersion, KvRead, KvStore, KvWrite, Revision};
 
     use super::*;
+
+    /// Writes a thousand 4 KiB values, then removes them all.
+    fn fill_and_empty(kv: &crate::RedbKv) {
+        let value = vec![7u8; 4096];
+        let mut w = kv.write().unwrap();
+        for main in 2..1002 {
+            w.put_version(&KeyVersion {
+                key: format!("k{main}").into_bytes(),
+                mod_revision: Revision { main, sub: 0 },
+                create_revision: main,
+                version: 1,
+                lease: 0,
+                value: value.clone(),
+                tombstone: false,
+            })
+            .unwrap();
+        }
+        w.commit().unwrap();
+        kv.sync().unwrap();
+        let mut w = kv.write().unwrap();
+        for main in 2..1002 {
+            w.remove_version(format!("k{main}").as_bytes(), Revision { main, sub: 0 })
+                .unwrap();
+        }
+        w.commit().unwrap();
+        kv.sync().unwrap();
+    }
 
     #[test]
     fn a_backend_shrinks_after_its_data_is_removed() {
         let dir = tempfile::tempdir().unwrap();
         {
             let (_, kv) = crate::open(dir.path()).unwrap();
-            let value = vec![7u8; 4096];
-            let mut w = kv.write().unwrap();
-            for main in 2..1002 {
-                w.put_version(&KeyVersion {
-                    key: format!("k{main}").into_bytes(),
-                    mod_revision: Revision { main, sub: 0 },
-                    create_revision: main,
-                    version: 1,
-                    lease: 0,
-                    value: value.clone(),
-                    tombstone: false,
-                })
-                .unwrap();
-            }
-            w.commit().unwrap();
-            kv.sync().unwrap();
-            let mut w = kv.write().unwrap();
-            for main in 2..1002 {
-                w.remove_version(format!("k{main}").as_bytes(), Revision { main, sub: 0 })
-                    .unwrap();
-            }
-            w.commit().unwrap();
-            kv.sync().unwrap();
+            fill_and_empty(&kv);
         }
         let report = defragment(dir.path()).unwrap();
         let kv = &report[0];
@@ -126,6 +131,31 @@ mod tests {
             kv.after_bytes
         );
         crate::open(dir.path()).unwrap();
+    }
+
+    /// Online, through the store a running member holds: the file shrinks,
+    /// and what the store holds reads the same before and after.
+    #[test]
+    fn a_running_backend_shrinks_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, kv) = crate::open(dir.path()).unwrap();
+        fill_and_empty(&kv);
+        let before = kv.size_bytes().unwrap();
+        let meta = kv.read().unwrap().meta().unwrap();
+        let view = kv.read().unwrap();
+        // A view held open meanwhile is waited out, not torn.
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(view);
+        });
+        kv.defragment().unwrap();
+        reader.join().unwrap();
+        let after = kv.size_bytes().unwrap();
+        assert!(after < before / 2, "{before} -> {after}");
+        assert_eq!(kv.read().unwrap().meta().unwrap(), meta);
+        let mut w = kv.write().unwrap();
+        w.set_meta(&meta).unwrap();
+        w.commit().unwrap();
     }
 
     #[test]

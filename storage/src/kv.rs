@@ -44,7 +44,7 @@ mod index;
 use std::fmt;
 use std::ops::{Bound, ControlFlow};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
@@ -102,7 +102,9 @@ pub struct RedbKv {
 }
 
 struct Shared {
-    db: Database,
+    /// Shared by every read and write transaction as it begins; taken alone
+    /// only by an online defragmentation, which needs the database to itself.
+    db: RwLock<Database>,
     path: PathBuf,
     index: Arc<SharedIndex>,
     cadence: Mutex<DurableCadence>,
@@ -136,7 +138,7 @@ impl RedbKv {
         );
         Ok(Self {
             shared: Arc::new(Shared {
-                db,
+                db: RwLock::new(db),
                 path: path.to_path_buf(),
                 index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
@@ -155,6 +157,16 @@ impl RedbKv {
     /// Path of the database file.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// The database, to begin a transaction on.
+    fn db(&self) -> RwLockReadGuard<'_, Database> {
+        // A panicking defragmentation leaves the database as redb left it,
+        // which redb keeps consistent.
+        self.shared
+            .db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn cadence(&self) -> std::sync::MutexGuard<'_, DurableCadence> {
@@ -183,7 +195,7 @@ impl KvStore for RedbKv {
         // Pinned before the redb snapshot opens, so that no index slot the
         // snapshot may need is dropped in between.
         let mut pin = self.shared.index.pin();
-        let txn = self.shared.db.begin_read().map_err(err("kv read"))?;
+        let txn = self.db().begin_read().map_err(err("kv read"))?;
         // The tables hold the snapshot open after the transaction handle goes.
         let meta = txn.open_table(META).map_err(err("kv read"))?;
         pin.settle(read_commit_seq(&meta)?)?;
@@ -196,7 +208,7 @@ impl KvStore for RedbKv {
     }
 
     fn write(&self) -> Result<RedbKvWrite, StorageError> {
-        let txn = self.shared.db.begin_write().map_err(err("kv write"))?;
+        let txn = self.db().begin_write().map_err(err("kv write"))?;
         let seq = read_commit_seq(&txn.open_table(META).map_err(err("kv write"))?)?;
         // The previous writer publishes its index changes just after its
         // redb commit, which already let this transaction begin.
@@ -211,7 +223,7 @@ impl KvStore for RedbKv {
     }
 
     fn sync(&self) -> Result<(), StorageError> {
-        let mut txn = self.shared.db.begin_write().map_err(err("kv sync"))?;
+        let mut txn = self.db().begin_write().map_err(err("kv sync"))?;
         txn.set_durability(Durability::Immediate)
             .map_err(err("kv sync"))?;
         // An empty durable commit makes every earlier commit durable too.
@@ -219,7 +231,37 @@ impl KvStore for RedbKv {
         self.cadence().record(true, Instant::now());
         Ok(())
     }
+
+    /// redb compacts only a database nobody has a transaction open on: new
+    /// ones wait on the lock, and the ones still open (a read view a
+    /// snapshot or a catch-up holds) are waited out for a while.
+    fn defragment(&self) -> Result<(), StorageError> {
+        self.sync()?;
+        let mut db = self
+            .shared
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut waited = 0;
+        for _ in 0..crate::defrag::COMPACT_PASSES_MAX {
+            match db.compact() {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(redb::CompactionError::TransactionInProgress) if waited < DEFRAG_WAITS_MAX => {
+                    waited += 1;
+                    std::thread::sleep(DEFRAG_WAIT);
+                }
+                Err(e) => return Err(err("kv defragment")(e)),
+            }
+        }
+        Ok(())
+    }
 }
+
+/// How long an online defragmentation waits for the transactions still
+/// open when it starts: this many times [`DEFRAG_WAIT`].
+const DEFRAG_WAITS_MAX: u32 = 200;
+const DEFRAG_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A read snapshot of the backend; `Send + 'static`, so it may be moved to
 /// another thread and read while writes go on.

@@ -107,6 +107,21 @@ impl<K: KvStore> Handle<K> {
         .await
     }
 
+    /// Defragments the backend on a blocking thread (reads and writes wait
+    /// meanwhile, as with etcd's defragmentation). A failure is reported,
+    /// not fatal: nothing was lost, the space just stays in the file.
+    pub async fn defragment(&self) -> Result<(), Error> {
+        let kv = self.kv.clone();
+        let started = std::time::Instant::now();
+        self.run_blocking(move || kv.defragment().map_err(Error::Storage))
+            .await?;
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "finished defragmenting the backend"
+        );
+        Ok(())
+    }
+
     /// The backend as a snapshot file (an etcd bolt database and its
     /// checksum, see [`FileExport`]) of a read view taken now, naming
     /// `cluster_version` as the cluster's, for the Maintenance `Snapshot`

@@ -109,9 +109,20 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
 
     async fn defragment(
         &self,
-        _request: tonic::Request<DefragmentRequest>,
+        request: tonic::Request<DefragmentRequest>,
     ) -> Result<tonic::Response<DefragmentResponse>, Status> {
-        Err(unimplemented("Defragment"))
+        self.check_admin(&request).await?;
+        self.handle
+            .defragment()
+            .await
+            .map_err(|e| status_from_error(&e))?;
+        Ok(tonic::Response::new(DefragmentResponse {
+            header: Some(ResponseHeader {
+                cluster_id: self.member.cluster_id,
+                member_id: self.member.member_id,
+                ..Default::default()
+            }),
+        }))
     }
 
     async fn hash(
