@@ -218,6 +218,19 @@ impl Error {
         }
     }
 
+    /// Whether this is a refusal of auth: who the caller is, or what it
+    /// may do.
+    pub fn is_auth(&self) -> bool {
+        matches!(
+            self,
+            Self::UserEmpty
+                | Self::UserNotFound
+                | Self::PermissionDenied
+                | Self::InvalidAuthToken
+                | Self::AuthOldRevision
+        )
+    }
+
     /// The message etcd answers with, byte for byte.
     pub fn message(&self) -> String {
         let fixed = match self {

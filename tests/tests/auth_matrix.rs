@@ -69,19 +69,7 @@ struct KnownDifference {
 /// through consensus in 3.5, and no permission is needed.
 const AUTH_STATUS_WHY: &str = "etcd 3.5's RPC; Debian's etcd 3.4 answers Unimplemented";
 
-/// oxetcd bug: etcd's `MemberList` never looks at the token, so an
-/// unknown one is ignored (as both do for `Status`); oxetcd refuses it.
-const MEMBER_LIST_WHY: &str = "oxetcd bug: etcd's MemberList ignores the token, oxetcd checks it";
-
-/// oxetcd bug: etcd 3.4's maintenance auth check (`authMaintenanceServer`)
-/// returns its auth package's errors unconverted, so clients get code
-/// Unknown and "auth: …"; oxetcd answers with etcdserver's status.
-const MAINTENANCE_WHY: &str =
-    "oxetcd bug: etcd's admin check on HashKV/Snapshot answers Unknown \"auth: ...\"";
-
 const INVALID_TOKEN: &str = "ERR Unauthenticated \"etcdserver: invalid auth token\"";
-const USER_EMPTY: &str = "ERR InvalidArgument \"etcdserver: user name is empty\"";
-const DENIED: &str = "ERR PermissionDenied \"etcdserver: permission denied\"";
 
 /// Every known difference, cell by cell.
 fn known_differences() -> Vec<KnownDifference> {
@@ -104,21 +92,6 @@ fn known_differences() -> Vec<KnownDifference> {
         ("root", "ok"),
     ] {
         add(AUTH_STATUS, credential, oxetcd, AUTH_STATUS_WHY);
-    }
-    for credential in ["garbage token", "deleted user"] {
-        add("MemberList", credential, INVALID_TOKEN, MEMBER_LIST_WHY);
-    }
-    for rpc in ["HashKV", "Snapshot"] {
-        for (credential, oxetcd) in [
-            ("no token", USER_EMPTY),
-            ("garbage token", INVALID_TOKEN),
-            ("deleted user", INVALID_TOKEN),
-            ("reader", DENIED),
-            ("writer", DENIED),
-            ("prefixer", DENIED),
-        ] {
-            add(rpc, credential, oxetcd, MAINTENANCE_WHY);
-        }
     }
     known
 }

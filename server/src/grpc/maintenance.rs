@@ -50,13 +50,19 @@ fn unimplemented(method: &str) -> Status {
 }
 
 impl<K: KvStore> MaintenanceService<K> {
-    /// Maintenance this member serves itself (hashes, snapshots) is for
-    /// administrators once auth is on, as in etcd.
+    /// Maintenance this member serves itself (hashes, snapshots,
+    /// defragmentation) is for administrators once auth is on, as in etcd,
+    /// whose refusals here are its auth package's own errors, passed on
+    /// unconverted: code `Unknown`, `auth: …`.
     async fn check_admin<T>(&self, request: &tonic::Request<T>) -> Result<(), Status> {
         let who = self.gate.credentials(request);
         let read = Request::Auth(AuthRequest::Read(AuthRead::Admin));
         match self.handle.request_as(who, read).await {
             Ok(_) => Ok(()),
+            Err(e) if e.is_auth() => {
+                let message = e.message().replacen("etcdserver: ", "auth: ", 1);
+                Err(Status::new(tonic::Code::Unknown, message))
+            }
             Err(e) => Err(status_from_error(&e)),
         }
     }
