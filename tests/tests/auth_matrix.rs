@@ -341,6 +341,16 @@ impl Clients {
     }
 
     /// `rpc` with `token`; `root` sets up what the call needs.
+    /// Revokes lease `id` with root's token.
+    async fn revoke_as_root(&mut self, id: i64, root: &str) {
+        bounded(
+            self.lease
+                .lease_revoke(request(Some(root), LeaseRevokeRequest { id })),
+        )
+        .await
+        .expect("root revokes");
+    }
+
     async fn call(&mut self, rpc: &str, token: Option<&str>, root: &str) -> Outcome {
         self.reset(root).await;
         let range = |key: &str, range_end: &str| RangeRequest {
@@ -387,13 +397,7 @@ impl Clients {
                 .await;
                 if let Ok(granted) = &answer {
                     // Not left to expire during the run.
-                    let id = granted.get_ref().id;
-                    bounded(
-                        self.lease
-                            .lease_revoke(request(Some(root), LeaseRevokeRequest { id })),
-                    )
-                    .await
-                    .expect("root revokes");
+                    self.revoke_as_root(granted.get_ref().id, root).await;
                 }
                 outcome(answer)
             }
@@ -415,12 +419,7 @@ impl Clients {
                 )
                 .await;
                 if answer.is_err() {
-                    bounded(
-                        self.lease
-                            .lease_revoke(request(Some(root), LeaseRevokeRequest { id })),
-                    )
-                    .await
-                    .expect("root revokes");
+                    self.revoke_as_root(id, root).await;
                 }
                 outcome(answer)
             }
