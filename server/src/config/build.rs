@@ -87,15 +87,7 @@ fn build(
     )?;
     let (heartbeat_interval_ms, election_timeout_ms) =
         parse_raft_timing(&value("heartbeat-interval"), &value("election-timeout"))?;
-    let snapshot_count = match settings.uint("snapshot-count") {
-        0 => {
-            warnings.push(format!(
-                "--snapshot-count is 0; using the default {SNAPSHOT_COUNT_DEFAULT}"
-            ));
-            SNAPSHOT_COUNT_DEFAULT
-        }
-        n => n,
-    };
+    let snapshot_count = snapshot_count(&settings, &mut warnings);
     let (lease_checkpoint_interval, watch_progress_notify_interval) =
         intervals(&settings, &value, &mut warnings)?;
     let logging = logging(&settings);
@@ -135,6 +127,19 @@ fn build(
         settings,
         warnings,
     })
+}
+
+/// `--snapshot-count`; 0 means etcd's default, with a warning.
+fn snapshot_count(settings: &Settings, warnings: &mut Vec<String>) -> u64 {
+    match settings.uint("snapshot-count") {
+        0 => {
+            warnings.push(format!(
+                "--snapshot-count is 0; using the default {SNAPSHOT_COUNT_DEFAULT}"
+            ));
+            SNAPSHOT_COUNT_DEFAULT
+        }
+        n => n,
+    }
 }
 
 /// `--lease-checkpoint-interval` (above zero) and
