@@ -11,15 +11,15 @@
 //! leader proposes itself (lease expiry, checkpoints, attributes) carry
 //! no user and are not checked.
 
-use oxetcd_proto::etcdserverpb::{WatchRequest, WatchResponse};
+use oxetcd_proto::etcdserverpb::WatchRequest;
 use oxetcd_proto::oxetcdpb::proposal;
 
-use super::{Node, Output};
+use super::Node;
 use crate::auth::{Access, AuthInfo, AuthRead, AuthRequest, AuthStore, Credentials};
 use crate::error::Error;
 use crate::lease::Lessor;
 use crate::storage::{KvStore, LogStore};
-use crate::watch::StreamId;
+use crate::watch::{StreamId, WatchRegistry};
 use crate::Request;
 
 impl<L: LogStore, K: KvStore> Node<L, K> {
@@ -70,26 +70,14 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     .check(&who, Access::Read, &create.key, &create.range_end)
             });
             if let Err(e) = checked {
-                let mut header = self.header();
-                header.revision = self.meta.revision;
-                let response = WatchResponse {
-                    header: Some(header),
-                    watch_id: -1,
-                    created: true,
-                    canceled: true,
-                    cancel_reason: format!(
-                        "rpc error: code = {} desc = {}",
-                        e.code().go_name(),
-                        e.message()
-                    ),
-                    ..Default::default()
-                };
-                self.outputs.push_back(Output::Watch {
-                    stream,
-                    response,
-                    fragment: false,
-                });
-                return;
+                // etcd puts the gRPC error's text in the reason.
+                let reason = format!(
+                    "rpc error: code = {} desc = {}",
+                    e.code().go_name(),
+                    e.message()
+                );
+                return self
+                    .with_watches(|_, cx| WatchRegistry::refuse_create(stream, &reason, cx));
             }
         }
         self.with_watches(|watches, cx| watches.handle_request(stream, request, cx));

@@ -158,22 +158,26 @@ impl WatchRegistry {
         self.debug_assert_registry();
     }
 
+    /// Answers a create request that registers nothing, as etcd answers
+    /// it: created and cancelled at once, with `reason`.
+    pub(crate) fn refuse_create(stream: StreamId, reason: &str, cx: &mut Context<'_>) {
+        let response = WatchResponse {
+            header: Some(cx.header),
+            watch_id: NO_WATCH_ID,
+            created: true,
+            canceled: true,
+            cancel_reason: reason.to_owned(),
+            ..Default::default()
+        };
+        emit(cx, stream, response, false);
+    }
+
     /// Creates a watcher, synced (no start revision, or a future one) or
     /// catching up from its start revision; refuses an empty range or a
     /// watch ID the stream already uses.
     fn create(&mut self, stream: StreamId, create: &WatchCreateRequest, cx: &mut Context<'_>) {
         let current = cx.header.revision;
-        let refuse = |cx: &mut Context<'_>, reason: &str| {
-            let response = WatchResponse {
-                header: Some(cx.header),
-                watch_id: NO_WATCH_ID,
-                created: true,
-                canceled: true,
-                cancel_reason: reason.to_owned(),
-                ..Default::default()
-            };
-            emit(cx, stream, response, false);
-        };
+        let refuse = |cx: &mut Context<'_>, reason: &str| Self::refuse_create(stream, reason, cx);
         let spec = match WatchSpec::from_create(create) {
             Ok(spec) => spec,
             Err(reason) => return refuse(cx, reason),
