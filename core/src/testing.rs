@@ -22,7 +22,7 @@ use oxetcd_proto::etcdserverpb::WatchResponse;
 use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
 use crate::raft::Persist;
 use crate::storage::{KvStore, LogStore, StorageError};
-use crate::watch::{self, CatchUpOutcome, StreamId};
+use crate::watch::{self, StreamId};
 use crate::{mvcc, Config, Error, Input, Instant, Node, Output, RequestId, Response};
 
 /// Outputs drained in one [`Member::drain`] at most before it reports a
@@ -216,22 +216,11 @@ impl Member {
             Output::WatchCatchUp(job) => {
                 let view = self.kv.read()?;
                 let outcome = watch::catch_up(&view, &job)?;
-                match &outcome {
-                    CatchUpOutcome::Events {
-                        response: Some(response),
-                        ..
-                    } => self.watch_response(
-                        effects,
-                        job.stream,
-                        response.clone(),
-                        job.spec.fragment,
-                    ),
-                    CatchUpOutcome::Events { response: None, .. } => {}
-                    CatchUpOutcome::Compacted { response } => {
-                        self.watch_response(effects, job.stream, response.clone(), false);
-                    }
+                let (response, input) = outcome.into_parts(&job);
+                if let Some((response, fragment)) = response {
+                    self.watch_response(effects, job.stream, response, fragment);
                 }
-                self.node.handle(now, outcome.input(&job));
+                self.node.handle(now, input);
             }
         }
         Ok(())

@@ -21,6 +21,13 @@ use crate::{Request, Response};
 /// `--max-request-bytes`, for what it sends and receives.
 pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
+/// The largest gRPC message for a `--max-request-bytes`: requests are
+/// decoded up to it, and the responses of watchers that ask for fragments
+/// are split at it, as etcd does both.
+pub fn grpc_message_bytes(max_request_bytes: usize) -> usize {
+    max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES)
+}
+
 /// Static configuration of a node.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -134,10 +141,9 @@ impl Config {
         }
     }
 
-    /// Where a watcher that asked for fragments has its responses split:
-    /// the largest request plus gRPC's allowance, as etcd splits them.
+    /// Where a watcher that asked for fragments has its responses split.
     pub fn watch_fragment_bytes(&self) -> usize {
-        self.max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES)
+        grpc_message_bytes(self.max_request_bytes)
     }
 }
 

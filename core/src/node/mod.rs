@@ -87,7 +87,9 @@ use oxetcd_proto::etcdserverpb::{
 };
 use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 
-pub use self::io::{ClusterState, Config, InitialMember, Input, Output, GRPC_OVERHEAD_BYTES};
+pub use self::io::{
+    grpc_message_bytes, ClusterState, Config, InitialMember, Input, Output, GRPC_OVERHEAD_BYTES,
+};
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::Members;
 use self::proposals::Proposals;

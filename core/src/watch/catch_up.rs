@@ -63,8 +63,21 @@ pub enum CatchUpOutcome {
 }
 
 impl CatchUpOutcome {
+    /// What the runtime does with the outcome of `job`: the response to
+    /// send, if any, with whether the watcher's fragmenting applies to it
+    /// (a compaction's cancel is never split), and the input that reports
+    /// the outcome to the node, fed after the response is queued.
+    pub fn into_parts(self, job: &CatchUp) -> (Option<(WatchResponse, bool)>, crate::Input) {
+        let input = self.input(job);
+        let response = match self {
+            Self::Events { response, .. } => response.map(|r| (r, job.spec.fragment)),
+            Self::Compacted { response } => Some((response, false)),
+        };
+        (response, input)
+    }
+
     /// The input that reports this outcome to the node.
-    pub fn input(&self, job: &CatchUp) -> crate::Input {
+    fn input(&self, job: &CatchUp) -> crate::Input {
         let (upto, compacted) = match self {
             Self::Events { upto, .. } => (*upto, false),
             Self::Compacted { .. } => (job.to, true),

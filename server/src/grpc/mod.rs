@@ -113,7 +113,7 @@ impl<K: KvStore> GrpcRouter<K> {
         bcrypt_cost: u32,
         tokens: crate::auth_token::TokenConfig,
     ) -> Self {
-        let decode_max = max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
+        let decode_max = oxetcd_core::grpc_message_bytes(max_request_bytes);
         let gate = Gate::new(tokens);
         // Responses are as large as the data asked for, as in etcd.
         let encode_max = usize::MAX;
@@ -122,7 +122,7 @@ impl<K: KvStore> GrpcRouter<K> {
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
             watch: WatchServer::new(
-                WatchService::new(handle.clone(), gate.clone(), max_request_bytes),
+                WatchService::new(handle.clone(), gate.clone(), decode_max),
                 decode_max,
             ),
             cluster: ClusterServer::new(ClusterService::new(handle.clone(), gate.clone()))

@@ -53,13 +53,13 @@ pub struct WatchService<K: KvStore> {
 }
 
 impl<K: KvStore> WatchService<K> {
-    /// A service over `handle`. Like etcd, it fragments responses larger
-    /// than `max_request_bytes` plus its allowance for gRPC overhead.
-    pub fn new(handle: Handle<K>, gate: Gate, max_request_bytes: usize) -> Self {
+    /// A service over `handle` that splits the responses of watchers that
+    /// ask at `fragment_bytes` ([`oxetcd_core::grpc_message_bytes`]).
+    pub fn new(handle: Handle<K>, gate: Gate, fragment_bytes: usize) -> Self {
         Self {
             handle,
             gate,
-            fragment_bytes: max_request_bytes.saturating_add(super::GRPC_OVERHEAD_BYTES),
+            fragment_bytes,
         }
     }
 }
@@ -320,15 +320,11 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                         return Poll::Ready(Some(Err(status_from_error(&e))));
                     }
                 };
-                match &outcome {
-                    CatchUpOutcome::Events {
-                        response: Some(response),
-                        ..
-                    } => this.push(response.clone(), job.spec.fragment),
-                    CatchUpOutcome::Events { response: None, .. } => {}
-                    CatchUpOutcome::Compacted { response } => this.push(response.clone(), false),
+                let (response, input) = outcome.into_parts(&job);
+                if let Some((response, fragment)) = response {
+                    this.push(response, fragment);
                 }
-                this.handle.caught_up(outcome.input(&job));
+                this.handle.caught_up(input);
                 continue;
             }
             match this.items.poll_next_unpin(cx) {
