@@ -74,23 +74,24 @@ impl<K: KvStore> AuthService<K> {
     }
 
     /// A fresh simple token: sixteen random letters, then a number, as
-    /// etcd's look.
-    fn new_token(&self) -> String {
-        let n = self.tokens_issued.fetch_add(1, Ordering::Relaxed) + 1;
+    /// etcd's look. Without the system's randomness there is no token: one
+    /// that could be guessed would let anyone in.
+    fn new_token(&self) -> Result<String, Status> {
         let mut seed = [0u8; 16];
-        let letters: String = match getrandom::fill(&mut seed) {
-            Ok(()) => seed
-                .iter()
-                .map(|b| {
-                    char::from(
-                        b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                            [usize::from(*b) % 52],
-                    )
-                })
-                .collect(),
-            Err(_) => format!("{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-        };
-        format!("{letters}.{n}")
+        getrandom::fill(&mut seed).map_err(|e| {
+            tracing::error!(error = %e, "no randomness for an auth token");
+            Status::unavailable("etcdserver: cannot make an auth token")
+        })?;
+        let letters: String = seed
+            .iter()
+            .map(|b| {
+                char::from(
+                    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[usize::from(*b) % 52],
+                )
+            })
+            .collect();
+        let n = self.tokens_issued.fetch_add(1, Ordering::Relaxed) + 1;
+        Ok(format!("{letters}.{n}"))
     }
 
     /// `password`'s bcrypt hash, made on a blocking thread.
@@ -175,7 +176,7 @@ impl<K: KvStore> Auth for AuthService<K> {
                 token,
             }));
         }
-        let token = self.new_token();
+        let token = self.new_token()?;
         let change = Change::Authenticate(AuthenticateChange { name, token });
         expect!(
             self.change(Credentials::Anonymous, change).await,
