@@ -315,6 +315,19 @@ mod tests {
         })
     }
 
+    /// A single member on in-memory stores, started.
+    async fn started() -> Handle<MemoryKv> {
+        let config = oxetcd_core::Config::single("test");
+        start(
+            config,
+            MemoryLog::default(),
+            MemoryKv::default(),
+            thread_blocking(),
+        )
+        .await
+        .unwrap()
+    }
+
     fn put(key: &str, value: &str) -> Request {
         Request::Put(PutRequest {
             key: key.as_bytes().to_vec(),
@@ -328,15 +341,7 @@ mod tests {
     #[test]
     fn writes_then_reads_then_stops() {
         futures_lite::future::block_on(async {
-            let config = oxetcd_core::Config::single("test");
-            let handle = start(
-                config,
-                MemoryLog::default(),
-                MemoryKv::default(),
-                thread_blocking(),
-            )
-            .await
-            .unwrap();
+            let handle = started().await;
             let writes = (0..64).map(|i| handle.request(put(&format!("k{i:02}"), "v")));
             for result in futures_util::future::join_all(writes).await {
                 assert!(matches!(result, Ok(Response::Put(_))), "{result:?}");
@@ -362,15 +367,7 @@ mod tests {
     #[test]
     fn in_flight_bound_refuses_beyond_the_limit() {
         futures_lite::future::block_on(async {
-            let config = oxetcd_core::Config::single("test");
-            let handle = start(
-                config,
-                MemoryLog::default(),
-                MemoryKv::default(),
-                thread_blocking(),
-            )
-            .await
-            .unwrap();
+            let handle = started().await;
             handle
                 .in_flight
                 .store(IN_FLIGHT_REQUESTS_MAX, Ordering::Release);
