@@ -11,6 +11,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
+use crate::der::subject_common_name;
+
 /// What a peer's certificate must name, beyond chaining to the trusted CA.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AllowedPeer {
@@ -110,101 +112,6 @@ fn valid_for_host(cert: &CertificateDer<'_>, host: &str) -> bool {
         return false;
     };
     cert.verify_is_valid_for_subject_name(&name).is_ok()
-}
-
-/// The last common name in `cert`'s subject (the one Go's `x509` reports),
-/// or `None` when it has none or the DER does not parse.
-///
-/// A certificate is `SEQUENCE { tbsCertificate SEQUENCE { [0] version
-/// OPTIONAL, serial, signature, issuer, validity, subject, … } … }`; the
-/// subject is a `SEQUENCE` of `SET`s of `SEQUENCE { OID, value }`, and a
-/// common name is OID 2.5.4.3.
-pub fn subject_common_name(cert: &[u8]) -> Option<String> {
-    const SEQUENCE: u8 = 0x30;
-    const SET: u8 = 0x31;
-    const OID: u8 = 0x06;
-    const VERSION: u8 = 0xa0;
-    const COMMON_NAME: [u8; 3] = [0x55, 0x04, 0x03];
-    let (certificate, _) = der_element(cert, SEQUENCE)?;
-    let (tbs, _) = der_element(certificate, SEQUENCE)?;
-    let mut rest = tbs;
-    if rest.first() == Some(&VERSION) {
-        rest = der_any(rest)?.2;
-    }
-    // serial, signature algorithm, issuer, validity
-    for _ in 0..4 {
-        rest = der_any(rest)?.2;
-    }
-    let (mut names, _) = der_element(rest, SEQUENCE)?;
-    let mut common_name = None;
-    while !names.is_empty() {
-        let (mut set, after) = der_element(names, SET)?;
-        names = after;
-        while !set.is_empty() {
-            let (attribute, after) = der_element(set, SEQUENCE)?;
-            set = after;
-            let (oid, value) = der_element(attribute, OID)?;
-            if oid == COMMON_NAME {
-                let (tag, text, _) = der_any(value)?;
-                common_name = Some(der_string(tag, text)?);
-            }
-        }
-    }
-    common_name
-}
-
-/// One DER element of type `tag`: its contents and what follows it.
-fn der_element(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (found, contents, rest) = der_any(input)?;
-    (found == tag).then_some((contents, rest))
-}
-
-/// One DER element: its tag, its contents, and what follows it. Low tag
-/// numbers and lengths of up to four bytes only: all a certificate's
-/// subject needs.
-fn der_any(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    if tag & 0x1f == 0x1f {
-        return None;
-    }
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let count = usize::from(first & 0x7f);
-        if count == 0 || count > 4 {
-            return None;
-        }
-        let (bytes, after) = rest.split_at_checked(count)?;
-        rest = after;
-        bytes
-            .iter()
-            .fold(0usize, |len, byte| (len << 8) | usize::from(*byte))
-    };
-    let (contents, rest) = rest.split_at_checked(len)?;
-    Some((tag, contents, rest))
-}
-
-/// The text of a DER string of type `tag`.
-fn der_string(tag: u8, bytes: &[u8]) -> Option<String> {
-    const UTF8: u8 = 0x0c;
-    const PRINTABLE: u8 = 0x13;
-    const TELETEX: u8 = 0x14;
-    const IA5: u8 = 0x16;
-    const BMP: u8 = 0x1e;
-    match tag {
-        UTF8 | PRINTABLE | IA5 => String::from_utf8(bytes.to_vec()).ok(),
-        // Latin-1 in practice.
-        TELETEX => Some(bytes.iter().map(|b| char::from(*b)).collect()),
-        BMP => {
-            let units: Vec<u16> = bytes
-                .chunks_exact(2)
-                .map(|pair| u16::from_be_bytes([pair[0], pair[1]]))
-                .collect();
-            String::from_utf16(&units).ok()
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,9 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod allowed;
+mod anchor;
 pub mod coalesce;
+mod der;
 mod error;
 mod port;
 mod reload;
@@ -44,7 +46,8 @@ mod stream;
 pub mod test_pki;
 mod verify;
 
-pub use allowed::{subject_common_name, AllowedPeer};
+pub use allowed::AllowedPeer;
+pub use der::subject_common_name;
 pub use error::TlsError;
 pub use port::{Port, PortSettings};
 pub use self_signed::self_signed;

@@ -35,6 +35,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{CipherSuite, ClientConfig, ServerConfig};
 
 use crate::allowed::AllowedOnly;
+use crate::anchor::{AnchorClientVerifier, Anchors};
 use crate::reload::ReloadingCert;
 use crate::settings::{
     check_suites, provider, revocation_lists, root_store, verify_servers, ALPN_H2, ALPN_HTTP11,
@@ -134,15 +135,17 @@ impl PortSettings {
             .map_err(|e| TlsError::Config(format!("cannot serve these TLS versions: {e}")))?;
         let builder = match &self.trusted_ca_file {
             Some(path) => {
-                let roots = root_store(path)?;
+                let (roots, certificates) = root_store(path)?;
                 let mut verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+                let mut lists = Vec::new();
                 if let Some(crl_file) = &self.crl_file {
                     // As etcd: the presented certificate's serial is looked
                     // up in the lists; a certificate they do not cover
                     // passes.
+                    lists = revocation_lists(crl_file)?;
                     verifier = verifier
-                        .with_crls(revocation_lists(crl_file)?)
+                        .with_crls(lists.iter().cloned())
                         .only_check_end_entity_revocation()
                         .allow_unknown_revocation_status();
                 }
@@ -150,6 +153,10 @@ impl PortSettings {
                     path: path.clone(),
                     reason: e.to_string(),
                 })?;
+                let verifier: Arc<dyn ClientCertVerifier> = Arc::new(AnchorClientVerifier::new(
+                    verifier,
+                    Anchors::new(certificates, &lists),
+                ));
                 let verifier: Arc<dyn ClientCertVerifier> = match &self.allowed {
                     None => verifier,
                     Some(allowed) => Arc::new(AllowedOnly::new(verifier, allowed.clone())),

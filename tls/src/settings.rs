@@ -18,7 +18,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::client::WantsClientCert;
+use rustls::client::{WantsClientCert, WebPkiServerVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
@@ -27,6 +27,7 @@ use rustls::{
     SupportedProtocolVersion, WantsVerifier,
 };
 
+use crate::anchor::{AnchorServerVerifier, Anchors};
 use crate::verify::AcceptAnyServerCert;
 use crate::TlsError;
 
@@ -301,17 +302,29 @@ pub(crate) fn verify_servers(
     skip_verify: bool,
     no_system_roots: impl FnOnce(TlsError) -> TlsError,
 ) -> Result<ConfigBuilder<ClientConfig, WantsClientCert>, TlsError> {
-    let roots = ca_file.map(root_store).transpose()?;
+    let trusted = match ca_file {
+        Some(path) => Some((path, root_store(path)?)),
+        None => None,
+    };
     if skip_verify {
         return Ok(builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert::new(provider))));
     }
-    let roots = match roots {
-        Some(roots) => roots,
-        None => native_roots().map_err(no_system_roots)?,
+    let Some((path, (roots, anchors))) = trusted else {
+        let roots = native_roots().map_err(no_system_roots)?;
+        return Ok(builder.with_root_certificates(roots));
     };
-    Ok(builder.with_root_certificates(roots))
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| TlsError::TrustAnchors {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let verifier = AnchorServerVerifier::new(verifier, Anchors::new(anchors, &[]));
+    Ok(builder
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier)))
 }
 
 /// A PEM file's bytes, bounded by [`PEM_FILE_BYTES_MAX`].
@@ -388,18 +401,21 @@ pub(crate) fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsErro
     })
 }
 
-/// The CAs in a PEM file; at least one usable.
-pub(crate) fn root_store(path: &Path) -> Result<RootCertStore, TlsError> {
+/// The CAs in a PEM file, as webpki's trust anchors and as the
+/// certificates themselves; at least one usable.
+pub(crate) fn root_store(
+    path: &Path,
+) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
     let certs = certificates(path)?;
     let mut roots = RootCertStore::empty();
-    let (_, ignored) = roots.add_parsable_certificates(certs);
+    let (_, ignored) = roots.add_parsable_certificates(certs.iter().cloned());
     if roots.is_empty() {
         return Err(TlsError::TrustAnchors {
             path: path.to_path_buf(),
             reason: format!("{ignored} certificate(s) could not be parsed"),
         });
     }
-    Ok(roots)
+    Ok((roots, certs))
 }
 
 /// The system's CAs (as Go's crypto/x509 finds them: the distribution's
