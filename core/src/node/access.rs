@@ -2,7 +2,8 @@
 //!
 //! Design. A request's credentials resolve at admission to an
 //! [`AuthInfo`]. Reads and administration are checked at admission
-//! (`check_admission`), against the applied auth store. Writes carry the
+//! (`check_admission`), against the applied auth store; a range is checked
+//! again when it is served, against the state it reads. Writes carry the
 //! user and the auth revision they were admitted under in their
 //! proposal, and are checked at apply (`check_at_apply`), on every member
 //! alike: a change to the auth store in between makes the write fail

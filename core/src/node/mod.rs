@@ -575,7 +575,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 return self.answer(ticket, Ok(Response::Status(status)));
             }
             Request::Range(range) if range.serializable => {
-                return self.serve_read(ticket, ReadKind::Range(range));
+                return self.serve_read(ticket, ReadKind::Range(range, who));
             }
             Request::MemberList(list) if !list.linearizable => {
                 return self.serve_read(ticket, ReadKind::MemberList);
@@ -586,7 +586,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             return self.hold_for_leader(ticket, Held::Request(request, who));
         }
         match request {
-            Request::Range(range) => self.queue_read(ticket, ReadKind::Range(range)),
+            Request::Range(range) => self.queue_read(ticket, ReadKind::Range(range, who)),
             Request::MemberList(_) => self.queue_read(ticket, ReadKind::MemberList),
             Request::Auth(AuthRequest::Read(read)) => self.queue_read(ticket, ReadKind::Auth(read)),
             // Every member knows which leases exist (etcd lists

@@ -24,7 +24,7 @@ use oxetcd_proto::oxetcdpb::proposal;
 use tracing::debug;
 
 use super::{Held, Leadership, Node, Origin, Output, Ticket};
-use crate::auth::AuthRead;
+use crate::auth::{Access, AuthInfo, AuthRead};
 use crate::error::Error;
 use crate::lease::Renewal;
 use crate::raft::{self, ReadState, Role};
@@ -34,7 +34,8 @@ use crate::{Request, Response};
 /// A read waiting for its read index.
 #[derive(Debug)]
 pub(super) enum ReadKind {
-    Range(RangeRequest),
+    /// A range, with who asked: checked again when it is served.
+    Range(RangeRequest, AuthInfo),
     /// A lease query or keep-alive (answered by the leader only).
     Lease(Request),
     /// The leader's answer to a forwarded time-to-live, to be completed
@@ -207,7 +208,16 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
 
     pub(super) fn serve_read(&mut self, ticket: Ticket, kind: ReadKind) {
         match kind {
-            ReadKind::Range(request) => {
+            ReadKind::Range(request, who) => {
+                // Checked at admission, and again here, at the state the
+                // read sees: an auth change in between fails it with
+                // `revision of auth store is old`, as etcd's does.
+                let allowed = self
+                    .auth
+                    .check(&who, Access::Read, &request.key, &request.range_end);
+                if let Err(e) = allowed {
+                    return self.answer(ticket, Err(e));
+                }
                 // Ranges come from clients only.
                 if let Some(Origin::Client(id)) = self.requests.take(ticket) {
                     let header = self.header();

@@ -568,3 +568,88 @@ fn a_learned_cluster_id_is_stored_and_found_at_restart() {
     let h = Harness::started(config, log, kv);
     assert_eq!(h.node.cluster_id(), 0xabc);
 }
+
+#[test]
+fn a_range_is_checked_again_against_the_auth_state_it_reads() {
+    use crate::auth::{AuthInfo, AuthRequest};
+    use oxetcd_proto::authpb::{Permission, UserAddOptions};
+    use oxetcd_proto::etcdserverpb::{
+        AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest,
+        AuthRoleRevokePermissionRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
+    };
+    use oxetcd_proto::oxetcdpb::auth_change::Change;
+
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    h.put(1, "a", "v");
+    h.settle();
+    let user = |name: &str| {
+        Change::UserAdd(AuthUserAddRequest {
+            name: name.into(),
+            options: Some(UserAddOptions { no_password: true }),
+            ..Default::default()
+        })
+    };
+    let grant = |user: &str, role: &str| {
+        Change::UserGrantRole(AuthUserGrantRoleRequest {
+            user: user.into(),
+            role: role.into(),
+        })
+    };
+    let changes = [
+        user("root"),
+        grant("root", "root"),
+        user("reader"),
+        Change::RoleAdd(AuthRoleAddRequest { name: "r".into() }),
+        Change::RoleGrantPermission(AuthRoleGrantPermissionRequest {
+            name: "r".into(),
+            perm: Some(Permission {
+                key: b"a".to_vec(),
+                ..Default::default()
+            }),
+        }),
+        grant("reader", "r"),
+        Change::Enable(AuthEnableRequest {}),
+    ];
+    for (id, change) in (10..).zip(changes) {
+        let change = Request::Auth(AuthRequest::Change(change));
+        assert!(h.call(id, change).is_ok());
+    }
+    let reader = AuthInfo {
+        user: "reader".into(),
+        revision: h.node.auth.revision(),
+    };
+    let range = RangeRequest {
+        key: b"a".to_vec(),
+        ..Default::default()
+    };
+    let serve = |h: &mut Harness, id: RequestId, who: AuthInfo| {
+        let ticket = h.node.admit(id);
+        h.node
+            .serve_read(ticket, ReadKind::Range(range.clone(), who));
+        h.settle();
+        h.answer(id).expect("answered")
+    };
+    assert!(matches!(
+        serve(&mut h, 20, reader.clone()),
+        Ok(Response::Range(_))
+    ));
+
+    // The permission goes between the read's admission and its serving:
+    // the read fails, as etcd's does, rather than showing the key.
+    let revoke = Change::RoleRevokePermission(AuthRoleRevokePermissionRequest {
+        role: "r".into(),
+        key: b"a".to_vec(),
+        range_end: Vec::new(),
+    });
+    let root = Credentials::User {
+        name: "root".into(),
+        revision: None,
+    };
+    h.member.node.handle(
+        h.now,
+        Input::Client(21, Request::Auth(AuthRequest::Change(revoke)), root),
+    );
+    h.settle();
+    assert!(h.answer(21).expect("revoked").is_ok());
+    assert_eq!(serve(&mut h, 22, reader), Err(Error::AuthOldRevision));
+}
