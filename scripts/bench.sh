@@ -11,7 +11,11 @@
 # seconds per 1000 puts (server process user+system time) over all three
 # runs and over the 256-client run alone (the single-client run, which pays
 # a log write per put, dominates the first), ranges/s with 256 clients
-# (linearizable and serializable, after the puts), and peak RSS (VmHWM).
+# (linearizable and serializable, after the puts), peak RSS (VmHWM), then
+# with auth enabled: puts/s at 256 clients as root and as a user whose role
+# grants readwrite on every key (the permission check on each put), and the
+# milliseconds one Authenticate takes (bcrypt at the default cost, the mean
+# of 10 sequential etcdctl calls, less an unauthenticated call's time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOTAL=${1:-20000}
@@ -74,7 +78,32 @@ range_bench() { # port consistency total plot -> summary text (256 clients, 16 c
 field() { awk -v k="$1" -F'\t' '$1 ~ k {print $2}' | head -1 | awk '{print $1}'; }
 pct() { awk -v k="  $1% in" 'index($0, k) == 1 {printf "%.2f", $3 * 1000}'; }
 
-printf '%-12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %10s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "256: s/1k" "range l" "range s" "rss MiB"
+# Turns auth on: root (role root) and a user "bench" whose role reads and
+# writes every key. Both passwords are the user name.
+enable_auth() { # port
+  local ctl=(env ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$1")
+  "${ctl[@]}" user add root:root >/dev/null
+  "${ctl[@]}" user grant-role root root >/dev/null
+  "${ctl[@]}" role add bench >/dev/null
+  "${ctl[@]}" role grant-permission bench readwrite --prefix=true '' >/dev/null
+  "${ctl[@]}" user add bench:bench >/dev/null
+  "${ctl[@]}" user grant-role bench bench >/dev/null
+  "${ctl[@]}" auth enable >/dev/null
+}
+
+# Mean milliseconds of 10 sequential etcdctl gets, with extra flags.
+ctl_ms() { # port [flags]
+  local port=$1; shift
+  local start end
+  start=$(date +%s%N)
+  for _ in $(seq 1 10); do
+    ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$port" "$@" get k >/dev/null
+  done
+  end=$(date +%s%N)
+  awk -v ns="$((end - start))" 'BEGIN {printf "%.1f", ns / 10 / 1e6}'
+}
+
+printf '%-12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %10s %10s %10s %8s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "256: s/1k" "range l" "range s" "rss MiB" "auth root" "auth user" "authn ms"
 for kind in oxetcd oxetcd-smol etcd; do
   name=$kind
   port=$(free_port)
@@ -95,9 +124,16 @@ for kind in oxetcd oxetcd-smol etcd; do
   range_l=$(range_bench "$port" l "$TOTAL" "$OUT/$name-range-l.svg"); echo "$range_l" >"$OUT/$name-range-l.txt"
   range_s=$(range_bench "$port" s "$TOTAL" "$OUT/$name-range-s.svg"); echo "$range_s" >"$OUT/$name-range-s.txt"
   rss=$(peak_rss_mib "$pid")
-  printf '%-12s %10.0f %10.0f %10.0f %10s %10s %12s %12s %10.0f %10.0f %10s\n' "$name" \
+  # Auth last: puts as root and as a user with a role, and Authenticate.
+  plain_ms=$(ctl_ms "$port")
+  enable_auth "$port"
+  authn_ms=$(awk -v a="$(ctl_ms "$port" --user root:root)" -v b="$plain_ms" 'BEGIN {printf "%.1f", a - b}')
+  auth_root=$(bench "$port" 256 16 "$TOTAL" --user root:root); echo "$auth_root" >"$OUT/$name-auth-root.txt"
+  auth_user=$(bench "$port" 256 16 "$TOTAL" --user bench:bench); echo "$auth_user" >"$OUT/$name-auth-user.txt"
+  printf '%-12s %10.0f %10.0f %10.0f %10s %10s %12s %12s %10.0f %10.0f %10s %10.0f %10.0f %8s\n' "$name" \
     "$(echo "$one" | field 'Requests/sec')" "$(echo "$sixteen" | field 'Requests/sec')" \
     "$(echo "$many" | field 'Requests/sec')" "$(echo "$one" | pct 50)" "$(echo "$one" | pct 99)" "$cpu" "$cpu_many" \
-    "$(echo "$range_l" | field 'Requests/sec')" "$(echo "$range_s" | field 'Requests/sec')" "$rss"
+    "$(echo "$range_l" | field 'Requests/sec')" "$(echo "$range_s" | field 'Requests/sec')" "$rss" \
+    "$(echo "$auth_root" | field 'Requests/sec')" "$(echo "$auth_user" | field 'Requests/sec')" "$authn_ms"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 done

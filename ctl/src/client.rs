@@ -494,6 +494,21 @@ impl Client {
         Ok(())
     }
 
+    /// The token the credentials get on `channel` (asking for the password
+    /// first when it was not given), for callers that make their own
+    /// channels, as the benchmark does; `None` without credentials or
+    /// with auth off.
+    pub async fn token_for(
+        &self,
+        channel: &Channel,
+    ) -> Result<Option<MetadataValue<Ascii>>, Error> {
+        self.ask_password().await?;
+        let token = Token::default();
+        self.authenticate(channel, &token).await?;
+        let value = token.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Ok(value)
+    }
+
     /// The server's answer when it refused the credentials (a wrong
     /// password, an unknown user), if it has: etcdctl reports that as a
     /// failure to connect, whatever the command.

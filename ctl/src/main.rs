@@ -329,9 +329,18 @@ async fn bench(g: &Global, args: &BenchArgs) -> Result<(), Failure> {
     let options = args
         .options()
         .map_err(|e| Failure::new(exit::BAD_FEATURE, e))?;
-    let channels = oxetcd_ctl::connect(&config(g)?, args.conns)
+    let config = config(g)?;
+    let channels = oxetcd_ctl::connect(&config, args.conns)
         .await
         .map_err(Failure::error)?;
+    let mut options = options;
+    if config.credentials.is_some() {
+        let client = oxetcd_ctl::Client::new(config).map_err(Failure::error)?;
+        options.token = client
+            .token_for(&channels[0])
+            .await
+            .map_err(Failure::error)?;
+    }
     let report = oxetcd_ctl::bench::run(channels, options).await;
     print!("{}", report.summary());
     if let Some(path) = &args.csv {

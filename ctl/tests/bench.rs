@@ -185,3 +185,43 @@ fn png_plots_and_unwritable_paths_on_oxetcd() {
     );
     assert!(!unwritable.exists());
 }
+
+/// With auth on, `--user` gives every benchmark request the token (puts,
+/// reads, transactions); without it the server refuses them all.
+#[test]
+fn runs_with_user_carry_the_token_on_oxetcd() {
+    let server = Server::start(ServerKind::Oxetcd).expect("oxetcd");
+    let etcdctl = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_oxetcdctl"))
+            .arg(format!("--endpoints={}", server.address()))
+            .args(args)
+            .output()
+            .expect("run oxetcdctl");
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    etcdctl(&["user", "add", "root:rootpw"]);
+    etcdctl(&["user", "grant-role", "root", "root"]);
+    etcdctl(&["auth", "enable"]);
+    let common = [
+        "--total=100",
+        "--clients=4",
+        "--key-space-size=50",
+        "--user=root:rootpw",
+    ];
+    for workload in [&["put"][..], &["range"], &["txn-put", "--txn-ops=2"]] {
+        let args: Vec<&str> = workload.iter().chain(&common).copied().collect();
+        check(&bench(&server, &args), 100);
+    }
+    let refused = Command::new(env!("CARGO_BIN_EXE_oxetcdctl"))
+        .arg(format!("--endpoints={}", server.address()))
+        .args(["bench", "put", "--total=10", "--clients=2"])
+        .output()
+        .expect("run oxetcdctl bench");
+    assert!(!refused.status.success());
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(field(&stdout, "Errors"), "10", "{stdout}");
+}

@@ -26,6 +26,7 @@ use oxetcd_proto::etcdserverpb::{
     WatchCreateRequest, WatchRequest,
 };
 use tokio::sync::mpsc;
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 pub use report::{Report, Sample};
@@ -91,6 +92,8 @@ pub struct Options {
     pub rate: Option<f64>,
     /// Draw a progress bar on stderr (when it is a terminal).
     pub progress: bool,
+    /// The auth token every request carries (`--user`), if any.
+    pub token: Option<AsciiMetadataValue>,
 }
 
 impl Default for Options {
@@ -106,6 +109,7 @@ impl Default for Options {
             sequential_keys: false,
             rate: None,
             progress: false,
+            token: None,
         }
     }
 }
@@ -202,6 +206,15 @@ impl Shared {
         key_bytes(number, self.options.key_size)
     }
 
+    /// `message` as a request, with the run's token if it has one.
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.options.token {
+            request.metadata_mut().insert("token", token.clone());
+        }
+        request
+    }
+
     fn since_start_us(&self, at: Instant) -> u64 {
         at.duration_since(self.started).as_micros() as u64
     }
@@ -226,19 +239,19 @@ async fn kv_loop(channel: Channel, client: u64, shared: Arc<Shared>) -> Report {
         let sent = Instant::now();
         let result = match shared.options.workload {
             Workload::Put => kv
-                .put(PutRequest {
+                .put(shared.request(PutRequest {
                     key,
                     value: value.clone(),
                     ..Default::default()
-                })
+                }))
                 .await
                 .map(drop),
             Workload::Range { serializable } => kv
-                .range(RangeRequest {
+                .range(shared.request(RangeRequest {
                     key,
                     serializable,
                     ..Default::default()
-                })
+                }))
                 .await
                 .map(drop),
             Workload::TxnPut { ops } => {
@@ -254,10 +267,10 @@ async fn kv_loop(channel: Channel, client: u64, shared: Arc<Shared>) -> Report {
                         })),
                     })
                     .collect();
-                kv.txn(TxnRequest {
+                kv.txn(shared.request(TxnRequest {
                     success,
                     ..Default::default()
-                })
+                }))
                 .await
                 .map(drop)
             }
@@ -275,10 +288,10 @@ async fn keepalive_loop(channel: Channel, shared: Arc<Shared>) -> Report {
     let mut report = Report::default();
     let mut lease = LeaseClient::new(channel);
     let id = match lease
-        .lease_grant(LeaseGrantRequest {
+        .lease_grant(shared.request(LeaseGrantRequest {
             ttl: BENCH_LEASE_TTL_S,
             id: 0,
-        })
+        }))
         .await
     {
         Ok(r) => r.into_inner().id,
@@ -294,7 +307,7 @@ async fn keepalive_loop(channel: Channel, shared: Arc<Shared>) -> Report {
     };
     let mut sent = Instant::now();
     let _ = sender.try_send(LeaseKeepAliveRequest { id });
-    let mut responses = match lease.lease_keep_alive(requests).await {
+    let mut responses = match lease.lease_keep_alive(shared.request(requests)).await {
         Ok(r) => r.into_inner(),
         Err(status) => {
             report.error(status.message());
@@ -342,7 +355,7 @@ async fn watch(channels: &[Channel], shared: &Arc<Shared>, watchers: usize, even
             })),
         });
         let requests = futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx));
-        match client.watch(requests).await {
+        match client.watch(shared.request(requests)).await {
             Ok(stream) => {
                 let mut stream = stream.into_inner();
                 // Wait for the created notice so no put can precede the watch.
@@ -433,11 +446,11 @@ async fn watch(channels: &[Channel], shared: &Arc<Shared>, watchers: usize, even
                 sent_us[n as usize]
                     .store(put_shared.since_start_us(Instant::now()), Ordering::Release);
                 if let Err(status) = kv
-                    .put(PutRequest {
+                    .put(put_shared.request(PutRequest {
                         key,
                         value,
                         ..Default::default()
-                    })
+                    }))
                     .await
                 {
                     part.error(status.message());
@@ -617,6 +630,7 @@ impl BenchArgs {
             sequential_keys: self.sequential_keys,
             rate: (self.rate > 0.0).then_some(self.rate),
             progress: std::io::stderr().is_terminal(),
+            token: None,
         })
     }
 
