@@ -1,7 +1,7 @@
 //! The security matrix: every RPC that auth guards, called with every kind
-//! of credential (none, a garbage token, the token of a user deleted after
-//! it authenticated, and the tokens of users granted read, write or a
-//! prefix, and root), gives the same outcome on oxetcd as on Debian's etcd —
+//! of credential (none, a garbage token, a token left unused past the
+//! token TTL, the token of a user deleted after it authenticated, and the
+//! tokens of users granted read, write or a prefix, and root), gives the same outcome on oxetcd as on Debian's etcd —
 //! the same gRPC code and message when refused, a success when allowed.
 //! The same code drives both servers, so the comparison is exact; a
 //! mismatch prints the whole table of differences (`--nocapture` prints
@@ -38,6 +38,15 @@ use tonic::transport::{Channel, Endpoint};
 /// Longest any one call (or the first answer of a stream) may take; a hung
 /// server fails its cell, not the whole run.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `--auth-token-ttl` of both servers: a simple token lives this long
+/// after its last use. Each token of the matrix is used once per row, and
+/// a row takes well under this.
+const TOKEN_TTL_S: u64 = 5;
+
+/// How long the expired token is left unused: past its TTL, and past the
+/// second in which etcd sweeps expired tokens.
+const TOKEN_EXPIRY_WAIT: Duration = Duration::from_secs(TOKEN_TTL_S + 2);
 
 /// The users with passwords, and the role each is granted. `doomed` is
 /// deleted after it authenticates. Every password is unique, so that a
@@ -85,6 +94,7 @@ fn known_differences() -> Vec<KnownDifference> {
     for (credential, oxetcd) in [
         ("no token", "ok"),
         ("garbage token", INVALID_TOKEN),
+        ("expired token", INVALID_TOKEN),
         ("deleted user", INVALID_TOKEN),
         ("reader", "ok"),
         ("writer", "ok"),
@@ -97,9 +107,10 @@ fn known_differences() -> Vec<KnownDifference> {
 }
 
 /// The credentials a call is made with.
-const CREDENTIALS: [&str; 7] = [
+const CREDENTIALS: [&str; 8] = [
     "no token",
     "garbage token",
+    "expired token",
     "deleted user",
     "reader",
     "writer",
@@ -493,6 +504,13 @@ fn answers(server: &Server) -> Answers {
                 .expect("a user of the matrix")
         };
         let mut authenticate = Vec::new();
+        // A reader's token, left unused until it expires; every other
+        // token is taken after.
+        let expired = clients
+            .authenticate("reader", password("reader"))
+            .await
+            .expect("reader authenticates");
+        tokio::time::sleep(TOKEN_EXPIRY_WAIT).await;
         let doomed = clients
             .authenticate("doomed", password("doomed"))
             .await
@@ -541,6 +559,7 @@ fn answers(server: &Server) -> Answers {
                 let token = match credential {
                     "no token" => None,
                     "garbage token" => Some("garbage.token.42".to_owned()),
+                    "expired token" => Some(expired.clone()),
                     "deleted user" => Some(doomed.clone()),
                     user => Some(tokens[user].clone()),
                 };
@@ -579,8 +598,10 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
 
 #[test]
 fn every_rpc_with_every_credential_as_etcd_answers() {
+    let ttl = TOKEN_TTL_S.to_string();
+    let token_ttl = ["--auth-token-ttl", ttl.as_str()];
     let started = Instant::now();
-    let etcd = Server::start(ServerKind::Etcd).unwrap_or_else(|e| panic!("{e}"));
+    let etcd = Server::start_flags(ServerKind::Etcd, &token_ttl).unwrap_or_else(|e| panic!("{e}"));
     let expected = answers(&etcd);
     drop(etcd);
     // The reference itself: its refusals are there, as etcd words them.
@@ -600,7 +621,7 @@ fn every_rpc_with_every_credential_as_etcd_answers() {
     let known = known_differences();
     let mut failures = Vec::new();
     for kind in [ServerKind::Oxetcd, ServerKind::OxetcdSmol] {
-        let server = Server::start(kind).unwrap_or_else(|e| panic!("{e}"));
+        let server = Server::start_flags(kind, &token_ttl).unwrap_or_else(|e| panic!("{e}"));
         let got = answers(&server);
         let mut table = String::new();
         for ((case, want), (_, have)) in expected.authenticate.iter().zip(&got.authenticate) {
