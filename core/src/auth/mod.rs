@@ -542,6 +542,8 @@ fn grant(perms: &mut Vec<Permission>, perm: Permission) {
 }
 
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod tests {
     use oxetcd_proto::etcdserverpb::{
         AuthRoleAddRequest, AuthRoleDeleteRequest, AuthRoleGrantPermissionRequest,
