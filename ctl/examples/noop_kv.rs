@@ -10,7 +10,7 @@
 use oxetcd_proto::etcdserverpb::kv_server::{Kv, KvServer};
 use oxetcd_proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, RangeStreamResponse, TxnRequest, TxnResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -18,8 +18,22 @@ struct Noop;
 
 #[tonic::async_trait]
 impl Kv for Noop {
+    type RangeStreamStream = tonic::codegen::BoxStream<RangeStreamResponse>;
+
     async fn range(&self, _: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         Ok(Response::new(RangeResponse::default()))
+    }
+
+    async fn range_stream(
+        &self,
+        _: Request<RangeRequest>,
+    ) -> Result<Response<Self::RangeStreamStream>, Status> {
+        let last = RangeStreamResponse {
+            range_response: Some(RangeResponse::default()),
+        };
+        Ok(Response::new(Box::pin(futures_util::stream::iter([Ok(
+            last,
+        )]))))
     }
 
     async fn put(&self, _: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {

@@ -601,6 +601,30 @@ impl Client {
         .await
     }
 
+    /// `KV.RangeStream` (etcd 3.7), its chunks merged into the answer
+    /// `KV.Range` gives: the keys of every chunk in order, and the last
+    /// chunk's header, `more` and `count`.
+    pub async fn range_stream(&self, request: RangeRequest) -> Result<RangeResponse, Error> {
+        self.unary(true, |t| {
+            let request = request.clone();
+            async move {
+                let mut chunks = kv(t).range_stream(request).await?.into_inner();
+                let mut merged = RangeResponse::default();
+                while let Some(chunk) = chunks.message().await? {
+                    let Some(mut chunk) = chunk.range_response else {
+                        continue;
+                    };
+                    merged.kvs.append(&mut chunk.kvs);
+                    merged.header = chunk.header.or(merged.header);
+                    merged.more |= chunk.more;
+                    merged.count = merged.count.max(chunk.count);
+                }
+                Ok(tonic::Response::new(merged))
+            }
+        })
+        .await
+    }
+
     /// `KV.Put`.
     pub async fn put(&self, request: PutRequest) -> Result<PutResponse, Error> {
         self.unary(false, |t| {

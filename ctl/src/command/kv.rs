@@ -44,6 +44,9 @@ pub struct GetArgs {
     /// Only write values when using the "simple" output format
     #[arg(long)]
     pub print_value_only: bool,
+    /// Read the range as a stream of chunks (RangeStream, etcd 3.7)
+    #[arg(long)]
+    pub stream: bool,
     /// <key> [range_end]
     pub args: Vec<String>,
 }
@@ -285,7 +288,11 @@ pub async fn get(ctx: &Context, a: &GetArgs) -> Result<(), Failure> {
             "`--keys-only` and `--count-only` cannot be set at the same time, choose one",
         ));
     }
-    let response = ctx.client.range(request).await?;
+    let response = if a.stream {
+        ctx.client.range_stream(request).await?
+    } else {
+        ctx.client.range(request).await?
+    };
     let mut printer = ctx.printer;
     if a.print_value_only {
         if printer.format != Format::Simple {

@@ -39,6 +39,7 @@ mod credentials;
 mod kv;
 mod lease;
 mod maintenance;
+mod range_stream;
 mod watch;
 
 use std::convert::Infallible;
@@ -118,9 +119,13 @@ impl<K: KvStore> GrpcRouter<K> {
         // Responses are as large as the data asked for, as in etcd.
         let encode_max = usize::MAX;
         Self {
-            kv: KvServer::new(KvService::new(handle.clone(), gate.clone()))
-                .max_decoding_message_size(decode_max)
-                .max_encoding_message_size(encode_max),
+            kv: KvServer::new(KvService::new(
+                handle.clone(),
+                gate.clone(),
+                max_request_bytes,
+            ))
+            .max_decoding_message_size(decode_max)
+            .max_encoding_message_size(encode_max),
             watch: WatchServer::new(
                 WatchService::new(handle.clone(), gate.clone(), decode_max),
                 decode_max,
