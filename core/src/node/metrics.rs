@@ -42,7 +42,7 @@ pub struct NodeMetrics {
     pub proposals_failed: u64,
     /// Reads that timed out waiting for their read index.
     pub slow_read_indexes: u64,
-    /// Read-index rounds lost to a leader change.
+    /// Reads whose read-index round was lost to a leader change.
     pub read_indexes_failed: u64,
     /// Leases this member, as leader, found expired and revoked.
     pub leases_expired: u64,
