@@ -363,9 +363,13 @@ async fn read_messages<R: Runtime>(shared: Arc<Shared<R>>, mut io: PeerIo<R::Io>
         debug!(from = %Id(from), "a new messages stream replaces the previous one");
     }
     info!(from = %Id(from), "peer messages stream opened");
-    let received = shared.metrics.get().map(|m| {
-        m.received_bytes
-            .with_label_values(&[Id(from).to_string().as_str()])
+    // This stream's series, resolved once: (bytes received, round trips).
+    let series = shared.metrics.get().map(|m| {
+        let from = Id(from).to_string();
+        (
+            m.received_bytes.with_label_values(&[from.as_str()]),
+            m.round_trip.with_label_values(&[from.as_str()]),
+        )
     });
     let frame_max = shared.config.frame_bytes_max;
     let mut body = Vec::new();
@@ -380,11 +384,11 @@ async fn read_messages<R: Runtime>(shared: Arc<Shared<R>>, mut io: PeerIo<R::Io>
         match frame {
             Ok(FrameKind::Message) => match decode_message(&body, from, shared.config.member_id) {
                 Ok(message) => {
-                    if let Some(received) = &received {
+                    if let Some((received, round_trip)) = &series {
                         received.inc_by((body.len() + super::wire::FRAME_HEADER_BYTES) as u64);
-                    }
-                    if message.msg_type == MessageType::MsgHeartbeatResponse {
-                        shared.heartbeat_answered(from);
+                        if message.msg_type == MessageType::MsgHeartbeatResponse {
+                            shared.heartbeat_answered(from, round_trip);
+                        }
                     }
                     shared.deliver(PeerEvent::Message(message));
                 }

@@ -550,10 +550,7 @@ impl<R> Shared<R> {
 
     /// Peer `from` answered a heartbeat: the time since the last one was
     /// queued is a round trip (etcd's `peer_round_trip_time_seconds`).
-    fn heartbeat_answered(&self, from: u64) {
-        let Some(metrics) = self.metrics.get() else {
-            return;
-        };
+    fn heartbeat_answered(&self, from: u64, round_trip: &prometheus::Histogram) {
         let Some(peer) = lock(&self.peers).get(&from).cloned() else {
             return;
         };
@@ -563,10 +560,7 @@ impl<R> Shared<R> {
         }
         let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let seconds = Duration::from_nanos(now.saturating_sub(queued)).as_secs_f64();
-        metrics
-            .round_trip
-            .with_label_values(&[Id(from).to_string().as_str()])
-            .observe(seconds);
+        round_trip.observe(seconds);
     }
 
     fn next_connection(&self) -> u64 {
