@@ -235,6 +235,11 @@ impl Server {
         Ok(server)
     }
 
+    /// The process ID, while the process is ours (not killed).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
         self.child

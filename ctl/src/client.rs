@@ -9,6 +9,15 @@
 //! out. A mutation whose fate is unknown is not retried: its error is
 //! returned, and the next request goes to the next endpoint.
 //!
+//! An endpoint counts as connected once it has answered: a dial ends with
+//! a call of a method no server serves (the answer, `Unimplemented`, costs
+//! the server nothing), or with `Authenticate` when there are credentials.
+//! A process that accepts connections but never answers (stopped, hung)
+//! is thus not mistaken for a live member. When the endpoint being dialled
+//! has not answered within [`HEDGE_AFTER`], the others are dialled too and
+//! the first to answer is used, as a gRPC client connected to all of them
+//! sends to the first that is ready.
+//!
 //! TLS follows etcdctl: an `https://` endpoint is always dialled with TLS
 //! and an `http://` one never; a bare `host:port` uses TLS when a TLS file
 //! (`--cacert`, `--cert`, `--key`) is given or `--insecure-transport=false`.
@@ -76,6 +85,13 @@ use crate::error::{Error, AUTH_NOT_ENABLED, INVALID_AUTH_TOKEN};
 /// Pause before walking the endpoint list again once every endpoint has
 /// failed, so a cluster that is down is not hammered until the deadline.
 const ROUND_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How long a dial may go unanswered before the other endpoints are
+/// dialled beside it.
+const HEDGE_AFTER: Duration = Duration::from_millis(100);
+
+/// A method no server serves: its answer proves the server is up.
+const READINESS_PROBE: &str = "/oxetcd.Readiness/Probe";
 
 /// Responses can be large (a range over the whole key space); etcd's client
 /// accepts any size the server is willing to send.
@@ -356,14 +372,15 @@ impl Client {
             if Instant::now() >= deadline {
                 return Err(Error::DeadlineExceeded { last });
             }
-            let dial = tokio::time::timeout_at(deadline, self.dial(index)).await;
+            let dial = tokio::time::timeout_at(deadline, self.dial_hedged(index)).await;
             match dial {
                 Ok(Ok(connection)) => {
                     let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                     if state.current == index && state.connection.is_none() {
+                        state.current = connection.index;
                         state.connection = Some(connection.clone());
                     }
-                    return Ok((index, connection.transport()));
+                    return Ok((connection.index, connection.transport()));
                 }
                 Ok(Err(e)) => {
                     // Wrong credentials are final; anything else is the
@@ -400,6 +417,36 @@ impl Client {
         }
     }
 
+    /// Dials the endpoint at `index`; if it has not answered within
+    /// [`HEDGE_AFTER`], dials the others too and takes the first that
+    /// answers. When none does, the error is `index`'s.
+    async fn dial_hedged(&self, index: usize) -> Result<Connection, Error> {
+        use futures_util::stream::{FuturesUnordered, StreamExt as _};
+        let mut dials = FuturesUnordered::new();
+        dials.push(self.dial(index));
+        if let Ok(Some(result)) = tokio::time::timeout(HEDGE_AFTER, dials.next()).await {
+            return result;
+        }
+        let count = self.config.endpoints.len();
+        for other in (1..count).map(|k| (index + k) % count) {
+            dials.push(self.dial(other));
+        }
+        let mut first_error = None;
+        while let Some(result) = dials.next().await {
+            match result {
+                Ok(connection) => return Ok(connection),
+                // Refused credentials are final, wherever they came from.
+                Err(e @ Error::Status { .. }) => return Err(e),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.unwrap_or_else(|| {
+            Error::Protocol(format!("{}: no answer", self.config.endpoints[index]))
+        }))
+    }
+
     async fn dial(&self, index: usize) -> Result<Connection, Error> {
         let endpoint = &self.config.endpoints[index];
         let tls = if self.config.tls.secures(endpoint) {
@@ -423,7 +470,16 @@ impl Client {
             .map_err(|_| Error::Protocol(format!("{url}: dial timeout")))?
             .map_err(|e| dial_error(&url, &e))?;
         let token = Token::default();
-        self.authenticate(&channel, &token).await?;
+        let answered = async {
+            if self.config.credentials.is_some() {
+                self.authenticate(&channel, &token).await
+            } else {
+                probe(&channel, &url).await
+            }
+        };
+        tokio::time::timeout(self.config.dial_timeout, answered)
+            .await
+            .map_err(|_| Error::Protocol(format!("{url}: no answer within the dial timeout")))??;
         Ok(Connection {
             index,
             channel,
@@ -879,6 +935,23 @@ pub async fn connect(
                 .connect_with_connector(TlsConnector::new(tls.clone()))
                 .await
         }
+    }
+}
+
+/// Whether the server behind `channel` answers: a call of
+/// [`READINESS_PROBE`], which it answers `Unimplemented` without doing
+/// anything.
+async fn probe(channel: &Channel, url: &str) -> Result<(), Error> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready()
+        .await
+        .map_err(|e| Error::Protocol(format!("{url}: {e}")))?;
+    let path = http::uri::PathAndQuery::from_static(READINESS_PROBE);
+    let codec = tonic_prost::ProstCodec::<(), ()>::default();
+    match grpc.unary(tonic::Request::new(()), path, codec).await {
+        Ok(_) => Ok(()),
+        Err(status) if status.code() == tonic::Code::Unimplemented => Ok(()),
+        Err(status) => Err(Error::Protocol(format!("{url}: {}", status.message()))),
     }
 }
 

@@ -1,6 +1,8 @@
 //! The client carries on when the first of its endpoints dies: three
 //! single-member oxetcd servers, the first killed after a request, and the
-//! next requests (library and command line) served by the others.
+//! next requests (library and command line) served by the others. A first
+//! endpoint that accepts connections but never answers (a stopped process)
+//! does not hold a command up either.
 
 use std::process::Command;
 use std::time::Duration;
@@ -130,4 +132,35 @@ fn command_line_skips_a_dead_first_endpoint() {
         (code, stderr.as_str()),
         (Some(1), "Error: context deadline exceeded\n")
     );
+}
+
+/// With the first endpoint stopped (SIGSTOP: its port still accepts TCP
+/// connections, nothing answers), a command is answered by the next one
+/// well within the dial timeout, as etcdctl answers.
+#[test]
+fn command_line_skips_a_stopped_first_endpoint() {
+    let servers = servers();
+    let endpoints: Vec<String> = servers.iter().map(Server::address).collect();
+    let signal = |name: &str, server: &Server| {
+        let pid = server.pid().expect("running").to_string();
+        let status = Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    };
+    signal("-STOP", &servers[0]);
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_oxetcdctl"))
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .args(["put", "k", "v"])
+        .output()
+        .expect("run oxetcdctl");
+    let took = started.elapsed();
+    signal("-CONT", &servers[0]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "OK\n");
+    // The dial timeout is 2 s and the command timeout 5 s: an answer
+    // sooner than either came from the next endpoint at once.
+    assert!(took < Duration::from_millis(1_500), "took {took:?}");
 }
