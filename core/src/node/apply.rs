@@ -18,7 +18,7 @@ use super::{Node, Ticket};
 use crate::auth::{AuthInfo, AuthStore};
 use crate::error::Error;
 use crate::lease::{self, Lessor};
-use crate::storage::{KvMeta, KvStore, KvWrite, LogStore, Membership, StorageError};
+use crate::storage::{KvMeta, KvRead, KvStore, KvWrite, LogStore, Membership, StorageError};
 use crate::watch::WatchRegistry;
 use crate::{mvcc, Instant, Response, Write};
 
@@ -90,8 +90,10 @@ pub(super) fn apply_proposal(
             };
             Ok(applied.map(|r| Response::Auth(r.with_header(header))))
         }
-        proposal::Request::MemberUpdate(_) | proposal::Request::MemberAttributes(_) => {
-            // Recorded by the node with the membership, never here.
+        proposal::Request::MemberUpdate(_)
+        | proposal::Request::MemberAttributes(_)
+        | proposal::Request::Alarm(_) => {
+            // Recorded by the node with the membership or the alarms, never here.
             Ok(Err(Error::Stopped))
         }
     }
@@ -182,6 +184,7 @@ pub(super) fn stamp(response: &mut Response, identity: &ResponseHeader) {
         Response::MemberList(r) => &mut r.header,
         Response::MoveLeader(r) => &mut r.header,
         Response::Auth(r) => r.header_mut(),
+        Response::Alarm(r) => &mut r.header,
     };
     let header = header.get_or_insert(ResponseHeader {
         revision: identity.revision,
@@ -284,8 +287,10 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.update_sole_voter();
         }
         txn.set_meta(&meta)?;
+        let used_bytes = txn.used_bytes()?;
         txn.commit()?;
         self.meta = meta;
+        self.used_bytes = used_bytes;
         for (ticket, result) in answers {
             self.answer(ticket, result);
         }
@@ -307,7 +312,18 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         revoked: &mut Vec<i64>,
     ) -> Result<Result<Response, Error>, StorageError> {
         let identity = self.header();
+        // Every member refuses alike what the alarms applied so far forbid.
+        if let Some(refusal) = self.alarms.refusal(&request) {
+            return Ok(Err(refusal));
+        }
         Ok(match request {
+            proposal::Request::Alarm(alarm) => {
+                let header = ResponseHeader {
+                    revision: meta.revision,
+                    ..identity
+                };
+                return self.apply_alarm(txn, &alarm, header);
+            }
             proposal::Request::MemberUpdate(update) => {
                 self.members.apply_update(&update);
                 Ok(Response::MemberUpdate(MemberUpdateResponse {

@@ -56,6 +56,7 @@
 //! through the traits in [`crate::storage`].
 
 mod access;
+mod alarms;
 mod apply;
 mod io;
 mod leadership;
@@ -96,6 +97,7 @@ use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
 use self::requests::{Leaderless, Requests};
+use crate::alarm::AlarmSet;
 use crate::auth::{AuthInfo, AuthRequest, AuthStore};
 use crate::error::Error;
 use crate::lease::Lessor;
@@ -133,6 +135,8 @@ enum Origin {
     Client(RequestId),
     /// A follower that forwarded a lease request to this leader.
     Peer { member: u64, forward_id: u64 },
+    /// The node itself (an alarm it raises); the answer is dropped.
+    Internal,
 }
 
 /// One member of an oxetcd cluster, as a state machine.
@@ -185,6 +189,12 @@ pub struct Node<L: LogStore, K: KvStore> {
     publication: Publication,
     /// This member applied its own removal.
     removed: bool,
+    /// The active alarms, as applied.
+    alarms: AlarmSet,
+    /// The backend's bytes in use as of the last apply.
+    used_bytes: u64,
+    /// The applied index when this member last proposed its NOSPACE alarm.
+    nospace_proposed_at: Option<u64>,
 }
 
 /// The log and the backend must describe one history: the backend has
@@ -240,6 +250,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         };
         let lessor = Lessor::recover(config.lease, &view)?;
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
+        let alarms = AlarmSet::recover(view.alarms()?);
+        let used_bytes = view.used_bytes()?;
         drop(view);
         let durable = DurableState {
             hard_state: state.hard_state.clone(),
@@ -303,6 +315,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             parked_renewals: HashMap::new(),
             publication: Publication::default(),
             removed: false,
+            alarms,
+            used_bytes,
+            nospace_proposed_at: None,
             config,
         };
         node.update_sole_voter();
@@ -522,7 +537,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Some(Origin::Peer { member, forward_id }) => {
                 self.reply_forwarded(member, forward_id, result);
             }
-            None => {}
+            Some(Origin::Internal) | None => {}
         }
     }
 
@@ -547,6 +562,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             if let Err(e) = self.members.check_update(r) {
                 return self.answer(ticket, Err(e));
             }
+        }
+        if let Err(e) = self.check_alarms_and_quota(&write) {
+            return self.answer(ticket, Err(e));
         }
         let proposal = Proposal {
             id: self.next_proposal_id(),

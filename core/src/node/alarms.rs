@@ -1,0 +1,100 @@
+//! The node's side of alarms and the backend quota.
+//!
+//! Design. At admission a write is refused when an active alarm forbids
+//! it, or when its estimated cost would take the bytes in use to the quota
+//! ([`crate::alarm::Quota`]); in the second case this member raises NOSPACE
+//! for itself through the log, as etcd's quota check does, once per
+//! alarm (not again while its own is active or on its way). At apply the
+//! same alarm check runs again on every member alike, so a write admitted
+//! just before an alarm was applied fails everywhere the same way. Alarm
+//! requests themselves are applied here and stored with the applied index.
+//!
+//! This module never touches storage except through the apply step's
+//! transaction.
+
+use oxetcd_proto::etcdserverpb::alarm_request::AlarmAction;
+use oxetcd_proto::etcdserverpb::{AlarmRequest, AlarmType, ResponseHeader};
+
+use super::{Node, Origin};
+use crate::alarm;
+use crate::auth::AuthInfo;
+use crate::error::Error;
+use crate::storage::{KvStore, KvWrite, LogStore, StorageError};
+use crate::{Request, Response, Write};
+
+impl<L: LogStore, K: KvStore> Node<L, K> {
+    /// Refuses a write the active alarms or the quota do not allow; a
+    /// write over the quota raises NOSPACE for this member.
+    pub(super) fn check_alarms_and_quota(&mut self, write: &Write) -> Result<(), Error> {
+        if let Some(refusal) = self.alarms.refusal(write) {
+            return Err(refusal);
+        }
+        let cost = alarm::cost(write);
+        if self.config.quota.admits(self.used_bytes, cost) {
+            return Ok(());
+        }
+        self.raise_nospace();
+        Err(Error::NoSpace)
+    }
+
+    /// Proposes NOSPACE for this member unless it is active or proposed
+    /// already; nobody waits for the answer.
+    fn raise_nospace(&mut self) {
+        let member_id = self.config.member_id;
+        if self.alarms.has_for(member_id, AlarmType::Nospace)
+            || self.nospace_proposed_at == Some(self.meta.applied_index)
+        {
+            return;
+        }
+        // Proposed at most once per applied index: a burst of refused
+        // writes proposes one alarm, and a proposal lost to a leader change
+        // is made again by the next refused write once something applied.
+        self.nospace_proposed_at = Some(self.meta.applied_index);
+        tracing::warn!(
+            member_id = %format_args!("{member_id:x}"),
+            used_bytes = self.used_bytes,
+            quota_bytes = self.config.quota.limit_bytes,
+            "backend quota exceeded; raising the NOSPACE alarm"
+        );
+        let request = Request::Alarm(AlarmRequest {
+            action: AlarmAction::Activate as i32,
+            member_id,
+            alarm: AlarmType::Nospace as i32,
+        });
+        let ticket = self.admit_origin(Origin::Internal);
+        self.dispatch(ticket, request, AuthInfo::default());
+    }
+
+    /// Applies an alarm request and stores the alarms if they changed.
+    pub(super) fn apply_alarm(
+        &mut self,
+        txn: &mut K::Write,
+        request: &AlarmRequest,
+        header: ResponseHeader,
+    ) -> Result<Result<Response, Error>, StorageError> {
+        let (mut response, changed) = self.alarms.apply(request);
+        if changed {
+            txn.set_alarms(self.alarms.list())?;
+            let alarm = AlarmType::try_from(request.alarm).unwrap_or(AlarmType::None);
+            tracing::warn!(
+                member_id = %format_args!("{:x}", request.member_id),
+                alarm = alarm.as_str_name(),
+                action = request.action,
+                "alarm changed"
+            );
+        }
+        response.header = Some(header);
+        Ok(Ok(Response::Alarm(response)))
+    }
+
+    /// The active alarms as this member applied them.
+    pub fn alarms(&self) -> Vec<oxetcd_proto::etcdserverpb::AlarmMember> {
+        self.alarms.list().to_vec()
+    }
+
+    /// The bytes in use in the backend as of the last apply (what the
+    /// quota is judged on).
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+}
