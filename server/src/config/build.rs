@@ -92,6 +92,13 @@ fn build(
         intervals(&settings, &value, &mut warnings)?;
     let logging = logging(&settings);
     let pending = Pending::new(&settings, gates)?;
+    if pending.quota_backend_bytes > oxetcd_core::alarm::QUOTA_BYTES_WARN {
+        warnings.push(format!(
+            "quota exceeds the maximum value: --quota-backend-bytes {} is above {}",
+            pending.quota_backend_bytes,
+            oxetcd_core::alarm::QUOTA_BYTES_WARN
+        ));
+    }
     Ok(Config {
         name,
         data_dir,
