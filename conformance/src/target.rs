@@ -5,11 +5,11 @@ use std::fmt;
 use std::time::Duration;
 
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
-    TxnRequest, TxnResponse, WatchRequest, WatchResponse,
+    AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, StatusResponse, TxnRequest, TxnResponse, WatchRequest, WatchResponse,
 };
 
 use crate::grpc::Grpc;
@@ -47,9 +47,18 @@ impl fmt::Display for Failure {
 /// suite runs with it (the in-process node through its config).
 pub const WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_millis(500);
 
+/// The backend quota of every target: small enough that a scenario fills
+/// it in about a hundred puts, large enough that no other scenario comes
+/// near it.
+pub const SUITE_QUOTA_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Flags every server of the suite starts with, beyond its ports and data
-/// dir: [`WATCH_PROGRESS_NOTIFY_INTERVAL`] under etcd's flag name.
-pub const SUITE_FLAGS: [&str; 1] = ["--experimental-watch-progress-notify-interval=500ms"];
+/// dir: [`WATCH_PROGRESS_NOTIFY_INTERVAL`] and [`SUITE_QUOTA_BYTES`] under
+/// etcd's flag names.
+pub const SUITE_FLAGS: [&str; 2] = [
+    "--experimental-watch-progress-notify-interval=500ms",
+    "--quota-backend-bytes=33554432",
+];
 
 /// Something that answers etcd's KV and status calls: the in-process core
 /// or a server over gRPC. A small enum rather than a trait object, so the
@@ -126,6 +135,23 @@ impl Target {
         match self {
             Self::InProcess(t) => t.status(),
             Self::Grpc(t) => t.status(),
+        }
+    }
+
+    /// `Maintenance.Alarm`.
+    pub fn alarm(&mut self, request: AlarmRequest) -> Result<AlarmResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.alarm(request),
+            Self::Grpc(t) => t.alarm(request),
+        }
+    }
+
+    /// `Maintenance.Defragment`; the in-process store has nothing to give
+    /// back.
+    pub fn defragment(&mut self) -> Result<(), Failure> {
+        match self {
+            Self::InProcess(_) => Ok(()),
+            Self::Grpc(t) => t.defragment().map(|_| ()),
         }
     }
 

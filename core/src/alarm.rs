@@ -105,6 +105,20 @@ fn txn_cost(txn: &TxnRequest) -> u64 {
     branch(&txn.success).max(branch(&txn.failure))
 }
 
+/// Whether a transaction writes in either branch (nested ones included).
+fn writes(txn: &TxnRequest) -> bool {
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .any(|op| match &op.request {
+            Some(
+                request_op::Request::RequestPut(_) | request_op::Request::RequestDeleteRange(_),
+            ) => true,
+            Some(request_op::Request::RequestTxn(inner)) => writes(inner),
+            _ => false,
+        })
+}
+
 /// The active alarms, ordered by type, then member.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AlarmSet {
@@ -143,15 +157,13 @@ impl AlarmSet {
     /// alarm can always be cleared.
     pub fn refusal(&self, request: &proposal::Request) -> Option<Error> {
         use proposal::Request as R;
-        let write = matches!(
-            request,
-            R::Put(_)
-                | R::DeleteRange(_)
-                | R::Txn(_)
-                | R::Compaction(_)
-                | R::LeaseGrant(_)
-                | R::LeaseRevoke(_)
-        );
+        let write = match request {
+            R::Put(_) | R::DeleteRange(_) | R::Compaction(_) | R::LeaseGrant(_) => true,
+            R::LeaseRevoke(_) => true,
+            // etcd serves a read-only transaction without its applier.
+            R::Txn(txn) => writes(txn),
+            _ => false,
+        };
         if write && self.has(AlarmType::Corrupt) {
             return Some(Error::Corrupt);
         }
@@ -162,9 +174,10 @@ impl AlarmSet {
     }
 
     /// Applies an alarm request, as etcd's apply does: GET lists the
-    /// alarms of a type (NONE: all), ACTIVATE and DEACTIVATE answer the
-    /// alarm they changed (nothing when it was already so). Returns the
-    /// answer and whether the set changed.
+    /// alarms of a type (NONE: all), ACTIVATE answers the alarm (active
+    /// before or not), DEACTIVATE answers the alarm it cleared (nothing
+    /// when it was not active). Returns the answer and whether the set
+    /// changed.
     pub fn apply(&mut self, request: &AlarmRequest) -> (AlarmResponse, bool) {
         let member = AlarmMember {
             member_id: request.member_id,
@@ -186,9 +199,9 @@ impl AlarmSet {
                 if !self.alarms.contains(&member) {
                     self.alarms.push(member);
                     self.alarms.sort_by_key(|a| (a.alarm, a.member_id));
-                    response.alarms.push(member);
                     changed = true;
                 }
+                response.alarms.push(member);
             }
             Ok(AlarmAction::Deactivate) => {
                 if let Some(at) = self.alarms.iter().position(|a| *a == member) {
@@ -224,7 +237,10 @@ mod tests {
         assert!(changed);
         assert_eq!(r.alarms.len(), 1);
         let (r, changed) = set.apply(&request(AlarmAction::Activate, 2, AlarmType::Nospace));
-        assert!(!changed && r.alarms.is_empty(), "already active");
+        assert!(
+            !changed && r.alarms.len() == 1,
+            "already active, answered again"
+        );
         set.apply(&request(AlarmAction::Activate, 1, AlarmType::Corrupt));
         set.apply(&request(AlarmAction::Activate, 1, AlarmType::Nospace));
         let (all, _) = set.apply(&request(AlarmAction::Get, 0, AlarmType::None));
@@ -240,13 +256,24 @@ mod tests {
     }
 
     #[test]
-    fn nospace_refuses_growing_writes_and_corrupt_refuses_every_write() {
+    fn nospace_refuses_growing_writes_and_corrupt_every_write() {
         let put = proposal::Request::Put(PutRequest {
             key: b"k".to_vec(),
             ..Default::default()
         });
         let delete = proposal::Request::DeleteRange(Default::default());
         let read_only_txn = proposal::Request::Txn(TxnRequest::default());
+        let deleting_txn = proposal::Request::Txn(TxnRequest {
+            failure: vec![RequestOp {
+                request: Some(request_op::Request::RequestTxn(TxnRequest {
+                    success: vec![RequestOp {
+                        request: Some(request_op::Request::RequestDeleteRange(Default::default())),
+                    }],
+                    ..Default::default()
+                })),
+            }],
+            ..Default::default()
+        });
         let alarm = proposal::Request::Alarm(AlarmRequest::default());
         let mut set = AlarmSet::default();
         assert_eq!(set.refusal(&put), None);
@@ -256,7 +283,8 @@ mod tests {
         assert_eq!(set.refusal(&read_only_txn), None);
         set.apply(&request(AlarmAction::Activate, 3, AlarmType::Corrupt));
         assert_eq!(set.refusal(&delete), Some(Error::Corrupt));
-        assert_eq!(set.refusal(&read_only_txn), Some(Error::Corrupt));
+        assert_eq!(set.refusal(&deleting_txn), Some(Error::Corrupt));
+        assert_eq!(set.refusal(&read_only_txn), None, "served as a read");
         assert_eq!(set.refusal(&alarm), None, "alarms can always be cleared");
     }
 
