@@ -574,6 +574,38 @@ mod tests {
         assert_eq!(dump(&target.read().unwrap()), dump(&source.read().unwrap()));
     }
 
+    /// Alarms travel with the snapshot, and a snapshot without any clears
+    /// the target's; the bytes in use follow the data.
+    #[test]
+    fn alarms_travel_and_bytes_in_use_follow() {
+        let alarms = [oxetcd_proto::etcdserverpb::AlarmMember {
+            member_id: 3,
+            alarm: 1,
+        }];
+        let source = MemoryKv::default();
+        fill(&source, 20, "source");
+        let mut w = source.write().unwrap();
+        w.set_alarms(&alarms).unwrap();
+        w.commit().unwrap();
+        let (bytes, _) = export_bytes(source.read().unwrap(), 256);
+        let target = MemoryKv::default();
+        fill(&target, 50, "stale");
+        let mut w = target.write().unwrap();
+        import(&mut w, bytes.as_slice()).unwrap();
+        w.commit().unwrap();
+        let (read, expected) = (target.read().unwrap(), source.read().unwrap());
+        assert_eq!(read.alarms().unwrap(), alarms.to_vec());
+        assert_eq!(read.used_bytes().unwrap(), expected.used_bytes().unwrap());
+        let empty = MemoryKv::default();
+        let (bytes, _) = export_bytes(empty.read().unwrap(), 256);
+        let mut w = target.write().unwrap();
+        import(&mut w, bytes.as_slice()).unwrap();
+        w.commit().unwrap();
+        let read = target.read().unwrap();
+        assert!(read.alarms().unwrap().is_empty());
+        assert_eq!(read.used_bytes().unwrap(), 0);
+    }
+
     #[test]
     fn the_redb_backend_round_trips() {
         let dir = tempfile::tempdir().unwrap();

@@ -3,8 +3,9 @@
 //! `--quota-backend-bytes` raises NOSPACE, which every member lists and
 //! enforces; `/health` fails with `ALARM NOSPACE` unless excluded while
 //! `/livez` and `/readyz` stay ok; `Hash` is equal on every member and
-//! across a restart; compaction, defragmentation and `alarm disarm` make
-//! every member accept writes again.
+//! across a restart; oxetcdctl lists the alarms as etcdctl does;
+//! compaction, defragmentation and `alarm disarm` make every member accept
+//! writes again.
 //!
 //! Every wait is bounded.
 
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use oxetcd_proto::etcdserverpb::PutRequest;
 use oxetcd_tests::cluster::MIXED;
-use oxetcd_tests::etcdctl::{ctl, ctl_ok};
-use oxetcd_tests::{Cluster, ClusterOptions, Grpc};
+use oxetcd_tests::etcdctl::{ctl, ctl_ok, run_program};
+use oxetcd_tests::{binary_path, Cluster, ClusterOptions, Grpc};
 
 /// The quota the cluster is filled to.
 const QUOTA_BYTES: u64 = 256 * 1024;
@@ -164,8 +165,14 @@ fn nospace_on_every_member_then_compact_defrag_disarm() {
     let endpoints = cluster.endpoints();
     ctl_ok(&address, &["compact", &revision.to_string(), "--physical"]);
     ctl_ok(&endpoints, &["defrag"]);
-    let disarmed = ctl_ok(&address, &["alarm", "disarm"]);
-    assert!(disarmed.contains(&listed), "{disarmed}");
+    // oxetcdctl lists what etcdctl lists, and disarms.
+    let oxetcdctl = binary_path("oxetcdctl").expect("oxetcdctl");
+    let args = ["alarm".to_owned(), "list".to_owned()];
+    let ours = run_program(&oxetcdctl, &address, &args, None).expect("oxetcdctl");
+    assert_eq!(ours.stdout, ctl_ok(&address, &["alarm", "list"]));
+    let args = ["alarm".to_owned(), "disarm".to_owned()];
+    let disarmed = run_program(&oxetcdctl, &address, &args, None).expect("oxetcdctl");
+    assert!(disarmed.stdout.contains(&listed), "{disarmed:?}");
     on_every_member(&cluster, "alarm list empty", |a| {
         ctl(a, &["alarm", "list"]).stdout.trim().is_empty()
     });

@@ -34,7 +34,8 @@ fn list() -> AlarmRequest {
 }
 
 /// ACTIVATE answers the alarm (again when already active),
-/// GET lists by type, DEACTIVATE answers what it cleared; NOSPACE refuses
+/// GET lists by type, Status lists them among its errors, DEACTIVATE
+/// answers what it cleared; NOSPACE refuses
 /// puts and txns with puts but not deletes or read-only txns.
 pub(super) fn alarm_activate_get_deactivate(t: &mut Target) -> Result<(), String> {
     use AlarmAction::{Activate, Deactivate, Get};
@@ -52,6 +53,10 @@ pub(super) fn alarm_activate_get_deactivate(t: &mut Target) -> Result<(), String
     expect(&t.alarm(list()), "alarms [1234 NOSPACE]")?;
     expect(&t.alarm(alarm(Get, 0, Corrupt)), "alarms []")?;
     expect(&t.alarm(alarm(Get, 0, None)), "alarms [1234 NOSPACE]")?;
+    let errors = ok(t.status())?.errors;
+    ensure(errors == ["memberID:4660 alarm:NOSPACE "], || {
+        format!("status errors {errors:?}")
+    })?;
     expect(
         &t.put(put("k", "w")),
         "error 8 etcdserver: mvcc: database space exceeded",

@@ -116,6 +116,11 @@ fn corrupt_refuses_every_write_and_survives_a_restart() {
         Ok(Response::Alarm(r)) => assert_eq!(r.alarms.len(), 1, "already active, answered"),
         other => panic!("expected an alarm answer, got {other:?}"),
     }
+    let errors = match cluster.call(leader, Request::Status) {
+        Ok(Response::Status(status)) => status.errors,
+        other => panic!("expected a status answer, got {other:?}"),
+    };
+    assert_eq!(errors, vec!["memberID:2 alarm:CORRUPT ".to_owned()]);
     let follower = cluster.followers()[0];
     cluster.crash(follower);
     cluster.restart(follower);

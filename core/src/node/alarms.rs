@@ -87,6 +87,29 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         Ok(Ok(Response::Alarm(response)))
     }
 
+    /// Status's `errors`, as etcd's: no leader, then each active alarm in
+    /// Go's compact text form (`memberID:<decimal> alarm:NOSPACE `).
+    pub(super) fn status_errors(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        if self.raft.leader().is_none() {
+            errors.push(Error::NoLeader.message());
+        }
+        for alarm in self.alarms.list() {
+            let mut text = String::new();
+            if alarm.member_id != 0 {
+                text.push_str(&format!("memberID:{} ", alarm.member_id));
+            }
+            if let Some(name) = AlarmType::try_from(alarm.alarm)
+                .ok()
+                .filter(|t| *t != AlarmType::None)
+            {
+                text.push_str(&format!("alarm:{} ", name.as_str_name()));
+            }
+            errors.push(text);
+        }
+        errors
+    }
+
     /// The active alarms as this member applied them.
     pub fn alarms(&self) -> Vec<oxetcd_proto::etcdserverpb::AlarmMember> {
         self.alarms.list().to_vec()

@@ -727,6 +727,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             raft_term: self.raft.term(),
             raft_applied_index: self.meta.applied_index,
             is_learner: self.is_learner(),
+            errors: self.status_errors(),
             ..Default::default()
         }
     }
