@@ -9,13 +9,12 @@
 //!
 //! Every wait is bounded.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use oxetcd_proto::etcdserverpb::PutRequest;
 use oxetcd_tests::cluster::MIXED;
 use oxetcd_tests::etcdctl::{ctl, ctl_ok, run_program};
+use oxetcd_tests::probe::http_get;
 use oxetcd_tests::{binary_path, Cluster, ClusterOptions, Grpc};
 
 /// The quota the cluster is filled to.
@@ -33,27 +32,6 @@ const AGREE_DEADLINE: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(100);
 
 const NOSPACE: &str = "etcdserver: mvcc: database space exceeded";
-
-/// A plain HTTP/1.1 GET: the status code and the body.
-fn http_get(address: &str, path: &str) -> (u16, String) {
-    let host = address.trim_start_matches("http://");
-    let mut socket = TcpStream::connect(host).unwrap_or_else(|e| panic!("{host}: {e}"));
-    socket
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("read timeout");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    socket.write_all(request.as_bytes()).expect("send");
-    let mut response = Vec::new();
-    let _ = socket.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, body.to_owned())
-}
 
 /// Waits until `check` holds on every member's address.
 fn on_every_member(cluster: &Cluster, what: &str, check: impl Fn(&str) -> bool) {
