@@ -118,6 +118,24 @@ impl<K: KvStore> Handle<K> {
         .await
     }
 
+    /// Raises `alarm` for `member_id` through the log, as
+    /// `Maintenance.Alarm` ACTIVATE does: once applied, every member
+    /// enforces it (CORRUPT stops every write, NOSPACE the growing ones)
+    /// and stores it. Raising an active alarm again changes nothing.
+    pub async fn raise_alarm(
+        &self,
+        member_id: u64,
+        alarm: oxetcd_proto::etcdserverpb::AlarmType,
+    ) -> Result<(), Error> {
+        use oxetcd_proto::etcdserverpb::{alarm_request::AlarmAction, AlarmRequest};
+        let request = Request::Alarm(AlarmRequest {
+            action: AlarmAction::Activate as i32,
+            member_id,
+            alarm: alarm as i32,
+        });
+        self.request(request).await.map(|_| ())
+    }
+
     /// The alarms this member has applied, read from its backend (no
     /// consensus: what `/health` judges this member on).
     pub async fn local_alarms(&self) -> Result<oxetcd_core::storage::Alarms, Error> {
