@@ -191,7 +191,9 @@ impl KvWrite for MemoryKvWrite {
             .insert(version.mod_revision, version.clone());
         state.used_bytes += version_bytes(version.key.len(), version.value.len());
         if let Some(old) = replaced {
-            state.used_bytes -= version_bytes(old.key.len(), old.value.len());
+            state.used_bytes = state
+                .used_bytes
+                .saturating_sub(version_bytes(old.key.len(), old.value.len()));
         }
         state
             .by_revision
@@ -204,7 +206,9 @@ impl KvWrite for MemoryKvWrite {
         if let Some(versions) = state.keys.get_mut(key) {
             if let Some(old) = versions.remove(&revision) {
                 state.by_revision.remove(&revision);
-                state.used_bytes -= version_bytes(old.key.len(), old.value.len());
+                state.used_bytes = state
+                    .used_bytes
+                    .saturating_sub(version_bytes(old.key.len(), old.value.len()));
             }
             if versions.is_empty() {
                 state.keys.remove(key);
@@ -225,7 +229,7 @@ impl KvWrite for MemoryKvWrite {
         if self.state.leases.contains_key(&id) {
             let state = Arc::make_mut(&mut self.state);
             state.leases.remove(&id);
-            state.used_bytes -= LEASE_BYTES;
+            state.used_bytes = state.used_bytes.saturating_sub(LEASE_BYTES);
         }
         Ok(())
     }

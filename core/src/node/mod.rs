@@ -48,6 +48,12 @@
 //! leader, `Input::SnapshotReceived` on the follower, installed with the
 //! `Output::Persist` that carries its metadata).
 //!
+//! Alarms and the quota ([`alarms`]). Writes are refused at admission
+//! while an applied alarm forbids them or when they would take the
+//! backend's bytes in use to the quota (this member then raises NOSPACE
+//! through the log); the apply step checks the alarms again, on every
+//! member alike.
+//!
 //! Leases and watches hang off the apply step: every applied write moves
 //! keys between leases ([`crate::lease`]) and is matched against the synced
 //! watchers ([`crate::watch`]) on every member.
