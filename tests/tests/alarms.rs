@@ -109,7 +109,7 @@ fn nospace_on_every_member_then_compact_defrag_disarm() {
         let (code, body) = http_get(&member.address(), "/health");
         assert_eq!(
             (code, body.as_str()),
-            (503, r#"{"health":"false","reason":"ALARM NOSPACE"}"#)
+            (503, "{\"health\":\"false\",\"reason\":\"ALARM NOSPACE\"}\n")
         );
         let (code, body) = http_get(&member.address(), "/health?exclude=NOSPACE");
         assert_eq!(

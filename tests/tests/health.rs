@@ -61,7 +61,7 @@ fn healthy_then_corrupt(kind: ServerKind) {
     client
         .alarm(corrupt(AlarmAction::Activate))
         .expect("activate");
-    let reason = r#"{"health":"false","reason":"ALARM CORRUPT"}"#;
+    let reason = "{\"health\":\"false\",\"reason\":\"ALARM CORRUPT\"}\n";
     assert_eq!(get("/health"), (503, reason.to_owned()));
     assert_eq!(get("/health?exclude=NOSPACE"), (503, reason.to_owned()));
     assert_eq!(get("/health?exclude=CORRUPT"), (200, HEALTHY.to_owned()));
@@ -117,7 +117,7 @@ fn a_member_without_a_leader_is_live_but_not_ready() {
     let started = Instant::now();
     let lost = (
         503,
-        r#"{"health":"false","reason":"RAFT NO LEADER"}"#.to_owned(),
+        "{\"health\":\"false\",\"reason\":\"RAFT NO LEADER\"}\n".to_owned(),
     );
     while http_get(&address, "/health") != lost {
         assert!(

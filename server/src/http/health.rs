@@ -1,7 +1,8 @@
 //! Health probes on the client port: `/health`, `/livez`, `/readyz`, with
 //! etcd 3.6's semantics and bodies.
 //!
-//! Design. `/health` answers JSON (`{"health":"true","reason":""}`) and
+//! Design. `/health` answers JSON (`{"health":"true","reason":""}`, as
+//! text; a failure ends with a newline, as etcd writes it) and
 //! runs etcd's three checks in order, stopping at the first failure: an
 //! active alarm not named in `?exclude=` (`ALARM NOSPACE`), no leader
 //! (`RAFT NO LEADER`, skipped with `?serializable=true`), and a one-key
@@ -24,7 +25,7 @@ use oxetcd_core::{Request, Response};
 use oxetcd_proto::etcdserverpb::{AlarmType, RangeRequest};
 use tonic::body::Body;
 
-use super::{json, respond, text};
+use super::{respond, text};
 use crate::driver::Handle;
 use crate::runtime::{timeout, Runtime};
 
@@ -76,17 +77,19 @@ pub(super) async fn answer<R: Runtime, K: KvStore>(
     let query = Query::parse(query.unwrap_or_default());
     let probe = Probe { runtime, handle };
     if path == "/health" {
+        // etcd writes the JSON as text (Go sniffs it so), and a failure
+        // through http.Error, which adds a newline.
         return match probe.health(&query).await {
-            None => json(
+            None => plain(
                 StatusCode::OK,
                 r#"{"health":"true","reason":""}"#.to_owned(),
             ),
             Some(reason) => {
                 tracing::warn!(reason = %reason, "serving /health false");
                 let reason = serde_json::Value::String(reason);
-                json(
+                plain(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    format!(r#"{{"health":"false","reason":{reason}}}"#),
+                    format!("{{\"health\":\"false\",\"reason\":{reason}}}\n"),
                 )
             }
         };
@@ -116,23 +119,22 @@ pub(super) async fn answer<R: Runtime, K: KvStore>(
     }
     if failed {
         tracing::warn!(path, reason = %lines.trim_end(), "health check failed");
-        let body = format!("{lines}{path} failed\n");
-        return respond(
+        return plain(
             StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain; charset=utf-8",
-            bytes::Bytes::from(body),
+            format!("{lines}{path} failed\n"),
         );
     }
-    let body = if query.verbose {
-        format!("{lines}ok\n")
+    if query.verbose {
+        plain(StatusCode::OK, format!("{lines}ok\n"))
     } else {
-        "ok\n".to_owned()
-    };
-    let mut response = respond(
-        StatusCode::OK,
-        "text/plain; charset=utf-8",
-        bytes::Bytes::from(body),
-    );
+        plain(StatusCode::OK, "ok\n".to_owned())
+    }
+}
+
+/// A text answer, as etcd's probes write theirs.
+fn plain(status: StatusCode, body: String) -> http::Response<Body> {
+    let body = bytes::Bytes::from(body);
+    let mut response = respond(status, "text/plain; charset=utf-8", body);
     response.headers_mut().insert(
         header::X_CONTENT_TYPE_OPTIONS,
         header::HeaderValue::from_static("nosniff"),
