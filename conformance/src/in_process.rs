@@ -11,10 +11,11 @@ use oxetcd_core::testing::{Effect, Member};
 use oxetcd_core::{Config, Error, Input, Instant, Request, RequestId, Response};
 use oxetcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
-    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest,
-    RangeResponse, StatusResponse, TxnRequest, TxnResponse, WatchRequest, WatchResponse,
+    DeleteRangeResponse, HashResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, ResponseHeader, StatusResponse, TxnRequest, TxnResponse,
+    WatchRequest, WatchResponse,
 };
 
 use crate::target::{Failure, SUITE_QUOTA_BYTES, WATCH_PROGRESS_NOTIFY_INTERVAL};
@@ -109,6 +110,26 @@ impl InProcess {
             Response::Status(r) => Ok(r),
             other => Err(unexpected("status", &other)),
         }
+    }
+
+    /// `Maintenance.Hash`, computed on the member's backend as the server
+    /// computes it.
+    pub fn hash(&mut self) -> Result<HashResponse, Failure> {
+        use oxetcd_core::storage::KvStore as _;
+        let view = self
+            .member
+            .kv
+            .read()
+            .map_err(|e| failure(&Error::Storage(e)))?;
+        let (hash, revision) =
+            oxetcd_storage::bolt::hash::hash_backend(&view).map_err(|e| failure(&e))?;
+        Ok(HashResponse {
+            header: Some(ResponseHeader {
+                revision,
+                ..Default::default()
+            }),
+            hash,
+        })
     }
 
     /// `Maintenance.Alarm`.

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use oxetcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
-    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest,
-    RangeResponse, StatusResponse, TxnRequest, TxnResponse, WatchRequest, WatchResponse,
+    DeleteRangeResponse, HashResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse, WatchRequest,
+    WatchResponse,
 };
 
 use crate::grpc::Grpc;
@@ -135,6 +136,14 @@ impl Target {
         match self {
             Self::InProcess(t) => t.status(),
             Self::Grpc(t) => t.status(),
+        }
+    }
+
+    /// `Maintenance.Hash`.
+    pub fn hash(&mut self) -> Result<HashResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.hash(),
+            Self::Grpc(t) => t.hash(),
         }
     }
 

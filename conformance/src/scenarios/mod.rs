@@ -18,6 +18,7 @@
 
 mod alarm;
 mod compaction;
+mod hash;
 mod kv;
 mod lease;
 mod limits;
@@ -100,6 +101,7 @@ pub const ALL: &[Scenario] = scenarios![
     alarm::alarm_activate_get_deactivate,
     alarm::alarm_corrupt_refuses_writes,
     alarm::alarm_quota_fill_then_recover,
+    hash::hash_follows_the_data,
 ];
 
 /// Compares the rendering of `actual` with `expected`, naming the caller's
