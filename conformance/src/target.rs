@@ -139,6 +139,15 @@ impl Target {
         }
     }
 
+    /// A plain HTTP/1.1 GET of `path` on the client port: the status code
+    /// and the body; `None` for the in-process node, which has no HTTP.
+    pub fn http_get(&self, path: &str) -> Option<Result<(u16, String), String>> {
+        match self {
+            Self::InProcess(_) => None,
+            Self::Grpc(t) => t.server().map(|s| http_get(&s.address(), path)),
+        }
+    }
+
     /// `Maintenance.Hash`.
     pub fn hash(&mut self) -> Result<HashResponse, Failure> {
         match self {
@@ -259,4 +268,30 @@ impl Target {
     pub fn is_server(&self) -> bool {
         matches!(self, Self::Grpc(_))
     }
+}
+
+/// Longest an HTTP answer may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
+
+fn http_get(address: &str, path: &str) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
+    socket
+        .set_read_timeout(Some(HTTP_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    socket
+        .write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    // What arrived before an error or the close is the answer.
+    let _ = socket.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status line in {text:?}"))?;
+    Ok((code, body.to_owned()))
 }

@@ -19,6 +19,7 @@
 mod alarm;
 mod compaction;
 mod hash;
+mod health;
 mod kv;
 mod lease;
 mod limits;
@@ -102,6 +103,7 @@ pub const ALL: &[Scenario] = scenarios![
     alarm::alarm_corrupt_refuses_writes,
     alarm::alarm_quota_fill_then_recover,
     hash::hash_follows_the_data,
+    health::health_follows_alarms,
 ];
 
 /// Compares the rendering of `actual` with `expected`, naming the caller's
