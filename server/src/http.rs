@@ -1,8 +1,9 @@
 //! Plain HTTP endpoints on the client port (everything that is not gRPC).
 //!
 //! The health probes (`/health`, `/livez`, `/readyz`) are module
-//! [`health`]'s; `GET /version` reports the API version; anything else is
-//! 404. The endpoints only read: they never change state.
+//! [`health`]'s; `GET /version` reports the API version; `GET /metrics` is
+//! [`crate::metrics`]'s; anything else is 404. The endpoints only read:
+//! they never change state.
 
 mod health;
 
@@ -37,7 +38,7 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
             return health::answer(&self.runtime, &self.handle, request.method(), path, query)
                 .await;
         }
-        let known = matches!(path, "/version");
+        let known = matches!(path, "/version" | "/metrics");
         if known && request.method() != Method::GET && request.method() != Method::HEAD {
             let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
             response
@@ -46,6 +47,7 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
             return response;
         }
         match path {
+            "/metrics" => crate::metrics::scrape(&self.handle).await,
             "/version" => json(
                 StatusCode::OK,
                 format!(r#"{{"etcdserver":"{ETCD_VERSION}","etcdcluster":"{ETCD_VERSION}"}}"#),

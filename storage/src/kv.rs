@@ -47,7 +47,7 @@ mod used;
 use std::fmt;
 use std::ops::{Bound, ControlFlow};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
@@ -113,7 +113,12 @@ struct Shared {
     path: PathBuf,
     index: Arc<SharedIndex>,
     cadence: Mutex<DurableCadence>,
+    /// Told how long each commit took (the server's metrics).
+    commit_observer: OnceLock<CommitObserver>,
 }
+
+/// Called with the duration of every commit, on the committing thread.
+pub type CommitObserver = Box<dyn Fn(Duration) + Send + Sync>;
 
 impl RedbKv {
     /// Opens or creates the backend database at `path` (see [`crate::open`])
@@ -152,6 +157,7 @@ impl RedbKv {
                 path: path.to_path_buf(),
                 index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
+                commit_observer: OnceLock::new(),
             }),
         })
     }
@@ -162,6 +168,13 @@ impl RedbKv {
     /// page and need the write lock), so there is no "in use" figure.
     pub fn size_bytes(&self) -> Result<u64, StorageError> {
         file_size(&self.shared.path)
+    }
+
+    /// Has `observer` told the duration of every commit from now on (the
+    /// redb commit alone, durable or not). Only the first observer set is
+    /// kept.
+    pub fn observe_commits(&self, observer: CommitObserver) {
+        let _ = self.shared.commit_observer.set(observer);
     }
 
     /// Path of the database file.
@@ -627,8 +640,13 @@ impl KvWrite for RedbKvWrite {
             Durability::None
         };
         txn.set_durability(durability).map_err(err("kv commit"))?;
+        let started = Instant::now();
         txn.commit().map_err(err("kv commit"))?;
-        kv.cadence().record(durable, Instant::now());
+        let committed = Instant::now();
+        kv.cadence().record(durable, committed);
+        if let Some(observe) = kv.shared.commit_observer.get() {
+            observe(committed - started);
+        }
         if changes_index {
             kv.shared.index.publish(seq, overlay)?;
         }

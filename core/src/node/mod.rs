@@ -68,6 +68,7 @@ mod io;
 mod leadership;
 mod lease_forward;
 mod membership;
+mod metrics;
 mod proposals;
 mod propose;
 mod publication;
@@ -99,6 +100,7 @@ pub use self::io::{
 };
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::Members;
+pub use self::metrics::NodeMetrics;
 use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
@@ -201,6 +203,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     used_bytes: u64,
     /// The applied index when this member last proposed its NOSPACE alarm.
     nospace_proposed_at: Option<u64>,
+    /// What the runtime's metrics read ([`Node::metrics`]).
+    counters: metrics::Counters,
 }
 
 /// The log and the backend must describe one history: the backend has
@@ -258,6 +262,10 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
         let alarms = AlarmSet::recover(view.alarms()?);
         let used_bytes = view.used_bytes()?;
+        let counters = metrics::Counters {
+            keys: metrics::live_keys(&view, meta.revision)?,
+            ..Default::default()
+        };
         drop(view);
         let durable = DurableState {
             hard_state: state.hard_state.clone(),
@@ -324,6 +332,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             alarms,
             used_bytes,
             nospace_proposed_at: None,
+            counters,
             config,
         };
         node.update_sole_voter();
@@ -548,6 +557,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     }
 
     fn dispatch(&mut self, ticket: Ticket, request: Request, who: AuthInfo) {
+        if matches!(request, Request::Range(_)) {
+            self.counters.ranges += 1;
+        }
         if let Err(e) = mvcc::validate(&request, &self.config.limits) {
             return self.answer(ticket, Err(e));
         }
@@ -646,6 +658,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// (the lessor holds deadlines only while this member leads).
     fn handle_lease_timers(&mut self) {
         let (revokes, checkpoints) = self.lessor.poll_due(self.now);
+        self.counters.leases_expired += revokes.len() as u64;
         for id in revokes {
             debug!(lease_id = id, "lease expired; revoking");
             self.propose_internal(proposal::Request::LeaseRevoke(LeaseRevokeRequest { id }));
@@ -673,9 +686,12 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         // Forget what the expired requests left behind.
         let requests = &self.requests;
+        let (proposals, reads) = (self.proposals.len(), self.reads.len());
         self.proposals.retain(|t| requests.waits(t));
         self.leaderless.retain(|t| requests.waits(t));
         self.reads.retain(|t| requests.waits(t));
+        self.counters.proposals_failed += (proposals - self.proposals.len()) as u64;
+        self.counters.slow_read_indexes += (reads - self.reads.len()) as u64;
         self.move_leaders.retain(|(t, _)| requests.waits(*t));
         for tickets in self.parked_renewals.values_mut() {
             tickets.retain(|t| requests.waits(*t));

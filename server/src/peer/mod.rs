@@ -45,7 +45,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -303,6 +303,11 @@ struct Shared<R> {
     inbound_snapshots: AtomicUsize,
     next_connection: AtomicU64,
     stopped: AtomicBool,
+    /// Where bytes, connections and heartbeat round trips are recorded,
+    /// once set.
+    metrics: OnceLock<crate::metrics::PeerMetrics>,
+    /// The origin of the heartbeat send times below.
+    started: std::time::Instant,
 }
 
 /// One peer as the sending side sees it.
@@ -315,6 +320,9 @@ struct Peer {
     connects: AtomicU64,
     connected: AtomicBool,
     snapshot_in_flight: AtomicBool,
+    /// When the last heartbeat to this peer was queued (nanoseconds since
+    /// the transport started; 0: answered or none), for the round trip.
+    heartbeat_queued_nanos: AtomicU64,
 }
 
 impl<R: Runtime> PeerTransport<R> {
@@ -337,6 +345,8 @@ impl<R: Runtime> PeerTransport<R> {
                 inbound_snapshots: AtomicUsize::new(0),
                 next_connection: AtomicU64::new(1),
                 stopped: AtomicBool::new(false),
+                metrics: OnceLock::new(),
+                started: std::time::Instant::now(),
             }),
         }
     }
@@ -344,6 +354,13 @@ impl<R: Runtime> PeerTransport<R> {
     /// This member's ID.
     pub fn member_id(&self) -> u64 {
         self.shared.config.member_id
+    }
+
+    /// Records bytes, connections and heartbeat round trips into
+    /// `metrics` from now on (connections already up are counted from
+    /// their next redial). Only the first call counts.
+    pub fn set_metrics(&self, metrics: crate::metrics::PeerMetrics) {
+        let _ = self.shared.metrics.set(metrics);
     }
 
     /// Serves peers on `listener` (bound by the caller, so a busy port
@@ -410,6 +427,7 @@ impl<R: Runtime> PeerTransport<R> {
             connects: AtomicU64::new(0),
             connected: AtomicBool::new(false),
             snapshot_in_flight: AtomicBool::new(false),
+            heartbeat_queued_nanos: AtomicU64::new(0),
         });
         peers.insert(id, peer.clone());
         drop(peers);
@@ -480,6 +498,11 @@ impl<R: Runtime> PeerTransport<R> {
             .get(&message.to)
             .cloned()
             .ok_or(SendError::UnknownPeer)?;
+        if message.msg_type == MessageType::MsgHeartbeat && self.shared.metrics.get().is_some() {
+            let nanos = self.shared.started.elapsed().as_nanos();
+            let nanos = u64::try_from(nanos).unwrap_or(u64::MAX).max(1);
+            peer.heartbeat_queued_nanos.store(nanos, Ordering::Relaxed);
+        }
         peer.queue.push(message).map_err(|e| {
             peer.dropped.fetch_add(1, Ordering::Relaxed);
             match e {
@@ -523,6 +546,27 @@ impl<R: Runtime> PeerTransport<R> {
 impl<R> Shared<R> {
     fn deliver(&self, event: PeerEvent) {
         (self.deliver)(event);
+    }
+
+    /// Peer `from` answered a heartbeat: the time since the last one was
+    /// queued is a round trip (etcd's `peer_round_trip_time_seconds`).
+    fn heartbeat_answered(&self, from: u64) {
+        let Some(metrics) = self.metrics.get() else {
+            return;
+        };
+        let Some(peer) = lock(&self.peers).get(&from).cloned() else {
+            return;
+        };
+        let queued = peer.heartbeat_queued_nanos.swap(0, Ordering::Relaxed);
+        if queued == 0 {
+            return;
+        }
+        let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let seconds = Duration::from_nanos(now.saturating_sub(queued)).as_secs_f64();
+        metrics
+            .round_trip
+            .with_label_values(&[Id(from).to_string().as_str()])
+            .observe(seconds);
     }
 
     fn next_connection(&self) -> u64 {
