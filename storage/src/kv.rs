@@ -41,6 +41,7 @@
 //! key index needs no durability of its own: it is rebuilt from whatever
 //! commit redb comes back at.
 
+mod cadence;
 mod index;
 mod used;
 
@@ -66,6 +67,7 @@ use crate::codec::{
 use crate::error::{err, OpenError};
 use crate::format::{open_database, META};
 use crate::log::file_size;
+use cadence::DurableCadence;
 use index::{Overlay, Pin, Rev, SharedIndex};
 use used::{read_alarms, read_used_bytes, UsedBytes, ALARMS_KEY, USED_BYTES_KEY};
 
@@ -758,36 +760,6 @@ fn build_index(db: &Database) -> Result<(SharedIndex, u64, u64), StorageError> {
     });
     let index = SharedIndex::build(seq, rows)?;
     Ok((index, versions, used_bytes))
-}
-
-/// When the next backend commit must be durable.
-#[derive(Debug)]
-struct DurableCadence {
-    last_durable: Instant,
-    commits_since_durable: u32,
-}
-
-impl DurableCadence {
-    fn new(now: Instant) -> Self {
-        Self {
-            last_durable: now,
-            commits_since_durable: 0,
-        }
-    }
-
-    fn is_due(&self, now: Instant) -> bool {
-        self.commits_since_durable + 1 >= DURABLE_EVERY_COMMITS
-            || now.saturating_duration_since(self.last_durable) >= DURABLE_INTERVAL
-    }
-
-    fn record(&mut self, durable: bool, now: Instant) {
-        if durable {
-            self.last_durable = now;
-            self.commits_since_durable = 0;
-        } else {
-            self.commits_since_durable += 1;
-        }
-    }
 }
 
 /// A revision as stored: both parts must be non-negative.
