@@ -16,21 +16,43 @@ use oxetcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use oxetcd_proto::etcdserverpb::{AlarmRequest, AlarmType, ResponseHeader};
 
 use super::{Node, Origin};
-use crate::alarm;
+use crate::alarm::{self, AlarmSet};
 use crate::auth::AuthInfo;
 use crate::error::Error;
-use crate::storage::{KvStore, KvWrite, LogStore, StorageError};
+use crate::storage::{KvRead, KvStore, KvWrite, LogStore, StorageError};
 use crate::{Request, Response, Write};
+
+/// What the node keeps about alarms and the quota.
+#[derive(Debug)]
+pub(super) struct AlarmState {
+    /// The active alarms, as applied.
+    pub(super) set: AlarmSet,
+    /// The backend's bytes in use as of the last apply.
+    pub(super) used_bytes: u64,
+    /// The applied index when this member last proposed its NOSPACE alarm.
+    nospace_proposed_at: Option<u64>,
+}
+
+impl AlarmState {
+    /// The alarms and bytes in use `view` holds.
+    pub(super) fn recover(view: &impl KvRead) -> Result<Self, StorageError> {
+        Ok(Self {
+            set: AlarmSet::recover(view.alarms()?),
+            used_bytes: view.used_bytes()?,
+            nospace_proposed_at: None,
+        })
+    }
+}
 
 impl<L: LogStore, K: KvStore> Node<L, K> {
     /// Refuses a write the active alarms or the quota do not allow; a
     /// write over the quota raises NOSPACE for this member.
     pub(super) fn check_alarms_and_quota(&mut self, write: &Write) -> Result<(), Error> {
-        if let Some(refusal) = self.alarms.refusal(write) {
+        if let Some(refusal) = self.alarms.set.refusal(write) {
             return Err(refusal);
         }
         let cost = alarm::cost(write);
-        if self.config.quota.admits(self.used_bytes, cost) {
+        if self.config.quota.admits(self.alarms.used_bytes, cost) {
             return Ok(());
         }
         self.raise_nospace();
@@ -41,18 +63,18 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// already; nobody waits for the answer.
     fn raise_nospace(&mut self) {
         let member_id = self.config.member_id;
-        if self.alarms.has_for(member_id, AlarmType::Nospace)
-            || self.nospace_proposed_at == Some(self.meta.applied_index)
+        if self.alarms.set.has_for(member_id, AlarmType::Nospace)
+            || self.alarms.nospace_proposed_at == Some(self.meta.applied_index)
         {
             return;
         }
         // Proposed at most once per applied index: a burst of refused
         // writes proposes one alarm, and a proposal lost to a leader change
         // is made again by the next refused write once something applied.
-        self.nospace_proposed_at = Some(self.meta.applied_index);
+        self.alarms.nospace_proposed_at = Some(self.meta.applied_index);
         tracing::warn!(
             member_id = %format_args!("{member_id:x}"),
-            used_bytes = self.used_bytes,
+            used_bytes = self.alarms.used_bytes,
             quota_bytes = self.config.quota.limit_bytes,
             "backend quota exceeded; raising the NOSPACE alarm"
         );
@@ -72,9 +94,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         request: &AlarmRequest,
         header: ResponseHeader,
     ) -> Result<Result<Response, Error>, StorageError> {
-        let (mut response, changed) = self.alarms.apply(request);
+        let (mut response, changed) = self.alarms.set.apply(request);
         if changed {
-            txn.set_alarms(self.alarms.list())?;
+            txn.set_alarms(self.alarms.set.list())?;
             let alarm = AlarmType::try_from(request.alarm).unwrap_or(AlarmType::None);
             tracing::warn!(
                 member_id = %format_args!("{:x}", request.member_id),
@@ -94,7 +116,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         if self.raft.leader().is_none() {
             errors.push(Error::NoLeader.message());
         }
-        for alarm in self.alarms.list() {
+        for alarm in self.alarms.set.list() {
             let mut text = String::new();
             if alarm.member_id != 0 {
                 text.push_str(&format!("memberID:{} ", alarm.member_id));
@@ -112,12 +134,12 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
 
     /// The active alarms as this member applied them.
     pub fn alarms(&self) -> Vec<oxetcd_proto::etcdserverpb::AlarmMember> {
-        self.alarms.list().to_vec()
+        self.alarms.set.list().to_vec()
     }
 
     /// The bytes in use in the backend as of the last apply (what the
     /// quota is judged on).
     pub fn used_bytes(&self) -> u64 {
-        self.used_bytes
+        self.alarms.used_bytes
     }
 }

@@ -285,19 +285,12 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.settle_proposal(entry, proposal_id, result, &mut answers);
         }
         if membership_changed {
-            let membership = Membership {
-                conf_state: self.raft.conf_state(),
-                members: self.members.list(),
-            };
-            txn.set_membership(&membership)?;
-            self.membership_unsaved = false;
-            self.update_sole_voter();
+            self.save_membership(&mut txn)?;
         }
         txn.set_meta(&meta)?;
-        let used_bytes = txn.used_bytes()?;
+        self.alarms.used_bytes = txn.used_bytes()?;
         txn.commit()?;
         self.meta = meta;
-        self.used_bytes = used_bytes;
         for (ticket, result) in answers {
             self.answer(ticket, result);
         }
@@ -306,6 +299,18 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         debug_assert_eq!(self.meta.applied_index, last_index);
         self.release_reads();
         self.maybe_compact();
+        Ok(())
+    }
+
+    /// Writes the membership with the batch being applied.
+    fn save_membership(&mut self, txn: &mut K::Write) -> Result<(), StorageError> {
+        let membership = Membership {
+            conf_state: self.raft.conf_state(),
+            members: self.members.list(),
+        };
+        txn.set_membership(&membership)?;
+        self.membership_unsaved = false;
+        self.update_sole_voter();
         Ok(())
     }
 
@@ -320,7 +325,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     ) -> Result<Result<Response, Error>, StorageError> {
         let identity = self.header();
         // Every member refuses alike what the alarms applied so far forbid.
-        if let Some(refusal) = self.alarms.refusal(&request) {
+        if let Some(refusal) = self.alarms.set.refusal(&request) {
             return Ok(Err(refusal));
         }
         Ok(match request {

@@ -95,6 +95,7 @@ use oxetcd_proto::etcdserverpb::{
 };
 use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 
+use self::alarms::AlarmState;
 pub use self::io::{
     grpc_message_bytes, ClusterState, Config, InitialMember, Input, Output, GRPC_OVERHEAD_BYTES,
 };
@@ -105,7 +106,6 @@ use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
 use self::requests::{Leaderless, Requests};
-use crate::alarm::AlarmSet;
 use crate::auth::{AuthInfo, AuthRequest, AuthStore};
 use crate::error::Error;
 use crate::lease::Lessor;
@@ -197,12 +197,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     publication: Publication,
     /// This member applied its own removal.
     removed: bool,
-    /// The active alarms, as applied.
-    alarms: AlarmSet,
-    /// The backend's bytes in use as of the last apply.
-    used_bytes: u64,
-    /// The applied index when this member last proposed its NOSPACE alarm.
-    nospace_proposed_at: Option<u64>,
+    /// Alarms and the bytes in use the quota is judged on.
+    alarms: AlarmState,
     /// What the runtime's metrics read ([`Node::metrics`]).
     counters: metrics::Counters,
 }
@@ -244,24 +240,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         check_stores_agree(&state, &meta)?;
         let fresh = state.last_index == 0 && state.hard_state.term == 0;
         let initial_voters: Vec<u64> = config.initial_members.iter().map(|m| m.id).collect();
-        let (conf_state, members, membership_unsaved) = match view.membership()? {
-            Some(stored) => (stored.conf_state, Members::from_list(stored.members), false),
-            None if fresh => Default::default(),
-            None => {
-                // Written before membership was stored: a single member
-                // whose flags say who it is.
-                let conf_state = oxetcd_proto::eraftpb::ConfState {
-                    voters: initial_voters.clone(),
-                    ..Default::default()
-                };
-                let members = Members::from_initial(&config.initial_members);
-                (conf_state, members, true)
-            }
-        };
+        let (conf_state, members, membership_unsaved) =
+            stored_membership(view.membership()?, fresh, &config, &initial_voters);
         let lessor = Lessor::recover(config.lease, &view)?;
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
-        let alarms = AlarmSet::recover(view.alarms()?);
-        let used_bytes = view.used_bytes()?;
+        let alarms = AlarmState::recover(&view)?;
         let counters = metrics::Counters {
             keys: metrics::live_keys(&view, meta.revision)?,
             ..Default::default()
@@ -330,8 +313,6 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             publication: Publication::default(),
             removed: false,
             alarms,
-            used_bytes,
-            nospace_proposed_at: None,
             counters,
             config,
         };
@@ -790,6 +771,33 @@ enum Held {
     },
     /// A read waiting for a read-index round.
     Read(ReadKind),
+}
+
+/// The membership a node starts with: the stored one; none on a fresh
+/// member; on a store written before membership was stored, a single
+/// member whose flags say who it is (to be saved with the next apply:
+/// the flag in the answer).
+fn stored_membership(
+    stored: Option<crate::storage::Membership>,
+    fresh: bool,
+    config: &Config,
+    initial_voters: &[u64],
+) -> (oxetcd_proto::eraftpb::ConfState, Members, bool) {
+    match stored {
+        Some(stored) => (stored.conf_state, Members::from_list(stored.members), false),
+        None if fresh => Default::default(),
+        None => {
+            let conf_state = oxetcd_proto::eraftpb::ConfState {
+                voters: initial_voters.to_vec(),
+                ..Default::default()
+            };
+            (
+                conf_state,
+                Members::from_initial(&config.initial_members),
+                true,
+            )
+        }
+    }
 }
 
 /// Mixes numbers into one well-spread 64-bit value (splitmix64's
