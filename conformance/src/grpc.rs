@@ -12,8 +12,9 @@ use oxetcd_proto::etcdserverpb::lease_client::LeaseClient;
 use oxetcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest,
-    HashKvResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
+    AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DefragmentRequest,
+    DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest, HashKvResponse,
+    HashRequest, HashResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
     LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest,
     LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
     RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
@@ -145,6 +146,24 @@ impl Grpc {
     pub fn status(&mut self) -> Result<StatusResponse, Failure> {
         let mut maintenance = self.maintenance.clone();
         self.block_on(async move { maintenance.status(StatusRequest {}).await })
+    }
+
+    /// `Maintenance.Alarm`.
+    pub fn alarm(&mut self, request: AlarmRequest) -> Result<AlarmResponse, Failure> {
+        let mut maintenance = self.maintenance.clone();
+        self.block_on(async move { maintenance.alarm(request).await })
+    }
+
+    /// `Maintenance.Defragment`.
+    pub fn defragment(&mut self) -> Result<DefragmentResponse, Failure> {
+        let mut maintenance = self.maintenance.clone();
+        self.block_on(async move { maintenance.defragment(DefragmentRequest {}).await })
+    }
+
+    /// `Maintenance.Hash`.
+    pub fn hash(&mut self) -> Result<HashResponse, Failure> {
+        let mut maintenance = self.maintenance.clone();
+        self.block_on(async move { maintenance.hash(HashRequest {}).await })
     }
 
     /// `Maintenance.HashKV`.

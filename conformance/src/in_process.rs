@@ -10,14 +10,15 @@ use oxetcd_core::memory::{MemoryKv, MemoryLog};
 use oxetcd_core::testing::{Effect, Member};
 use oxetcd_core::{Config, Error, Input, Instant, Request, RequestId, Response};
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
-    TxnRequest, TxnResponse, WatchRequest, WatchResponse,
+    AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    DeleteRangeResponse, HashResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, ResponseHeader, StatusResponse, TxnRequest, TxnResponse,
+    WatchRequest, WatchResponse,
 };
 
-use crate::target::{Failure, WATCH_PROGRESS_NOTIFY_INTERVAL};
+use crate::target::{Failure, SUITE_QUOTA_BYTES, WATCH_PROGRESS_NOTIFY_INTERVAL};
 
 /// Rounds of "drain outputs, then let time pass" before a request counts as
 /// never answered. A single member elects itself within a few election
@@ -45,6 +46,9 @@ impl InProcess {
         let now = Instant::ZERO;
         let config = Config {
             watch_progress_notify_interval: WATCH_PROGRESS_NOTIFY_INTERVAL,
+            quota: oxetcd_core::alarm::Quota {
+                limit_bytes: Some(SUITE_QUOTA_BYTES),
+            },
             ..Config::single("default")
         };
         let member = Member::start(config, log, kv, now).map_err(|e| format!("Node::new: {e}"))?;
@@ -105,6 +109,34 @@ impl InProcess {
         match self.call(Request::Status)? {
             Response::Status(r) => Ok(r),
             other => Err(unexpected("status", &other)),
+        }
+    }
+
+    /// `Maintenance.Hash`, computed on the member's backend as the server
+    /// computes it.
+    pub fn hash(&mut self) -> Result<HashResponse, Failure> {
+        use oxetcd_core::storage::KvStore as _;
+        let view = self
+            .member
+            .kv
+            .read()
+            .map_err(|e| failure(&Error::Storage(e)))?;
+        let (hash, revision) =
+            oxetcd_storage::bolt::hash::hash_backend(&view).map_err(|e| failure(&e))?;
+        Ok(HashResponse {
+            header: Some(ResponseHeader {
+                revision,
+                ..Default::default()
+            }),
+            hash,
+        })
+    }
+
+    /// `Maintenance.Alarm`.
+    pub fn alarm(&mut self, request: AlarmRequest) -> Result<AlarmResponse, Failure> {
+        match self.call(Request::Alarm(request))? {
+            Response::Alarm(r) => Ok(r),
+            other => Err(unexpected("alarm", &other)),
         }
     }
 

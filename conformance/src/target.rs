@@ -5,11 +5,12 @@ use std::fmt;
 use std::time::Duration;
 
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
-    TxnRequest, TxnResponse, WatchRequest, WatchResponse,
+    AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    DeleteRangeResponse, HashResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse, WatchRequest,
+    WatchResponse,
 };
 
 use crate::grpc::Grpc;
@@ -47,9 +48,18 @@ impl fmt::Display for Failure {
 /// suite runs with it (the in-process node through its config).
 pub const WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_millis(500);
 
+/// The backend quota of every target: small enough that a scenario fills
+/// it in about a hundred puts, large enough that no other scenario comes
+/// near it.
+pub const SUITE_QUOTA_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Flags every server of the suite starts with, beyond its ports and data
-/// dir: [`WATCH_PROGRESS_NOTIFY_INTERVAL`] under etcd's flag name.
-pub const SUITE_FLAGS: [&str; 1] = ["--experimental-watch-progress-notify-interval=500ms"];
+/// dir: [`WATCH_PROGRESS_NOTIFY_INTERVAL`] and [`SUITE_QUOTA_BYTES`] under
+/// etcd's flag names.
+pub const SUITE_FLAGS: [&str; 2] = [
+    "--experimental-watch-progress-notify-interval=500ms",
+    "--quota-backend-bytes=33554432",
+];
 
 /// Something that answers etcd's KV and status calls: the in-process core
 /// or a server over gRPC. A small enum rather than a trait object, so the
@@ -126,6 +136,40 @@ impl Target {
         match self {
             Self::InProcess(t) => t.status(),
             Self::Grpc(t) => t.status(),
+        }
+    }
+
+    /// A plain HTTP/1.1 GET of `path` on the client port: the status code
+    /// and the body; `None` for the in-process node, which has no HTTP.
+    pub fn http_get(&self, path: &str) -> Option<Result<(u16, String), String>> {
+        match self {
+            Self::InProcess(_) => None,
+            Self::Grpc(t) => t.server().map(|s| http_get(&s.address(), path)),
+        }
+    }
+
+    /// `Maintenance.Hash`.
+    pub fn hash(&mut self) -> Result<HashResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.hash(),
+            Self::Grpc(t) => t.hash(),
+        }
+    }
+
+    /// `Maintenance.Alarm`.
+    pub fn alarm(&mut self, request: AlarmRequest) -> Result<AlarmResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.alarm(request),
+            Self::Grpc(t) => t.alarm(request),
+        }
+    }
+
+    /// `Maintenance.Defragment`; the in-process store has nothing to give
+    /// back.
+    pub fn defragment(&mut self) -> Result<(), Failure> {
+        match self {
+            Self::InProcess(_) => Ok(()),
+            Self::Grpc(t) => t.defragment().map(|_| ()),
         }
     }
 
@@ -224,4 +268,30 @@ impl Target {
     pub fn is_server(&self) -> bool {
         matches!(self, Self::Grpc(_))
     }
+}
+
+/// Longest an HTTP answer may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
+
+fn http_get(address: &str, path: &str) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
+    socket
+        .set_read_timeout(Some(HTTP_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    socket
+        .write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    // What arrived before an error or the close is the answer.
+    let _ = socket.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status line in {text:?}"))?;
+    Ok((code, body.to_owned()))
 }

@@ -35,6 +35,8 @@ pub enum Code {
     Internal = 13,
     /// Try again (maybe elsewhere).
     Unavailable = 14,
+    /// Data was lost or corrupted.
+    DataLoss = 15,
     /// The caller is not authenticated.
     Unauthenticated = 16,
 }
@@ -56,6 +58,7 @@ impl Code {
             Self::Unimplemented => "Unimplemented",
             Self::Internal => "Internal",
             Self::Unavailable => "Unavailable",
+            Self::DataLoss => "DataLoss",
             Self::Unauthenticated => "Unauthenticated",
         }
     }
@@ -88,8 +91,10 @@ pub enum Error {
     RequestTooLarge,
     /// Too many proposals are waiting to be applied.
     TooManyRequests,
-    /// The backend quota is exhausted.
+    /// The backend quota is exhausted, or a NOSPACE alarm is active.
     NoSpace,
+    /// A CORRUPT alarm is active: no write is served.
+    Corrupt,
     /// The named lease does not exist.
     LeaseNotFound,
     /// A grant names a lease ID that is taken.
@@ -180,6 +185,7 @@ impl Error {
             | Self::RequestTooLarge => Code::InvalidArgument,
             Self::Compacted | Self::FutureRevision => Code::OutOfRange,
             Self::TooManyRequests | Self::NoSpace => Code::ResourceExhausted,
+            Self::Corrupt => Code::DataLoss,
             Self::LeaseNotFound => Code::NotFound,
             Self::LeaseExists => Code::FailedPrecondition,
             Self::LeaseTtlTooLarge => Code::OutOfRange,
@@ -246,6 +252,7 @@ impl Error {
             Self::RequestTooLarge => "etcdserver: request is too large",
             Self::TooManyRequests => "etcdserver: too many requests",
             Self::NoSpace => "etcdserver: mvcc: database space exceeded",
+            Self::Corrupt => "etcdserver: corrupt cluster",
             Self::LeaseNotFound => "etcdserver: requested lease not found",
             Self::LeaseExists => "etcdserver: lease already exists",
             Self::LeaseTtlTooLarge => "etcdserver: too large lease TTL",

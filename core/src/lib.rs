@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod alarm;
 pub mod auth;
 pub mod error;
 pub mod ids;
@@ -60,14 +61,14 @@ pub use node::{
 pub use time::Instant;
 
 use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, MemberAddRequest, MemberAddResponse, MemberListRequest,
-    MemberListResponse, MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest,
-    MemberRemoveResponse, MemberUpdateRequest, MemberUpdateResponse, MoveLeaderRequest,
-    MoveLeaderResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse,
-    TxnRequest, TxnResponse,
+    AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MemberAddRequest, MemberAddResponse,
+    MemberListRequest, MemberListResponse, MemberPromoteRequest, MemberPromoteResponse,
+    MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest, MemberUpdateResponse,
+    MoveLeaderRequest, MoveLeaderResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
+    StatusResponse, TxnRequest, TxnResponse,
 };
 
 /// A client request the node handles.
@@ -112,6 +113,9 @@ pub enum Request {
     /// A change to users, roles or permissions (through the log), or a
     /// read of them (after a read barrier).
     Auth(auth::AuthRequest),
+    /// Lists, raises or clears alarms, through the log (as etcd's
+    /// `Maintenance.Alarm`). The server raises CORRUPT with it too.
+    Alarm(AlarmRequest),
 }
 
 /// A write as the log carries it: the one form a write has from
@@ -131,6 +135,7 @@ impl Request {
             Self::LeaseGrant(r) => Write::LeaseGrant(r),
             Self::LeaseRevoke(r) => Write::LeaseRevoke(r),
             Self::MemberUpdate(r) => Write::MemberUpdate(r),
+            Self::Alarm(r) => Write::Alarm(r),
             Self::Auth(auth::AuthRequest::Change(change)) => {
                 Write::Auth(oxetcd_proto::oxetcdpb::AuthChange {
                     change: Some(change),
@@ -180,4 +185,6 @@ pub enum Response {
     MoveLeader(MoveLeaderResponse),
     /// Answer to an auth request.
     Auth(auth::AuthResponse),
+    /// Answer to an alarm request.
+    Alarm(AlarmResponse),
 }

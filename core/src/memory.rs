@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use oxetcd_proto::etcdserverpb::AlarmMember;
 use raft_proto::eraftpb::{Entry, HardState};
 
 use crate::storage::{
-    AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, LogState, LogStore,
-    Membership, RangeEnd, Revision, StorageError,
+    version_bytes, Alarms, AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord,
+    LogState, LogStore, Membership, RangeEnd, Revision, StorageError, LEASE_BYTES,
 };
 
 /// An in-memory MVCC backend.
@@ -53,6 +54,9 @@ struct KvState {
     leases: BTreeMap<i64, LeaseRecord>,
     membership: Option<Membership>,
     auth: Option<AuthState>,
+    alarms: Alarms,
+    /// [`KvRead::used_bytes`], kept as versions and leases come and go.
+    used_bytes: u64,
 }
 
 impl Default for KvState {
@@ -69,6 +73,8 @@ impl Default for KvState {
             leases: BTreeMap::new(),
             membership: None,
             auth: None,
+            alarms: Alarms::new(),
+            used_bytes: 0,
         }
     }
 }
@@ -161,6 +167,14 @@ macro_rules! read_through_state {
             fn auth(&self) -> Result<Option<AuthState>, StorageError> {
                 Ok(self.state.auth.clone())
             }
+
+            fn alarms(&self) -> Result<Alarms, StorageError> {
+                Ok(self.state.alarms.clone())
+            }
+
+            fn used_bytes(&self) -> Result<u64, StorageError> {
+                Ok(self.state.used_bytes)
+            }
         }
     )+};
 }
@@ -170,11 +184,17 @@ read_through_state!(MemoryKvRead, MemoryKvWrite);
 impl KvWrite for MemoryKvWrite {
     fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
         let state = Arc::make_mut(&mut self.state);
-        state
+        let replaced = state
             .keys
             .entry(version.key.clone())
             .or_default()
             .insert(version.mod_revision, version.clone());
+        state.used_bytes += version_bytes(version.key.len(), version.value.len());
+        if let Some(old) = replaced {
+            state.used_bytes = state
+                .used_bytes
+                .saturating_sub(version_bytes(old.key.len(), old.value.len()));
+        }
         state
             .by_revision
             .insert(version.mod_revision, version.key.clone());
@@ -184,8 +204,11 @@ impl KvWrite for MemoryKvWrite {
     fn remove_version(&mut self, key: &[u8], revision: Revision) -> Result<(), StorageError> {
         let state = Arc::make_mut(&mut self.state);
         if let Some(versions) = state.keys.get_mut(key) {
-            if versions.remove(&revision).is_some() {
+            if let Some(old) = versions.remove(&revision) {
                 state.by_revision.remove(&revision);
+                state.used_bytes = state
+                    .used_bytes
+                    .saturating_sub(version_bytes(old.key.len(), old.value.len()));
             }
             if versions.is_empty() {
                 state.keys.remove(key);
@@ -195,21 +218,29 @@ impl KvWrite for MemoryKvWrite {
     }
 
     fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), StorageError> {
-        Arc::make_mut(&mut self.state)
-            .leases
-            .insert(lease.id, *lease);
+        let state = Arc::make_mut(&mut self.state);
+        if state.leases.insert(lease.id, *lease).is_none() {
+            state.used_bytes += LEASE_BYTES;
+        }
         Ok(())
     }
 
     fn remove_lease(&mut self, id: i64) -> Result<(), StorageError> {
         if self.state.leases.contains_key(&id) {
-            Arc::make_mut(&mut self.state).leases.remove(&id);
+            let state = Arc::make_mut(&mut self.state);
+            state.leases.remove(&id);
+            state.used_bytes = state.used_bytes.saturating_sub(LEASE_BYTES);
         }
         Ok(())
     }
 
     fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError> {
         Arc::make_mut(&mut self.state).auth = Some(auth.clone());
+        Ok(())
+    }
+
+    fn set_alarms(&mut self, alarms: &[AlarmMember]) -> Result<(), StorageError> {
+        Arc::make_mut(&mut self.state).alarms = alarms.to_vec();
         Ok(())
     }
 

@@ -157,6 +157,44 @@ impl AuthState {
     }
 }
 
+/// The active alarms as the backend keeps them, beside the applied index
+/// and in the same transactions, like the auth store: etcd's `alarm`
+/// bucket. Ordered by alarm type, then member ID.
+pub type Alarms = Vec<oxetcd_proto::etcdserverpb::AlarmMember>;
+
+/// The stored form of the alarms (a protobuf message of this crate's own
+/// schema).
+pub fn encode_alarms(alarms: &[oxetcd_proto::etcdserverpb::AlarmMember]) -> Vec<u8> {
+    use prost::Message as _;
+    oxetcd_proto::oxetcdpb::AlarmState {
+        alarms: alarms.to_vec(),
+    }
+    .encode_to_vec()
+}
+
+/// Reads the stored form of the alarms back.
+pub fn decode_alarms(bytes: &[u8]) -> Result<Alarms, StorageError> {
+    use prost::Message as _;
+    oxetcd_proto::oxetcdpb::AlarmState::decode(bytes)
+        .map(|stored| stored.alarms)
+        .map_err(|e| StorageError::corrupt("alarm record", e))
+}
+
+/// Bytes one stored key version counts for in [`KvRead::used_bytes`]
+/// besides its key and value: its revision, create revision, version,
+/// lease and flags, as every backend stores them, rounded up.
+pub const VERSION_OVERHEAD_BYTES: u64 = 64;
+
+/// Bytes one stored lease counts for in [`KvRead::used_bytes`].
+pub const LEASE_BYTES: u64 = 32;
+
+/// What one stored version counts for in [`KvRead::used_bytes`]. Every
+/// backend counts with this one rule, so members with equal data report
+/// equal figures whatever their backend, and the quota trips alike.
+pub fn version_bytes(key_len: usize, value_len: usize) -> u64 {
+    VERSION_OVERHEAD_BYTES + key_len as u64 + value_len as u64
+}
+
 /// One lease as the backend stores it, beside the key space and in the same
 /// transactions, so lease state survives restarts and travels with the
 /// backend. The keys attached to a lease are not stored here: they are the
@@ -225,6 +263,16 @@ pub trait KvRead {
 
     /// The stored auth store; `None` on a store that never recorded one.
     fn auth(&self) -> Result<Option<AuthState>, StorageError>;
+
+    /// The active alarms (empty on a store that never recorded any).
+    fn alarms(&self) -> Result<Alarms, StorageError>;
+
+    /// The bytes the stored versions and leases take, counted with
+    /// [`version_bytes`] and [`LEASE_BYTES`]: exact for the data held, the
+    /// same on every backend, and the same after a restart. The backend
+    /// quota (`--quota-backend-bytes`) is judged on it, not on a file's
+    /// size, which free pages and preallocation inflate.
+    fn used_bytes(&self) -> Result<u64, StorageError>;
 }
 
 /// A write transaction on the MVCC backend. Reads through it see its own
@@ -250,6 +298,12 @@ pub trait KvWrite: KvRead {
 
     /// Replaces the auth record.
     fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError>;
+
+    /// Replaces the alarm record.
+    fn set_alarms(
+        &mut self,
+        alarms: &[oxetcd_proto::etcdserverpb::AlarmMember],
+    ) -> Result<(), StorageError>;
 
     /// Makes the transaction visible to new readers. It need not be durable:
     /// the raft log is the durable record.

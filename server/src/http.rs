@@ -1,29 +1,22 @@
 //! Plain HTTP endpoints on the client port (everything that is not gRPC).
 //!
-//! `GET /health` answers healthy when a read through the node succeeds in
-//! time (`?serializable=true` makes it a local read); `GET /version` reports
-//! the API version; `GET /metrics` is [`crate::metrics`]'s; anything else
-//! is 404. The endpoints only read: they never
-//! change state.
+//! The health probes (`/health`, `/livez`, `/readyz`) are module
+//! [`health`]'s; `GET /version` reports the API version; `GET /metrics` is
+//! [`crate::metrics`]'s; anything else is 404. The endpoints only read:
+//! they never change state.
 
-use std::time::Duration;
+mod health;
 
 use bytes::Bytes;
 use http::{header, Method, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use oxetcd_core::storage::KvStore;
-use oxetcd_core::Request;
-use oxetcd_proto::etcdserverpb::RangeRequest;
 use tonic::body::Body;
 
 use crate::driver::Handle;
 use crate::grpc::ETCD_VERSION;
-use crate::runtime::{timeout, Runtime};
-
-/// How long a health read may take before the member is reported unhealthy:
-/// etcd's request timeout with the default election timeout (5 s + 2 × 1 s).
-const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(7);
+use crate::runtime::Runtime;
 
 /// Serves the HTTP endpoints.
 pub struct HttpEndpoints<R, K> {
@@ -40,7 +33,12 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
     /// Answers one HTTP request.
     pub async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
         let path = request.uri().path();
-        let known = matches!(path, "/health" | "/version" | "/metrics");
+        if health::is_probe(path) {
+            let query = request.uri().query();
+            return health::answer(&self.runtime, &self.handle, request.method(), path, query)
+                .await;
+        }
+        let known = matches!(path, "/version" | "/metrics");
         if known && request.method() != Method::GET && request.method() != Method::HEAD {
             let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
             response
@@ -49,7 +47,6 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
             return response;
         }
         match path {
-            "/health" => self.health(serializable(request.uri().query())).await,
             "/metrics" => crate::metrics::scrape(&self.handle).await,
             "/version" => json(
                 StatusCode::OK,
@@ -58,44 +55,6 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
             _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
         }
     }
-
-    async fn health(&self, serializable: bool) -> http::Response<Body> {
-        let probe = RangeRequest {
-            key: b"health".to_vec(),
-            limit: 1,
-            keys_only: true,
-            serializable,
-            ..Default::default()
-        };
-        let read = self.handle.request(Request::Range(probe));
-        let failure = match timeout(&self.runtime, HEALTH_CHECK_TIMEOUT, read).await {
-            Some(Ok(_)) => None,
-            Some(Err(e)) => Some(format!("RANGE ERROR:{e}")),
-            None => Some("RANGE ERROR:context deadline exceeded".to_owned()),
-        };
-        match failure {
-            None => json(
-                StatusCode::OK,
-                r#"{"health":"true","reason":""}"#.to_owned(),
-            ),
-            Some(reason) => {
-                tracing::warn!(reason = %reason, "serving /health false");
-                let reason = serde_json::Value::String(reason);
-                json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(r#"{{"health":"false","reason":{reason}}}"#),
-                )
-            }
-        }
-    }
-}
-
-/// Whether the query string asks for `serializable=true`.
-fn serializable(query: Option<&str>) -> bool {
-    query
-        .unwrap_or_default()
-        .split('&')
-        .any(|pair| pair == "serializable=true")
 }
 
 fn json(status: StatusCode, body: String) -> http::Response<Body> {
@@ -118,17 +77,4 @@ fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> http:
         header::HeaderValue::from_static(content_type),
     );
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn serializable_query() {
-        assert!(serializable(Some("serializable=true")));
-        assert!(serializable(Some("a=b&serializable=true")));
-        assert!(!serializable(Some("serializable=false")));
-        assert!(!serializable(None));
-    }
 }

@@ -6,6 +6,8 @@
 //! revisions  main << 64 | sub  -> user key and version record (see codec)
 //! meta       "kv_meta"         -> KvMeta, four LE words
 //!            "kv_commit_seq"   -> commit sequence of the last index change, LE u64
+//!            "alarms"          -> the active alarms (core's encode_alarms)
+//!            "kv_used_bytes"   -> bytes in use (core's KvRead::used_bytes), LE u64
 //! leases     lease ID (i64)    -> TTL, remaining TTL: two LE words
 //! ```
 //!
@@ -39,7 +41,9 @@
 //! key index needs no durability of its own: it is rebuilt from whatever
 //! commit redb comes back at.
 
+mod cadence;
 mod index;
+mod used;
 
 use std::fmt;
 use std::ops::{Bound, ControlFlow};
@@ -48,9 +52,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
-    AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, Membership, RangeEnd,
-    Revision, StorageError,
+    version_bytes, Alarms, AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord,
+    Membership, RangeEnd, Revision, StorageError, LEASE_BYTES,
 };
+use oxetcd_proto::etcdserverpb::AlarmMember;
 use redb::{
     Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition,
     WriteTransaction,
@@ -62,7 +67,9 @@ use crate::codec::{
 use crate::error::{err, OpenError};
 use crate::format::{open_database, META};
 use crate::log::file_size;
+use cadence::DurableCadence;
 use index::{Overlay, Pin, Rev, SharedIndex};
+use used::{read_alarms, read_used_bytes, UsedBytes, ALARMS_KEY, USED_BYTES_KEY};
 
 /// A durable commit is made at least this often while commits keep coming,
 /// so that redb can reclaim freed pages and replay after a crash stays short.
@@ -129,7 +136,12 @@ impl RedbKv {
             Ok(())
         })?;
         let started = Instant::now();
-        let (index, versions) = build_index(&db).map_err(|error| OpenError::Corrupt {
+        let (index, versions, version_bytes) =
+            build_index(&db).map_err(|error| OpenError::Corrupt {
+                path: path.to_path_buf(),
+                detail: error.to_string(),
+            })?;
+        used::settle_used_bytes(&db, version_bytes).map_err(|error| OpenError::Corrupt {
             path: path.to_path_buf(),
             detail: error.to_string(),
         })?;
@@ -222,7 +234,10 @@ impl KvStore for RedbKv {
 
     fn write(&self) -> Result<RedbKvWrite, StorageError> {
         let txn = self.db().begin_write().map_err(err("kv write"))?;
-        let seq = read_commit_seq(&txn.open_table(META).map_err(err("kv write"))?)?;
+        let (seq, used_bytes) = {
+            let meta = txn.open_table(META).map_err(err("kv write"))?;
+            (read_commit_seq(&meta)?, read_used_bytes(&meta)?)
+        };
         // The previous writer publishes its index changes just after its
         // redb commit, which already let this transaction begin.
         self.shared.index.wait_for(seq)?;
@@ -232,6 +247,7 @@ impl KvStore for RedbKv {
             seq,
             overlay: Overlay::default(),
             meta: None,
+            used: UsedBytes::new(used_bytes),
         })
     }
 
@@ -352,6 +368,14 @@ impl KvRead for RedbKvRead {
     fn auth(&self) -> Result<Option<AuthState>, StorageError> {
         read_auth(&self.meta)
     }
+
+    fn alarms(&self) -> Result<Alarms, StorageError> {
+        read_alarms(&self.meta)
+    }
+
+    fn used_bytes(&self) -> Result<u64, StorageError> {
+        read_used_bytes(&self.meta)
+    }
 }
 
 /// The backend's write transaction. Dropping it without
@@ -366,6 +390,8 @@ pub struct RedbKvWrite {
     /// The meta record set by the transaction, written at commit: the apply
     /// step sets it after every request, and one write per batch is enough.
     meta: Option<KvMeta>,
+    /// Bytes in use, kept as versions and leases come and go.
+    used: UsedBytes,
 }
 
 impl fmt::Debug for RedbKvWrite {
@@ -440,6 +466,14 @@ impl KvRead for RedbKvWrite {
     fn auth(&self) -> Result<Option<AuthState>, StorageError> {
         read_auth(&self.txn.open_table(META).map_err(err("kv read"))?)
     }
+
+    fn alarms(&self) -> Result<Alarms, StorageError> {
+        read_alarms(&self.txn.open_table(META).map_err(err("kv read"))?)
+    }
+
+    fn used_bytes(&self) -> Result<u64, StorageError> {
+        Ok(self.used.bytes)
+    }
 }
 
 impl KvWrite for RedbKvWrite {
@@ -468,7 +502,16 @@ impl KvWrite for RedbKvWrite {
         {
             Some(old) => {
                 let old = old.value();
-                (RevisionRecord::decode(old)?.key != version.key.as_slice()).then(|| old.to_vec())
+                let replaced = RevisionRecord::decode(old)?;
+                if replaced.key == version.key.as_slice() {
+                    self.used.count(
+                        false,
+                        version_bytes(replaced.key.len(), replaced.value.len()),
+                    );
+                    None
+                } else {
+                    Some(old.to_vec())
+                }
             }
             None => None,
         };
@@ -482,6 +525,8 @@ impl KvWrite for RedbKvWrite {
             )));
         }
         self.overlay.put(&version.key, rev);
+        self.used
+            .count(true, version_bytes(version.key.len(), version.value.len()));
         Ok(())
     }
 
@@ -491,10 +536,14 @@ impl KvWrite for RedbKvWrite {
         };
         let mut table = self.txn.open_table(REVISIONS).map_err(err("kv remove"))?;
         let owned = match table.get(revision_key(rev)).map_err(err("kv remove"))? {
-            Some(bytes) => RevisionRecord::decode(bytes.value())?.key == key,
-            None => false,
+            Some(bytes) => {
+                let record = RevisionRecord::decode(bytes.value())?;
+                (record.key == key).then(|| version_bytes(record.key.len(), record.value.len()))
+            }
+            None => None,
         };
-        if owned {
+        if let Some(bytes) = owned {
+            self.used.count(false, bytes);
             table.remove(revision_key(rev)).map_err(err("kv remove"))?;
             self.overlay.remove(key, rev);
         }
@@ -503,15 +552,24 @@ impl KvWrite for RedbKvWrite {
 
     fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), StorageError> {
         let mut table = self.txn.open_table(LEASES).map_err(err("kv lease"))?;
-        table
+        let replaced = table
             .insert(lease.id, encode_lease(lease).as_slice())
-            .map_err(err("kv lease"))?;
+            .map_err(err("kv lease"))?
+            .is_some();
+        drop(table);
+        if !replaced {
+            self.used.count(true, LEASE_BYTES);
+        }
         Ok(())
     }
 
     fn remove_lease(&mut self, id: i64) -> Result<(), StorageError> {
         let mut table = self.txn.open_table(LEASES).map_err(err("kv lease"))?;
-        table.remove(id).map_err(err("kv lease"))?;
+        let removed = table.remove(id).map_err(err("kv lease"))?.is_some();
+        drop(table);
+        if removed {
+            self.used.count(false, LEASE_BYTES);
+        }
         Ok(())
     }
 
@@ -536,6 +594,17 @@ impl KvWrite for RedbKvWrite {
         Ok(())
     }
 
+    fn set_alarms(&mut self, alarms: &[AlarmMember]) -> Result<(), StorageError> {
+        let mut table = self.txn.open_table(META).map_err(err("kv alarms"))?;
+        table
+            .insert(
+                ALARMS_KEY,
+                oxetcd_core::storage::encode_alarms(alarms).as_slice(),
+            )
+            .map_err(err("kv alarms"))?;
+        Ok(())
+    }
+
     fn commit(self) -> Result<(), StorageError> {
         let Self {
             mut txn,
@@ -543,11 +612,18 @@ impl KvWrite for RedbKvWrite {
             seq,
             overlay,
             meta,
+            used,
         } = self;
+        let (used_bytes, used_bytes_changed) = (used.bytes, used.changed);
         let changes_index = !overlay.is_empty();
         let seq = seq + 1;
-        if changes_index || meta.is_some() {
+        if changes_index || meta.is_some() || used_bytes_changed {
             let mut table = txn.open_table(META).map_err(err("kv commit"))?;
+            if used_bytes_changed {
+                table
+                    .insert(USED_BYTES_KEY, used_bytes.to_le_bytes().as_slice())
+                    .map_err(err("kv commit"))?;
+            }
             if let Some(meta) = meta {
                 table
                     .insert(KV_META_KEY, encode_kv_meta(&meta).as_slice())
@@ -659,12 +735,15 @@ impl<T: ReadableTable<u128, &'static [u8]>> View<'_, T> {
     }
 }
 
-/// Reads every stored version's key, in revision order, into a fresh index.
-fn build_index(db: &Database) -> Result<(SharedIndex, u64), StorageError> {
+/// Reads every stored version's key, in revision order, into a fresh
+/// index; returns it with the number of versions and the bytes they count
+/// for ([`version_bytes`]).
+fn build_index(db: &Database) -> Result<(SharedIndex, u64, u64), StorageError> {
     let txn = db.begin_read().map_err(err("kv index"))?;
     let seq = read_commit_seq(&txn.open_table(META).map_err(err("kv index"))?)?;
     let table = txn.open_table(REVISIONS).map_err(err("kv index"))?;
     let mut versions = 0;
+    let mut used_bytes = 0u64;
     let rows = table.iter().map_err(err("kv index"))?.map(|row| {
         let (rev, bytes) = row.map_err(err("kv index"))?;
         versions += 1;
@@ -676,40 +755,11 @@ fn build_index(db: &Database) -> Result<(SharedIndex, u64), StorageError> {
             },
             other => other,
         })?;
+        used_bytes += version_bytes(record.key.len(), record.value.len());
         Ok((record.key.to_vec(), rev))
     });
     let index = SharedIndex::build(seq, rows)?;
-    Ok((index, versions))
-}
-
-/// When the next backend commit must be durable.
-#[derive(Debug)]
-struct DurableCadence {
-    last_durable: Instant,
-    commits_since_durable: u32,
-}
-
-impl DurableCadence {
-    fn new(now: Instant) -> Self {
-        Self {
-            last_durable: now,
-            commits_since_durable: 0,
-        }
-    }
-
-    fn is_due(&self, now: Instant) -> bool {
-        self.commits_since_durable + 1 >= DURABLE_EVERY_COMMITS
-            || now.saturating_duration_since(self.last_durable) >= DURABLE_INTERVAL
-    }
-
-    fn record(&mut self, durable: bool, now: Instant) {
-        if durable {
-            self.last_durable = now;
-            self.commits_since_durable = 0;
-        } else {
-            self.commits_since_durable += 1;
-        }
-    }
+    Ok((index, versions, used_bytes))
 }
 
 /// A revision as stored: both parts must be non-negative.

@@ -21,17 +21,19 @@
 //!   4 version     main i64, sub i64, create i64, version i64, lease i64, tombstone u8,
 //!                 key length u32, key, value
 //!   5 auth        AuthState::encode
+//!   6 alarms      encode_alarms (only when some alarm is active)
 //!   255 end       number of records before it, u64
 //! ```
 //!
-//! Records come in that order: meta, then membership and auth if any, leases,
+//! Records come in that order: meta, then membership, auth and alarms if any, leases,
 //! versions in revision order, end. Every integer is little-endian.
 
 use std::io::{self, Read};
 use std::ops::ControlFlow;
 
 use oxetcd_core::storage::{
-    AuthState, KeyVersion, KvMeta, KvRead, KvWrite, LeaseRecord, Membership, Revision, StorageError,
+    decode_alarms, encode_alarms, Alarms, AuthState, KeyVersion, KvMeta, KvRead, KvWrite,
+    LeaseRecord, Membership, Revision, StorageError,
 };
 
 /// First bytes of every snapshot stream; the digits are the format version.
@@ -50,6 +52,7 @@ const TAG_META: u8 = 1;
 const TAG_MEMBERSHIP: u8 = 2;
 const TAG_LEASE: u8 = 3;
 const TAG_AUTH: u8 = 5;
+const TAG_ALARMS: u8 = 6;
 const TAG_VERSION: u8 = 4;
 const TAG_END: u8 = 255;
 
@@ -101,6 +104,10 @@ impl<R: KvRead> SnapshotExport<R> {
             }
             if let Some(auth) = self.view.auth()? {
                 self.record(&mut chunk, TAG_AUTH, &auth.encode());
+            }
+            let alarms = self.view.alarms()?;
+            if !alarms.is_empty() {
+                self.record(&mut chunk, TAG_ALARMS, &encode_alarms(&alarms));
             }
             let mut leases = Vec::new();
             self.view.leases(&mut |lease| {
@@ -217,6 +224,7 @@ pub fn import<W: KvWrite>(write: &mut W, stream: impl Read) -> Result<KvMeta, Im
             Record::Meta(meta) => write.set_meta(&meta)?,
             Record::Membership(membership) => write.set_membership(&membership)?,
             Record::Auth(auth) => write.set_auth(&auth)?,
+            Record::Alarms(alarms) => write.set_alarms(&alarms)?,
             Record::Lease(lease) => write.put_lease(&lease)?,
             Record::Version(version) => write.put_version(&version)?,
         }
@@ -233,6 +241,8 @@ pub enum Record {
     Membership(Membership),
     /// The stored auth store.
     Auth(AuthState),
+    /// The active alarms.
+    Alarms(Alarms),
     /// One lease.
     Lease(LeaseRecord),
     /// One version of a key (tombstones included).
@@ -305,6 +315,9 @@ impl<S: Read> Records<S> {
             ),
             TAG_AUTH => Record::Auth(
                 AuthState::decode(&self.body).map_err(|e| ImportError::Corrupt(e.to_string()))?,
+            ),
+            TAG_ALARMS => Record::Alarms(
+                decode_alarms(&self.body).map_err(|e| ImportError::Corrupt(e.to_string()))?,
             ),
             TAG_LEASE => Record::Lease(LeaseRecord {
                 id: fields.i64()?,
@@ -400,6 +413,9 @@ fn clear<W: KvWrite>(write: &mut W) -> Result<(), StorageError> {
     // A snapshot without an auth record comes from a store without one.
     if write.auth()?.is_some() {
         write.set_auth(&AuthState::default())?;
+    }
+    if !write.alarms()?.is_empty() {
+        write.set_alarms(&[])?;
     }
     Ok(())
 }
@@ -556,6 +572,38 @@ mod tests {
         w.commit().unwrap();
         assert_eq!(meta.applied_index, 40);
         assert_eq!(dump(&target.read().unwrap()), dump(&source.read().unwrap()));
+    }
+
+    /// Alarms travel with the snapshot, and a snapshot without any clears
+    /// the target's; the bytes in use follow the data.
+    #[test]
+    fn alarms_travel_and_bytes_in_use_follow() {
+        let alarms = [oxetcd_proto::etcdserverpb::AlarmMember {
+            member_id: 3,
+            alarm: 1,
+        }];
+        let source = MemoryKv::default();
+        fill(&source, 20, "source");
+        let mut w = source.write().unwrap();
+        w.set_alarms(&alarms).unwrap();
+        w.commit().unwrap();
+        let (bytes, _) = export_bytes(source.read().unwrap(), 256);
+        let target = MemoryKv::default();
+        fill(&target, 50, "stale");
+        let mut w = target.write().unwrap();
+        import(&mut w, bytes.as_slice()).unwrap();
+        w.commit().unwrap();
+        let (read, expected) = (target.read().unwrap(), source.read().unwrap());
+        assert_eq!(read.alarms().unwrap(), alarms.to_vec());
+        assert_eq!(read.used_bytes().unwrap(), expected.used_bytes().unwrap());
+        let empty = MemoryKv::default();
+        let (bytes, _) = export_bytes(empty.read().unwrap(), 256);
+        let mut w = target.write().unwrap();
+        import(&mut w, bytes.as_slice()).unwrap();
+        w.commit().unwrap();
+        let read = target.read().unwrap();
+        assert!(read.alarms().unwrap().is_empty());
+        assert_eq!(read.used_bytes().unwrap(), 0);
     }
 
     #[test]

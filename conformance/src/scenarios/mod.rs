@@ -16,7 +16,10 @@
 //! where `c`, `m`, `v` and `l` are create revision, mod revision, version and
 //! lease (shown when non-zero).
 
+mod alarm;
 mod compaction;
+mod hash;
+mod health;
 mod kv;
 mod lease;
 mod limits;
@@ -96,6 +99,11 @@ pub const ALL: &[Scenario] = scenarios![
     lease::lease_grant_rules,
     lease::lease_attach_and_revoke,
     lease::lease_expiry_and_keep_alive,
+    alarm::alarm_activate_get_deactivate,
+    alarm::alarm_corrupt_refuses_writes,
+    alarm::alarm_quota_fill_then_recover,
+    hash::hash_follows_the_data,
+    health::health_follows_alarms,
 ];
 
 /// Compares the rendering of `actual` with `expected`, naming the caller's

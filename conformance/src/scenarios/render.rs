@@ -262,3 +262,19 @@ pub fn bytes(b: &[u8]) -> String {
     }
     out
 }
+
+/// `alarms [<member hex> NOSPACE, ...]`; the header is left out.
+impl Render for oxetcd_proto::etcdserverpb::AlarmResponse {
+    fn render(&self) -> String {
+        let alarms: Vec<String> = self
+            .alarms
+            .iter()
+            .map(|a| {
+                let name = oxetcd_proto::etcdserverpb::AlarmType::try_from(a.alarm)
+                    .map_or("UNKNOWN", |t| t.as_str_name());
+                format!("{:x} {name}", a.member_id)
+            })
+            .collect();
+        format!("alarms [{}]", alarms.join(", "))
+    }
+}

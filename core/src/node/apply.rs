@@ -19,7 +19,7 @@ use super::{Node, Ticket};
 use crate::auth::{AuthInfo, AuthStore};
 use crate::error::Error;
 use crate::lease::{self, Lessor};
-use crate::storage::{KvMeta, KvStore, KvWrite, LogStore, Membership, StorageError};
+use crate::storage::{KvMeta, KvRead, KvStore, KvWrite, LogStore, Membership, StorageError};
 use crate::watch::WatchRegistry;
 use crate::{mvcc, Instant, Response, Write};
 
@@ -93,8 +93,10 @@ pub(super) fn apply_proposal(
             };
             Ok(applied.map(|r| Response::Auth(r.with_header(header))))
         }
-        proposal::Request::MemberUpdate(_) | proposal::Request::MemberAttributes(_) => {
-            // Recorded by the node with the membership, never here.
+        proposal::Request::MemberUpdate(_)
+        | proposal::Request::MemberAttributes(_)
+        | proposal::Request::Alarm(_) => {
+            // Recorded by the node with the membership or the alarms, never here.
             Ok(Err(Error::Stopped))
         }
     }
@@ -186,6 +188,7 @@ pub(super) fn stamp(response: &mut Response, identity: &ResponseHeader) {
         Response::MemberList(r) => &mut r.header,
         Response::MoveLeader(r) => &mut r.header,
         Response::Auth(r) => r.header_mut(),
+        Response::Alarm(r) => &mut r.header,
     };
     let header = header.get_or_insert(ResponseHeader {
         revision: identity.revision,
@@ -282,15 +285,10 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.settle_proposal(entry, proposal_id, result, &mut answers);
         }
         if membership_changed {
-            let membership = Membership {
-                conf_state: self.raft.conf_state(),
-                members: self.members.list(),
-            };
-            txn.set_membership(&membership)?;
-            self.membership_unsaved = false;
-            self.update_sole_voter();
+            self.save_membership(&mut txn)?;
         }
         txn.set_meta(&meta)?;
+        self.alarms.used_bytes = txn.used_bytes()?;
         txn.commit()?;
         self.meta = meta;
         for (ticket, result) in answers {
@@ -304,6 +302,18 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         Ok(())
     }
 
+    /// Writes the membership with the batch being applied.
+    fn save_membership(&mut self, txn: &mut K::Write) -> Result<(), StorageError> {
+        let membership = Membership {
+            conf_state: self.raft.conf_state(),
+            members: self.members.list(),
+        };
+        txn.set_membership(&membership)?;
+        self.membership_unsaved = false;
+        self.update_sole_voter();
+        Ok(())
+    }
+
     /// Applies one decoded request of a normal entry at `index`.
     fn apply_request(
         &mut self,
@@ -314,7 +324,18 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         revoked: &mut Vec<i64>,
     ) -> Result<Result<Response, Error>, StorageError> {
         let identity = self.header();
+        // Every member refuses alike what the alarms applied so far forbid.
+        if let Some(refusal) = self.alarms.set.refusal(&request) {
+            return Ok(Err(refusal));
+        }
         Ok(match request {
+            proposal::Request::Alarm(alarm) => {
+                let header = ResponseHeader {
+                    revision: meta.revision,
+                    ..identity
+                };
+                return self.apply_alarm(txn, &alarm, header);
+            }
             proposal::Request::MemberUpdate(update) => {
                 self.members.apply_update(&update);
                 Ok(Response::MemberUpdate(MemberUpdateResponse {

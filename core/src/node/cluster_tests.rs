@@ -1082,3 +1082,6 @@ fn followers_forward_lease_requests_to_the_leader() {
     assert_eq!(renewed.ttl, 5);
     assert_ne!(c.leader(), Some(leader));
 }
+
+#[path = "alarm_tests.rs"]
+mod alarm_tests;

@@ -48,6 +48,12 @@
 //! leader, `Input::SnapshotReceived` on the follower, installed with the
 //! `Output::Persist` that carries its metadata).
 //!
+//! Alarms and the quota ([`alarms`]). Writes are refused at admission
+//! while an applied alarm forbids them or when they would take the
+//! backend's bytes in use to the quota (this member then raises NOSPACE
+//! through the log); the apply step checks the alarms again, on every
+//! member alike.
+//!
 //! Leases and watches hang off the apply step: every applied write moves
 //! keys between leases ([`crate::lease`]) and is matched against the synced
 //! watchers ([`crate::watch`]) on every member.
@@ -56,6 +62,7 @@
 //! through the traits in [`crate::storage`].
 
 mod access;
+mod alarms;
 mod apply;
 mod io;
 mod leadership;
@@ -88,6 +95,7 @@ use oxetcd_proto::etcdserverpb::{
 };
 use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 
+use self::alarms::AlarmState;
 pub use self::io::{
     grpc_message_bytes, ClusterState, Config, InitialMember, Input, Output, GRPC_OVERHEAD_BYTES,
 };
@@ -135,6 +143,8 @@ enum Origin {
     Client(RequestId),
     /// A follower that forwarded a lease request to this leader.
     Peer { member: u64, forward_id: u64 },
+    /// The node itself (an alarm it raises); the answer is dropped.
+    Internal,
 }
 
 /// One member of an oxetcd cluster, as a state machine.
@@ -187,6 +197,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     publication: Publication,
     /// This member applied its own removal.
     removed: bool,
+    /// Alarms and the bytes in use the quota is judged on.
+    alarms: AlarmState,
     /// What the runtime's metrics read ([`Node::metrics`]).
     counters: metrics::Counters,
 }
@@ -228,22 +240,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         check_stores_agree(&state, &meta)?;
         let fresh = state.last_index == 0 && state.hard_state.term == 0;
         let initial_voters: Vec<u64> = config.initial_members.iter().map(|m| m.id).collect();
-        let (conf_state, members, membership_unsaved) = match view.membership()? {
-            Some(stored) => (stored.conf_state, Members::from_list(stored.members), false),
-            None if fresh => Default::default(),
-            None => {
-                // Written before membership was stored: a single member
-                // whose flags say who it is.
-                let conf_state = oxetcd_proto::eraftpb::ConfState {
-                    voters: initial_voters.clone(),
-                    ..Default::default()
-                };
-                let members = Members::from_initial(&config.initial_members);
-                (conf_state, members, true)
-            }
-        };
+        let (conf_state, members, membership_unsaved) =
+            stored_membership(view.membership()?, fresh, &config, &initial_voters);
         let lessor = Lessor::recover(config.lease, &view)?;
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
+        let alarms = AlarmState::recover(&view)?;
         let counters = metrics::Counters {
             keys: metrics::live_keys(&view, meta.revision)?,
             ..Default::default()
@@ -311,6 +312,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             parked_renewals: HashMap::new(),
             publication: Publication::default(),
             removed: false,
+            alarms,
             counters,
             config,
         };
@@ -531,7 +533,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Some(Origin::Peer { member, forward_id }) => {
                 self.reply_forwarded(member, forward_id, result);
             }
-            None => {}
+            Some(Origin::Internal) | None => {}
         }
     }
 
@@ -559,6 +561,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             if let Err(e) = self.members.check_update(r) {
                 return self.answer(ticket, Err(e));
             }
+        }
+        if let Err(e) = self.check_alarms_and_quota(&write) {
+            return self.answer(ticket, Err(e));
         }
         let proposal = Proposal {
             id: self.next_proposal_id(),
@@ -725,6 +730,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             raft_term: self.raft.term(),
             raft_applied_index: self.meta.applied_index,
             is_learner: self.is_learner(),
+            errors: self.status_errors(),
             ..Default::default()
         }
     }
@@ -765,6 +771,33 @@ enum Held {
     },
     /// A read waiting for a read-index round.
     Read(ReadKind),
+}
+
+/// The membership a node starts with: the stored one; none on a fresh
+/// member; on a store written before membership was stored, a single
+/// member whose flags say who it is (to be saved with the next apply:
+/// the flag in the answer).
+fn stored_membership(
+    stored: Option<crate::storage::Membership>,
+    fresh: bool,
+    config: &Config,
+    initial_voters: &[u64],
+) -> (oxetcd_proto::eraftpb::ConfState, Members, bool) {
+    match stored {
+        Some(stored) => (stored.conf_state, Members::from_list(stored.members), false),
+        None if fresh => Default::default(),
+        None => {
+            let conf_state = oxetcd_proto::eraftpb::ConfState {
+                voters: initial_voters.to_vec(),
+                ..Default::default()
+            };
+            (
+                conf_state,
+                Members::from_initial(&config.initial_members),
+                true,
+            )
+        }
+    }
 }
 
 /// Mixes numbers into one well-spread 64-bit value (splitmix64's

@@ -70,6 +70,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.membership_unsaved = false;
         self.lessor = Lessor::recover(self.config.lease, &view)?;
         self.auth = AuthStore::recover(view.auth()?, self.config.auth_token_ttl);
+        self.alarms = super::alarms::AlarmState::recover(&view)?;
         self.counters.keys = super::metrics::live_keys(&view, self.meta.revision)?;
         if self.raft.role() == Role::Leader {
             self.lessor.promote(self.now);

@@ -93,6 +93,7 @@ fn build(
     let logging = logging(&settings);
     let listen_metrics_urls = listen_metrics_urls(&value("listen-metrics-urls"), &mut warnings)?;
     let pending = Pending::new(&settings, gates)?;
+    warnings.extend(quota_warning(pending.quota_backend_bytes));
     Ok(Config {
         name,
         data_dir,
@@ -150,6 +151,15 @@ fn listen_metrics_urls(
         urls.extend(parse_listen_urls("listen-metrics-urls", raw)?);
     }
     Ok(urls)
+}
+
+/// etcd's warning for a `--quota-backend-bytes` above its suggested
+/// maximum (8 GiB).
+fn quota_warning(bytes: u64) -> Option<String> {
+    let max = oxetcd_core::alarm::QUOTA_BYTES_WARN;
+    (bytes > max).then(|| {
+        format!("quota exceeds the maximum value: --quota-backend-bytes {bytes} is above {max}")
+    })
 }
 
 /// `--snapshot-count`; 0 means etcd's default, with a warning.

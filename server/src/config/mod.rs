@@ -242,6 +242,9 @@ impl Config {
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: self.auth_token_ttl,
+            quota: oxetcd_core::alarm::Quota::from_flag(
+                i64::try_from(self.pending.quota_backend_bytes).unwrap_or(i64::MAX),
+            ),
             ..oxetcd_core::Config::single(&self.name)
         }
     }

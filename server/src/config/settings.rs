@@ -78,7 +78,8 @@ impl Settings {
 /// implementation will want.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
-    /// `--quota-backend-bytes` (0: etcd's default of 2 GiB).
+    /// `--quota-backend-bytes` (0: etcd's default of 2 GiB). Wired: the
+    /// node's quota (`alarm::Quota`) is built from it.
     pub quota_backend_bytes: u64,
     /// `--auto-compaction-mode` and `--auto-compaction-retention`.
     pub auto_compaction: AutoCompaction,

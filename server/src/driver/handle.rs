@@ -18,7 +18,7 @@ use oxetcd_core::storage::{KvMeta, KvRead, KvStore};
 use oxetcd_core::watch::{CatchUp, CatchUpOutcome, StreamId};
 use oxetcd_core::{mvcc, watch, Error, Input, Request, Response};
 use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader, WatchRequest};
-use oxetcd_storage::bolt::hash::{hash_kv, KvHash};
+use oxetcd_storage::bolt::hash::{hash_backend, hash_kv, KvHash};
 use oxetcd_storage::snapshot::CHUNK_BYTES_DEFAULT;
 use oxetcd_storage::snapshot_file::FileExport;
 use tracing::error;
@@ -113,6 +113,46 @@ impl<K: KvStore> Handle<K> {
         self.run_blocking(move || {
             let view = kv.read().map_err(fatal_storage)?;
             hash_kv(&view, revision)
+        })
+        .await
+    }
+
+    /// etcd's `Hash` of this member's applied backend, with its revision,
+    /// computed on a read view on a blocking thread.
+    pub async fn hash(&self) -> Result<(u32, i64), Error> {
+        let kv = self.kv.clone();
+        self.run_blocking(move || {
+            let view = kv.read().map_err(fatal_storage)?;
+            hash_backend(&view)
+        })
+        .await
+    }
+
+    /// Raises `alarm` for `member_id` through the log, as
+    /// `Maintenance.Alarm` ACTIVATE does: once applied, every member
+    /// enforces it (CORRUPT stops every write, NOSPACE the growing ones)
+    /// and stores it. Raising an active alarm again changes nothing.
+    pub async fn raise_alarm(
+        &self,
+        member_id: u64,
+        alarm: oxetcd_proto::etcdserverpb::AlarmType,
+    ) -> Result<(), Error> {
+        use oxetcd_proto::etcdserverpb::{alarm_request::AlarmAction, AlarmRequest};
+        let request = Request::Alarm(AlarmRequest {
+            action: AlarmAction::Activate as i32,
+            member_id,
+            alarm: alarm as i32,
+        });
+        self.request(request).await.map(|_| ())
+    }
+
+    /// The alarms this member has applied, read from its backend (no
+    /// consensus: what `/health` judges this member on).
+    pub async fn local_alarms(&self) -> Result<oxetcd_core::storage::Alarms, Error> {
+        let kv = self.kv.clone();
+        self.run_blocking(move || {
+            let alarms = kv.read().and_then(|view| view.alarms());
+            alarms.map_err(fatal_storage)
         })
         .await
     }

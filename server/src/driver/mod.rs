@@ -370,6 +370,29 @@ mod tests {
         });
     }
 
+    /// A raised CORRUPT alarm is applied and stored: writes fail with
+    /// etcd's error, reads work, and the backend lists it for `/health`.
+    #[test]
+    fn a_raised_alarm_stops_writes() {
+        use oxetcd_proto::etcdserverpb::AlarmType;
+        futures_lite::future::block_on(async {
+            let handle = started().await;
+            assert!(handle.request(put("k", "v")).await.is_ok());
+            handle.raise_alarm(7, AlarmType::Corrupt).await.unwrap();
+            handle.raise_alarm(7, AlarmType::Corrupt).await.unwrap();
+            assert_eq!(handle.request(put("k", "w")).await, Err(Error::Corrupt));
+            let alarms = handle.local_alarms().await.unwrap();
+            assert_eq!(alarms.len(), 1);
+            assert_eq!((alarms[0].member_id, alarms[0].alarm), (7, 2));
+            let range = Request::Range(RangeRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            });
+            assert!(handle.request(range).await.is_ok());
+            handle.stop().await;
+        });
+    }
+
     #[test]
     fn in_flight_bound_refuses_beyond_the_limit() {
         futures_lite::future::block_on(async {

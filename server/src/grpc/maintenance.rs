@@ -3,8 +3,9 @@
 //! knows (version, database size); `MoveLeader` goes to the node;
 //! `Snapshot` streams the backend as an etcd snapshot: a bolt database
 //! with etcd's schema and its SHA-256 (see `oxetcd_storage::snapshot_file`),
-//! so etcd's tools read it; the other methods are not served yet and
-//! answer `Unimplemented`.
+//! so etcd's tools read it; `Alarm` goes through the log; `Hash` and
+//! `HashKV` hash this member's own backend; `Downgrade` is not served yet
+//! and answers `Unimplemented`.
 
 use std::path::Path;
 
@@ -106,11 +107,19 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         Ok(tonic::Response::new(status))
     }
 
+    /// Lists, raises or clears alarms through the log, as etcd's does
+    /// (no auth check there either).
     async fn alarm(
         &self,
-        _request: tonic::Request<AlarmRequest>,
+        request: tonic::Request<AlarmRequest>,
     ) -> Result<tonic::Response<AlarmResponse>, Status> {
-        Err(unimplemented("Alarm"))
+        let who = self.gate.credentials(&request);
+        let request = Request::Alarm(request.into_inner());
+        match self.handle.request_as(who, request).await {
+            Ok(Response::Alarm(response)) => Ok(tonic::Response::new(response)),
+            Ok(other) => Err(mismatched("alarm", &other)),
+            Err(e) => Err(status_from_error(&e)),
+        }
     }
 
     async fn defragment(
@@ -131,11 +140,28 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         }))
     }
 
+    /// etcd's hash of this member's whole applied backend, on its own
+    /// state (no consensus, as in etcd): members with equal data answer
+    /// equal hashes (see `oxetcd_storage::bolt::hash::hash_backend`).
     async fn hash(
         &self,
-        _request: tonic::Request<HashRequest>,
+        request: tonic::Request<HashRequest>,
     ) -> Result<tonic::Response<HashResponse>, Status> {
-        Err(unimplemented("Hash"))
+        self.check_admin(&request).await?;
+        let (hash, revision) = self
+            .handle
+            .hash()
+            .await
+            .map_err(|e| status_from_error(&e))?;
+        Ok(tonic::Response::new(HashResponse {
+            header: Some(ResponseHeader {
+                cluster_id: self.member.cluster_id,
+                member_id: self.member.member_id,
+                revision,
+                ..Default::default()
+            }),
+            hash,
+        }))
     }
 
     /// etcd's hash of this member's key space up to a revision, on its

@@ -15,6 +15,15 @@
 //! version at the revision hashed (etcd's `keep` set), and when no key is
 //! live then, every stored version counts. So the hash is a function of
 //! the history alone, on any member.
+//!
+//! `Hash` ([`hash_backend`]) is etcd's hash of the whole backend. etcd's
+//! runs over its bolt file's buckets, a layout ours does not share; ours
+//! hashes what the backend holds that every member applied alike: every
+//! stored version (as `HashKV` encodes it, compacted ones gone), then
+//! each lease, the auth store and the alarms. The applied index and the
+//! membership's publication details are left out, as etcd leaves out its
+//! consistent index: members with equal data answer equal hashes, before
+//! and after a restart.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
@@ -66,6 +75,35 @@ pub fn hash_kv<R: KvRead>(view: &R, at: i64) -> Result<KvHash, Error> {
         compact_revision: meta.compact_revision,
         revision: meta.revision,
     })
+}
+
+/// etcd's `Hash`: CRC-32C of everything the backend holds that members
+/// apply alike (see the module's design); returns it with the view's
+/// revision.
+pub fn hash_backend<R: KvRead>(view: &R) -> Result<(u32, i64), Error> {
+    let meta = view.meta()?;
+    let mut crc = Crc32c::default();
+    crc.update(KEY_BUCKET);
+    view.changes(0, meta.revision, &mut |version| {
+        crc.update(&revision_key(version.mod_revision, version.tombstone));
+        crc.update(&key_value(&version).encode_to_vec());
+        ControlFlow::Continue(())
+    })?;
+    crc.update(b"lease");
+    view.leases(&mut |lease| {
+        crc.update(&lease.id.to_be_bytes());
+        crc.update(&lease.ttl_secs.to_be_bytes());
+        crc.update(&lease.remaining_ttl_secs.to_be_bytes());
+        ControlFlow::Continue(())
+    })?;
+    crc.update(b"auth");
+    if let Some(auth) = view.auth()? {
+        crc.update(&auth.encode());
+    }
+    crc.update(b"alarm");
+    crc.update(&oxetcd_core::storage::encode_alarms(&view.alarms()?));
+    crc.update(&meta.compact_revision.to_be_bytes());
+    Ok((crc.sum(), meta.revision))
 }
 
 /// The revision of each key's live version at `at`: its latest version
@@ -127,5 +165,33 @@ mod tests {
         assert_eq!(hash_kv(&b.read().unwrap(), 3).unwrap().hash, ha.hash);
         assert_ne!(hash_kv(&b.read().unwrap(), 0).unwrap().hash, ha.hash);
         assert_eq!(hash_kv(&b.read().unwrap(), 9), Err(Error::FutureRevision));
+    }
+
+    #[test]
+    fn the_backend_hash_follows_data_and_alarms_not_the_applied_index() {
+        let (a, b) = (MemoryKv::default(), MemoryKv::default());
+        for kv in [&a, &b] {
+            put(kv, "x", 2, false);
+        }
+        let ha = hash_backend(&a.read().unwrap()).unwrap();
+        let mut txn = b.write().unwrap();
+        let meta = txn.meta().unwrap();
+        txn.set_meta(&KvMeta {
+            applied_index: 99,
+            ..meta
+        })
+        .unwrap();
+        txn.commit().unwrap();
+        assert_eq!(ha, hash_backend(&b.read().unwrap()).unwrap());
+        let mut txn = b.write().unwrap();
+        txn.set_alarms(&[oxetcd_proto::etcdserverpb::AlarmMember {
+            member_id: 1,
+            alarm: 1,
+        }])
+        .unwrap();
+        txn.commit().unwrap();
+        assert_ne!(ha.0, hash_backend(&b.read().unwrap()).unwrap().0);
+        put(&a, "y", 3, false);
+        assert_ne!(ha.0, hash_backend(&a.read().unwrap()).unwrap().0);
     }
 }

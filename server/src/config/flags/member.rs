@@ -69,7 +69,7 @@ const FLAGS: &[Flag] = &[
         "5",
         "Maximum number of wal files to retain (0 is unlimited).",
     ),
-    not_yet(
+    wired(
         "quota-backend-bytes",
         Kind::Bytes,
         "0",

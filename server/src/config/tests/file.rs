@@ -194,6 +194,30 @@ fn logging_flags() {
     );
 }
 
+/// The quota reaches the node: 0 is etcd's default, above 8 GiB is
+/// allowed with etcd's warning.
+#[test]
+fn quota_backend_bytes_reaches_the_node() {
+    let default = run(&[], &[]);
+    assert_eq!(
+        default.node_config().quota.limit_bytes,
+        Some(oxetcd_core::alarm::QUOTA_BYTES_DEFAULT)
+    );
+    let small = run(&["--quota-backend-bytes=262144"], &[]);
+    assert_eq!(small.node_config().quota.limit_bytes, Some(262_144));
+    assert!(small.warnings.is_empty(), "{:?}", small.warnings);
+    let large = run(&["--quota-backend-bytes=9GiB"], &[]);
+    assert_eq!(large.node_config().quota.limit_bytes, Some(9 << 30));
+    assert!(
+        large
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("quota exceeds the maximum value")),
+        "{:?}",
+        large.warnings
+    );
+}
+
 #[test]
 fn not_yet_supported_values_are_logged_and_stored() {
     let config = run(
@@ -204,9 +228,10 @@ fn not_yet_supported_values_are_logged_and_stored() {
         &[],
     );
     assert_eq!(config.pending.quota_backend_bytes, 8 << 30);
-    assert!(config
+    assert!(!config
         .warnings
-        .contains(&"not yet supported: --quota-backend-bytes".to_owned()));
+        .iter()
+        .any(|w| w.contains("--quota-backend-bytes")));
     assert!(config
         .warnings
         .contains(&"not yet supported: --feature-gates=InitialCorruptCheck=true".to_owned()));
