@@ -39,6 +39,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod auth;
+pub mod compactor;
 pub mod error;
 pub mod ids;
 pub mod lease;

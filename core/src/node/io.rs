@@ -84,6 +84,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// How long a simple token lives after its last use (`--auth-token-ttl`).
     pub auth_token_ttl: Duration,
+    /// `--auto-compaction-mode` and `--auto-compaction-retention`.
+    pub auto_compaction: crate::compactor::AutoCompaction,
 }
 
 /// One member of the initial cluster.
@@ -138,6 +140,7 @@ impl Config {
             cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: Duration::from_secs(300),
+            auto_compaction: crate::compactor::AutoCompaction::Off,
         }
     }
 

@@ -83,7 +83,8 @@ use tracing::{debug, info, warn};
 
 use oxetcd_proto::eraftpb::{ConfChangeType, Entry, EntryType};
 use oxetcd_proto::etcdserverpb::{
-    LeaseCheckpointRequest, LeaseRevokeRequest, Member, ResponseHeader, StatusResponse,
+    CompactionRequest, LeaseCheckpointRequest, LeaseRevokeRequest, Member, ResponseHeader,
+    StatusResponse,
 };
 use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 
@@ -97,6 +98,7 @@ use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
 use self::requests::{Leaderless, Requests};
 use crate::auth::{AuthInfo, AuthRequest, AuthStore};
+use crate::compactor::Compactor;
 use crate::error::Error;
 use crate::lease::Lessor;
 use crate::mvcc;
@@ -133,6 +135,8 @@ enum Origin {
     Client(RequestId),
     /// A follower that forwarded a lease request to this leader.
     Peer { member: u64, forward_id: u64 },
+    /// This member's auto-compactor.
+    Compactor,
 }
 
 /// One member of an oxetcd cluster, as a state machine.
@@ -181,6 +185,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     watches: WatchRegistry,
     /// Keep-alives of expired leases, answered once the revoke applies.
     parked_renewals: HashMap<i64, Vec<Ticket>>,
+    /// When the leader compacts the history on its own.
+    compactor: Compactor,
     /// This member's name and client URLs on their way to the membership.
     publication: Publication,
     /// This member applied its own removal.
@@ -301,6 +307,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             auth,
             watches,
             parked_renewals: HashMap::new(),
+            compactor: Compactor::new(config.auto_compaction, now, meta.revision),
             publication: Publication::default(),
             removed: false,
             config,
@@ -390,6 +397,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.requests.poll_timeout(),
             self.leaderless.poll_timeout(),
             self.publication.poll_timeout(),
+            self.compactor.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -404,6 +412,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         self.raft.handle_timeout(self.now);
         self.handle_lease_timers();
+        self.run_compactor();
         self.expire_requests();
         self.with_watches(|watches, cx| watches.handle_timeout(cx));
     }
@@ -522,6 +531,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Some(Origin::Peer { member, forward_id }) => {
                 self.reply_forwarded(member, forward_id, result);
             }
+            Some(Origin::Compactor) => {
+                let revision = self.meta.revision;
+                let outcome = result.as_ref().map(|_| ());
+                self.compactor.handle_result(self.now, revision, outcome);
+            }
             None => {}
         }
     }
@@ -631,6 +645,30 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 checkpoints,
             }));
         }
+    }
+
+    /// The auto-compactor looks, if it is time; a leader proposes the
+    /// compaction it asks for through the log, as a client's, and the
+    /// compactor hears the outcome when it is answered.
+    fn run_compactor(&mut self) {
+        let leading = self.raft.role() == Role::Leader;
+        let Some(revision) = self
+            .compactor
+            .handle_timeout(self.now, self.meta.revision, leading)
+        else {
+            return;
+        };
+        let ticket = self.admit_origin(Origin::Compactor);
+        let proposal = Proposal {
+            id: self.next_proposal_id(),
+            request: Some(proposal::Request::Compaction(CompactionRequest {
+                revision,
+                physical: false,
+            })),
+            ..Proposal::default()
+        };
+        let data = Bytes::from(proposal.encode_to_vec());
+        self.propose(ticket, proposal.id, EntryType::EntryNormal, data);
     }
 
     /// Requests past their deadline fail: held for a leader for an

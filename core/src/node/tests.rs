@@ -568,3 +568,40 @@ fn a_learned_cluster_id_is_stored_and_found_at_restart() {
     let h = Harness::started(config, log, kv);
     assert_eq!(h.node.cluster_id(), 0xabc);
 }
+
+/// The auto-compactor of a leader compacts through the log on the
+/// schedule's clock; nothing happens before its first look.
+#[test]
+fn auto_compaction_by_revision_compacts_through_the_log() {
+    use crate::compactor::{AutoCompaction, REVISION_INTERVAL};
+    let config = Config {
+        auto_compaction: AutoCompaction::Revision(2),
+        ..Config::single("test")
+    };
+    let mut h = Harness::started(config, MemoryLog::default(), MemoryKv::default());
+    h.settle();
+    for n in 0..5 {
+        h.put(100 + n, &format!("k{n}"), "v");
+        h.settle();
+    }
+    let compacted = |h: &Harness| h.kv.read().unwrap().meta().unwrap().compact_revision;
+    assert_eq!(compacted(&h), -1);
+    h.advance(REVISION_INTERVAL - Duration::from_secs(1));
+    assert_eq!(compacted(&h), -1, "not before the first look");
+    h.advance(Duration::from_secs(1));
+    // Revision 6 (five puts) minus a retention of 2.
+    assert_eq!(compacted(&h), 4);
+    let old = RangeRequest {
+        key: b"k0".to_vec(),
+        revision: 3,
+        ..Default::default()
+    };
+    assert_eq!(h.call(1, Request::Range(old)), Err(Error::Compacted));
+    // No new revisions: the next look has nothing to do.
+    h.advance(REVISION_INTERVAL);
+    assert_eq!(compacted(&h), 4);
+    h.put(200, "k9", "v");
+    h.settle();
+    h.advance(REVISION_INTERVAL);
+    assert_eq!(compacted(&h), 5);
+}

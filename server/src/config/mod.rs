@@ -236,6 +236,7 @@ impl Config {
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: self.auth_token_ttl,
+            auto_compaction: self.pending.auto_compaction,
             ..oxetcd_core::Config::single(&self.name)
         }
     }

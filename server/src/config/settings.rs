@@ -103,16 +103,9 @@ pub struct Pending {
     pub compact_hash_check_time: Duration,
 }
 
-/// `--auto-compaction-mode` with its retention.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AutoCompaction {
-    /// Retention 0: no automatic compaction.
-    Off,
-    /// `periodic`: keep this much history.
-    Periodic(Duration),
-    /// `revision`: keep this many revisions.
-    Revision(u64),
-}
+/// `--auto-compaction-mode` with its retention: the core compactor's own
+/// type, so the server hands it over unchanged.
+pub use oxetcd_core::compactor::AutoCompaction;
 
 /// `--bcrypt-cost` bounds (Go's bcrypt).
 const BCRYPT_COST_MIN: u64 = 4;
