@@ -32,6 +32,7 @@ mod log_format;
 pub mod peer;
 pub mod runtime;
 mod serve;
+pub mod slow_requests;
 mod tls_accept;
 pub mod watch_routes;
 
@@ -117,6 +118,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         Arc::new(move |work| runtime.spawn_blocking(work))
     };
     let mut mailbox = driver::Mailbox::default();
+    mailbox.warn_slow_requests(config.slow_requests());
     let removal = mailbox.removal();
     let readiness = mailbox.readiness();
     let transport = start_peers(&runtime, &config, peer_tls, peer_listeners, &log, &mailbox)?;

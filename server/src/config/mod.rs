@@ -185,6 +185,15 @@ impl Config {
         .for_request_bytes(self.max_request_bytes)
     }
 
+    /// When requests are slow enough to warn about
+    /// (`--warning-apply-duration`, `--warning-unary-request-duration`).
+    pub fn slow_requests(&self) -> crate::slow_requests::SlowRequests {
+        crate::slow_requests::SlowRequests {
+            apply: self.settings.duration("warning-apply-duration"),
+            unary: self.settings.duration("warning-unary-request-duration"),
+        }
+    }
+
     /// The node's configuration.
     pub fn node_config(&self) -> oxetcd_core::Config {
         let member_id = self.member_id();

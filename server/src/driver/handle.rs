@@ -25,6 +25,7 @@ use tracing::error;
 
 use super::run::{fatal, fatal_storage};
 use super::{Blocking, Command, FileChunks, Reply, IN_FLIGHT_REQUESTS_MAX};
+use crate::slow_requests::{SlowRequests, Timed};
 use crate::watch_routes::StreamItem;
 
 /// A handle to the running node, cloned into every service.
@@ -35,6 +36,8 @@ pub struct Handle<K> {
     pub(super) blocking: Blocking,
     /// Numbers watch streams.
     pub(super) next_stream: Arc<AtomicU64>,
+    /// When a client request is slow enough to warn about.
+    pub(super) slow: SlowRequests,
 }
 
 impl<K: Clone> Clone for Handle<K> {
@@ -45,6 +48,7 @@ impl<K: Clone> Clone for Handle<K> {
             kv: self.kv.clone(),
             blocking: self.blocking.clone(),
             next_stream: self.next_stream.clone(),
+            slow: self.slow,
         }
     }
 }
@@ -72,6 +76,13 @@ impl<K: KvStore> Handle<K> {
         credentials: Credentials,
         request: Request,
     ) -> Result<Response, Error> {
+        let timed = Timed::start(&request);
+        let result = self.ask(credentials, request).await;
+        self.slow.answered(&timed, &result);
+        result
+    }
+
+    async fn ask(&self, credentials: Credentials, request: Request) -> Result<Response, Error> {
         let _slot = self.admit()?;
         let (reply, answer) = oneshot::channel();
         self.commands

@@ -21,6 +21,7 @@ use super::execute::Executor;
 use super::links::ClusterLinks;
 use super::log_writer::write_log;
 use super::{Command, LogJob, PeerLink, Reply, INPUT_BATCH_MAX};
+use crate::slow_requests::SlowRequests;
 use crate::watch_routes::WatchRoutes;
 
 /// Why the driver loop ended.
@@ -49,7 +50,9 @@ pub(super) struct Signals {
     pub(super) ready: Option<oneshot::Sender<u64>>,
 }
 
-/// The driver thread's body.
+/// The driver thread's body. It takes over everything the thread owns,
+/// each a different thing, hence the long list.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn drive<L: LogStore, K: KvStore>(
     config: Config,
     log: L,
@@ -58,6 +61,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     commands: Sender<Command>,
     peers: Option<Arc<dyn PeerLink>>,
     signals: Signals,
+    slow: SlowRequests,
 ) {
     let Signals {
         started,
@@ -93,6 +97,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         hand_over: None,
         hand_over_time,
         ready,
+        slow,
     };
     let ending = driver.run(&inbox);
 
@@ -166,6 +171,8 @@ struct Driver<L: LogStore, K: KvStore> {
     hand_over_time: std::time::Duration,
     /// Told once, when the member is first ready to serve.
     ready: Option<oneshot::Sender<u64>>,
+    /// When an apply step is slow enough to warn about.
+    slow: SlowRequests,
 }
 
 impl<L: LogStore, K: KvStore> Driver<L, K> {
@@ -283,7 +290,18 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
     /// Carries out every output, feeding back what the world answers at
     /// once, until the node has nothing more to do.
     fn carry_out(&mut self, now: Instant) {
-        while let Some(output) = self.node.poll_output() {
+        loop {
+            // Entries are applied inside a poll: a poll that moved the
+            // applied index is an apply step, timed for the slow warning.
+            let applied = self.node.applied_index();
+            let started = std::time::Instant::now();
+            let Some(output) = self.node.poll_output() else {
+                break;
+            };
+            if self.node.applied_index() != applied {
+                let last = self.node.applied_index();
+                self.slow.applied(started.elapsed(), applied + 1, last);
+            }
             for input in self.executor.execute(output) {
                 self.node.handle(now, input);
             }

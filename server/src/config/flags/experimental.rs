@@ -83,7 +83,7 @@ const FLAGS: &[Flag] = &[
         "10m0s",
         "watch-progress-notify-interval",
     ),
-    not_yet(
+    wired(
         "warning-apply-duration",
         Kind::Duration,
         "100ms",
@@ -95,7 +95,7 @@ const FLAGS: &[Flag] = &[
         "100ms",
         "warning-apply-duration",
     ),
-    not_yet(
+    wired(
         "warning-unary-request-duration",
         Kind::Duration,
         "300ms",
