@@ -24,6 +24,7 @@
 
 pub mod auth_token;
 pub mod config;
+pub mod corruption;
 pub mod driver;
 pub mod grpc;
 pub mod http;
@@ -73,6 +74,9 @@ pub enum RunError {
     LogOutput(String),
     /// `--auth-token` names keys or options that cannot be used.
     AuthToken(auth_token::TokenConfigError),
+    /// The initial corruption check found this member's data diverged
+    /// from its peers' (or could not hash it).
+    Corrupt(String),
 }
 
 impl fmt::Display for RunError {
@@ -86,6 +90,7 @@ impl fmt::Display for RunError {
             Self::AuthToken(e) => write!(f, "cannot set up auth tokens: {e}"),
             Self::PeerTls(e) => write!(f, "cannot set up peer TLS: {e}"),
             Self::LogOutput(message) => write!(f, "{message}"),
+            Self::Corrupt(message) => write!(f, "{message}"),
         }
     }
 }
@@ -124,9 +129,18 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     let transport = start_peers(&runtime, &config, peer_tls, peer_listeners, &log, &mailbox)?;
     let link: Arc<dyn driver::PeerLink> = Arc::new(transport.clone());
     let node_config = config.node_config();
+    let request_timeout = node_config.request_timeout;
+    if config.initial_corrupt_check() {
+        let me = config.member_id();
+        let peers = config.initial_peers();
+        corruption::check_before_start(&runtime, &transport, &kv, me, peers, request_timeout)
+            .await
+            .map_err(RunError::Corrupt)?;
+    }
     let handle = driver::start_with_peers(node_config, log, kv, blocking, mailbox, Some(link))
         .await
         .map_err(RunError::Node)?;
+    transport.serve_hash_kv(hash_kv_service(&handle));
     info!(
         name = %config.name,
         member_id = %format_args!("{:x}", config.member_id()),
@@ -175,6 +189,17 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
             );
             info!("enabled capabilities for version 3.6");
             info!("ready to serve client requests");
+            let every = config.pending.corrupt_check_time;
+            if !every.is_zero() {
+                runtime.spawn(corruption::monitor(
+                    runtime.clone(),
+                    handle.clone(),
+                    transport.clone(),
+                    config.member_id(),
+                    every,
+                    request_timeout,
+                ));
+            }
             stopping.await.factor_first().0
         }
         futures_util::future::Either::Right((stopped, _)) => stopped.factor_first().0,
@@ -189,6 +214,16 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     transport.shutdown();
     info!("stopped");
     Ok(())
+}
+
+/// How this member answers its peers' `HashKV` questions: on its own
+/// applied state, as the Maintenance service answers clients.
+fn hash_kv_service<K: oxetcd_core::storage::KvStore>(handle: &Handle<K>) -> peer::HashKvService {
+    let handle = handle.clone();
+    Arc::new(move |revision| {
+        let handle = handle.clone();
+        Box::pin(async move { handle.hash_kv(revision).await })
+    })
 }
 
 /// The peer transport, listening on the peer URLs and knowing the

@@ -185,6 +185,17 @@ impl Config {
         .for_request_bytes(self.max_request_bytes)
     }
 
+    /// Whether this member checks its data against its peers' before it
+    /// starts (`--experimental-initial-corrupt-check`, 3.6's
+    /// `--feature-gates=InitialCorruptCheck=true`).
+    pub fn initial_corrupt_check(&self) -> bool {
+        self.pending
+            .feature_gates
+            .get("InitialCorruptCheck")
+            .copied()
+            .unwrap_or(false)
+    }
+
     /// When requests are slow enough to warn about
     /// (`--warning-apply-duration`, `--warning-unary-request-duration`).
     pub fn slow_requests(&self) -> crate::slow_requests::SlowRequests {

@@ -23,7 +23,7 @@ const FLAGS: &[Flag] = &[
          TxnModeWriteWithSharedBuffer, LeaseCheckpoint, LeaseCheckpointPersist, \
          SetMemberLocalAddr, FastLeaseKeepAlive, PriorityRequest, AllAlpha, AllBeta.",
     ),
-    not_yet(
+    wired(
         "corrupt-check-time",
         Kind::Duration,
         "0s",
