@@ -48,6 +48,10 @@
 //! leader, `Input::SnapshotReceived` on the follower, installed with the
 //! `Output::Persist` that carries its metadata).
 //!
+//! Auto-compaction ([`crate::compactor`]) is the leader's: the compactor
+//! is fed the time and the revision, and a compaction it asks for is
+//! proposed through the log like a client's, its outcome reported back.
+//!
 //! Leases and watches hang off the apply step: every applied write moves
 //! keys between leases ([`crate::lease`]) and is matched against the synced
 //! watchers ([`crate::watch`]) on every member.
