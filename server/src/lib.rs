@@ -23,6 +23,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod auth_token;
+pub mod compact_hash_check;
 pub mod config;
 pub mod corruption;
 pub mod driver;
@@ -137,6 +138,10 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
             .await
             .map_err(RunError::Corrupt)?;
     }
+    let compact_hash_check = config.compact_hash_check();
+    if compact_hash_check.is_some() {
+        kv.keep_compaction_hashes();
+    }
     let handle = driver::start_with_peers(node_config, log, kv, blocking, mailbox, Some(link))
         .await
         .map_err(RunError::Node)?;
@@ -192,6 +197,16 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
             let every = config.pending.corrupt_check_time;
             if !every.is_zero() {
                 runtime.spawn(corruption::monitor(
+                    runtime.clone(),
+                    handle.clone(),
+                    transport.clone(),
+                    config.member_id(),
+                    every,
+                    request_timeout,
+                ));
+            }
+            if let Some(every) = compact_hash_check {
+                runtime.spawn(compact_hash_check::monitor(
                     runtime.clone(),
                     handle.clone(),
                     transport.clone(),

@@ -41,6 +41,7 @@
 
 mod index;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::ops::{Bound, ControlFlow};
 use std::path::{Path, PathBuf};
@@ -48,8 +49,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
-    AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, Membership, RangeEnd,
-    Revision, StorageError,
+    AuthState, CompactionHash, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord,
+    Membership, RangeEnd, Revision, StorageError,
 };
 use redb::{
     Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition,
@@ -108,7 +109,14 @@ struct Shared {
     path: PathBuf,
     index: Arc<SharedIndex>,
     cadence: Mutex<DurableCadence>,
+    /// Hashes recorded at compactions, newest first, at most
+    /// [`COMPACTION_HASHES_MAX`]; `None` while not kept.
+    compaction_hashes: Mutex<Option<VecDeque<CompactionHash>>>,
 }
+
+/// Compaction hashes kept at most (etcd's `hashStorageMaxSize`): the
+/// leader checks the newest it has not checked yet.
+pub const COMPACTION_HASHES_MAX: usize = 10;
 
 impl RedbKv {
     /// Opens or creates the backend database at `path` (see [`crate::open`])
@@ -142,8 +150,28 @@ impl RedbKv {
                 path: path.to_path_buf(),
                 index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
+                compaction_hashes: Mutex::new(None),
             }),
         })
+    }
+
+    /// From now on, every compaction records the hash of the history it
+    /// drops (in memory, as etcd keeps them), for the compact hash check.
+    /// Hashing costs a pass over that history inside the compaction's
+    /// write, so it is off unless asked for.
+    pub fn keep_compaction_hashes(&self) {
+        let mut kept = self.kept_hashes();
+        if kept.is_none() {
+            *kept = Some(VecDeque::new());
+        }
+    }
+
+    fn kept_hashes(&self) -> std::sync::MutexGuard<'_, Option<VecDeque<CompactionHash>>> {
+        // A list of plain values, valid whatever a panicking holder did.
+        self.shared
+            .compaction_hashes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Size of the database file in bytes (the Status RPC's `dbSize`).
@@ -191,6 +219,13 @@ impl KvStore for RedbKv {
     type Read = RedbKvRead;
     type Write = RedbKvWrite;
 
+    fn compaction_hashes(&self) -> Vec<CompactionHash> {
+        self.kept_hashes()
+            .as_ref()
+            .map(|kept| kept.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
     fn read(&self) -> Result<RedbKvRead, StorageError> {
         // Pinned before the redb snapshot opens, so that no index slot the
         // snapshot may need is dropped in between.
@@ -219,6 +254,7 @@ impl KvStore for RedbKv {
             seq,
             overlay: Overlay::default(),
             meta: None,
+            compaction_hashes: Vec::new(),
         })
     }
 
@@ -353,6 +389,9 @@ pub struct RedbKvWrite {
     /// The meta record set by the transaction, written at commit: the apply
     /// step sets it after every request, and one write per batch is enough.
     meta: Option<KvMeta>,
+    /// Hashes recorded by compactions in this transaction, published at
+    /// commit.
+    compaction_hashes: Vec<CompactionHash>,
 }
 
 impl fmt::Debug for RedbKvWrite {
@@ -530,6 +569,7 @@ impl KvWrite for RedbKvWrite {
             seq,
             overlay,
             meta,
+            compaction_hashes,
         } = self;
         let changes_index = !overlay.is_empty();
         let seq = seq + 1;
@@ -557,6 +597,29 @@ impl KvWrite for RedbKvWrite {
         kv.cadence().record(durable, Instant::now());
         if changes_index {
             kv.shared.index.publish(seq, overlay)?;
+        }
+        if let Some(kept) = kv.kept_hashes().as_mut() {
+            for hash in compaction_hashes {
+                kept.push_front(hash);
+                kept.truncate(COMPACTION_HASHES_MAX);
+            }
+        }
+        Ok(())
+    }
+
+    fn before_compaction(&mut self, meta: &KvMeta, revision: i64) -> Result<(), StorageError> {
+        if self.kv.kept_hashes().is_none() {
+            return Ok(());
+        }
+        match crate::bolt::hash::hash_kv_at(&*self, meta, revision) {
+            Ok(hashed) => self.compaction_hashes.push(CompactionHash {
+                hash: hashed.hash,
+                compact_revision: hashed.compact_revision,
+                revision,
+            }),
+            Err(oxetcd_core::Error::Storage(e)) => return Err(e),
+            // A revision the compaction itself refuses: nothing to keep.
+            Err(_) => {}
         }
         Ok(())
     }

@@ -134,6 +134,69 @@ fn a_diverged_member_is_refused_at_start_and_flagged_by_the_leader() {
     println!("corruption checks took {:?}", started.elapsed());
 }
 
+/// With the compact hash check on, each compaction records the hash of
+/// the history it drops and the leader compares them: a healthy cluster
+/// agrees; after one member's backend is changed behind its back, the
+/// next compaction's hashes differ and that member, the minority, is
+/// flagged.
+#[test]
+fn the_compact_hash_check_flags_the_member_that_diverged() {
+    let options = ClusterOptions::new("compact-hash-test").flags(&[
+        "--experimental-compact-hash-check-enabled",
+        "--experimental-compact-hash-check-time",
+        "1s",
+    ]);
+    let mut cluster = Cluster::start(options, &[ServerKind::Oxetcd; 3]);
+    let leader = cluster.wait_leader();
+    let address = cluster.members[leader].address();
+    for n in 0..5 {
+        ctl_ok(&address, &["put", &format!("k{n}"), "v"]);
+    }
+    // Revision 6: five puts on a fresh cluster.
+    ctl_ok(&address, &["compaction", "6"]);
+    assert!(
+        wait_logged(&cluster, "successfully checked hash on whole cluster"),
+        "the healthy compaction was not checked:\n{}",
+        cluster.members[leader].log_tail()
+    );
+    assert!(!cluster.members.iter().any(|m| m.log().contains("CORRUPT")));
+    let victim = (leader + 1) % 3;
+    {
+        let member = &mut cluster.members[victim];
+        let mut server = member.server.take().expect("running");
+        server.terminate(STOP_DEADLINE).expect("stops");
+        corrupt(&member.data_dir, b"k2");
+    }
+    cluster.members[victim].restart();
+    let leader = cluster.wait_leader();
+    let address = cluster.members[leader].address();
+    ctl_ok(&address, &["put", "k9", "v"]);
+    for member in 0..3 {
+        cluster.wait_value(member, "k9", "v", true);
+    }
+    ctl_ok(&address, &["compaction", "7"]);
+    assert!(
+        wait_logged(&cluster, "Detected compaction hash mismatch"),
+        "the mismatch was not found:\n{}",
+        cluster.members[leader].log_tail()
+    );
+    let victim_id = format!("{:x}", member_id_of(&cluster, victim));
+    assert!(
+        cluster.members[leader].log().contains(&format!(
+            "\"member-id\":\"{victim_id}\",\"alarm\":\"CORRUPT\""
+        )),
+        "the victim {victim_id} was not the one flagged:\n{}",
+        cluster.members[leader].log_tail()
+    );
+}
+
+/// A member's ID, from its own status.
+fn member_id_of(cluster: &Cluster, member: usize) -> u64 {
+    let address = cluster.members[member].address();
+    let (id, _leader) = oxetcd_tests::probe::status(&address).expect("status");
+    id
+}
+
 /// Over `https://` peer URLs with client certificates, on both runtimes:
 /// the members' questions ride the peer TLS, and a healthy member passes.
 #[test]

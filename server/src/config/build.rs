@@ -251,12 +251,11 @@ fn feature_gates(
 }
 
 /// Whether oxetcd does what `gate` says: it always checkpoints lease
-/// TTLs and persists them, and it runs the initial corruption check when
-/// asked.
+/// TTLs and persists them, and it runs the corruption checks when asked.
 fn gate_supported(gate: &str) -> bool {
     matches!(
         gate,
-        "LeaseCheckpoint" | "LeaseCheckpointPersist" | "InitialCorruptCheck"
+        "LeaseCheckpoint" | "LeaseCheckpointPersist" | "InitialCorruptCheck" | "CompactHashCheck"
     )
 }
 

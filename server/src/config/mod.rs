@@ -196,6 +196,16 @@ impl Config {
             .unwrap_or(false)
     }
 
+    /// How often the leader compares the hashes recorded at compactions
+    /// with its peers', if it does (`--experimental-compact-hash-check-enabled`,
+    /// 3.6's `--feature-gates=CompactHashCheck=true`, every
+    /// `--compact-hash-check-time`).
+    pub fn compact_hash_check(&self) -> Option<Duration> {
+        let on = self.pending.feature_gates.get("CompactHashCheck").copied();
+        let every = self.pending.compact_hash_check_time;
+        (on == Some(true) && !every.is_zero()).then_some(every)
+    }
+
     /// When requests are slow enough to warn about
     /// (`--warning-apply-duration`, `--warning-unary-request-duration`).
     pub fn slow_requests(&self) -> crate::slow_requests::SlowRequests {

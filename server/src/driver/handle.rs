@@ -109,13 +109,35 @@ impl<K: KvStore> Handle<K> {
 
     /// etcd's `HashKV` of this member's applied key space up to `revision`
     /// (0: the current one), computed on a read view on a blocking thread.
+    ///
+    /// A revision a compaction recorded the hash of (see
+    /// [`KvStore::compaction_hashes`]) is answered with that hash, its
+    /// compact revision of then, and the current revision, as etcd 3.6
+    /// answers: the history it covered may be gone.
     pub async fn hash_kv(&self, revision: i64) -> Result<KvHash, Error> {
         let kv = self.kv.clone();
         self.run_blocking(move || {
             let view = kv.read().map_err(fatal_storage)?;
-            hash_kv(&view, revision)
+            let recorded = kv
+                .compaction_hashes()
+                .into_iter()
+                .find(|h| revision > 0 && h.revision == revision);
+            match recorded {
+                Some(h) => Ok(KvHash {
+                    hash: h.hash,
+                    compact_revision: h.compact_revision,
+                    revision: view.meta().map_err(fatal_storage)?.revision,
+                }),
+                None => hash_kv(&view, revision),
+            }
         })
         .await
+    }
+
+    /// The hashes this member's compactions recorded, newest first (none
+    /// unless the backend keeps them).
+    pub fn compaction_hashes(&self) -> Vec<oxetcd_core::storage::CompactionHash> {
+        self.kv.compaction_hashes()
     }
 
     /// Defragments the backend on a blocking thread (reads and writes wait

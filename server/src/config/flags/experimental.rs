@@ -35,7 +35,7 @@ const FLAGS: &[Flag] = &[
         "0s",
         "corrupt-check-time",
     ),
-    not_yet(
+    wired(
         "compact-hash-check-time",
         Kind::Duration,
         "1m0s",
