@@ -5,7 +5,11 @@
 //! [`run`]. Everything else is here, written once:
 //!
 //! - [`auth_token`]: `--auth-token`, and etcd's JWT tokens.
+//! - [`compact_hash_check`]: the leader's check of the hashes recorded at
+//!   compactions.
 //! - [`config`]: flags and `ETCD_*` variables.
+//! - [`corruption`]: the initial and periodic `HashKV` comparisons with
+//!   the peers, and the one place corruption is reported.
 //! - [`driver`]: the node on its own thread, the log writer, the [`Handle`]
 //!   services use.
 //! - [`grpc`]: the etcd v3 services and the router in front of them.
@@ -13,6 +17,7 @@
 //! - [`peer`]: the peer transport (raft messages and snapshots over TCP,
 //!   with TLS for `https://` peer URLs).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
+//! - [`slow_requests`]: etcd's warnings for slow applies and requests.
 //! - `serve` (private): listeners, accept loops, one connection's HTTP/1.1
 //!   and h2c (over TLS for `https://` URLs), and the gRPC-or-HTTP split by
 //!   content type.

@@ -1,6 +1,8 @@
 //! What a running server does on its own, as etcd does it: the leader's
-//! auto-compaction on its periodic schedule, and the warnings for slow
-//! requests (`--warning-apply-duration`, `--warning-unary-request-duration`).
+//! auto-compaction on its periodic schedule (alone, and in a cluster
+//! where only the leader compacts and every member follows through the
+//! log), and the warnings for slow requests (`--warning-apply-duration`,
+//! `--warning-unary-request-duration`).
 
 use std::time::{Duration, Instant};
 
@@ -103,4 +105,67 @@ fn slow_requests_are_warned_as_etcd_warns_them() {
         assert!(log.contains(line), "no `{line}` in:\n{log}");
     }
     assert!(!log.contains("not yet supported: --warning"), "{log}");
+}
+
+/// In a cluster only the leader compacts, through the log: every member
+/// ends up compacted, and only the leader logged a compaction.
+#[test]
+fn only_the_leader_auto_compacts_and_every_member_follows() {
+    use oxetcd_tests::etcdctl::ctl_ok;
+    use oxetcd_tests::{Cluster, ClusterOptions};
+    let options = ClusterOptions::new("auto-compaction-test").flags(&[
+        "--auto-compaction-mode=periodic",
+        "--auto-compaction-retention=1s",
+    ]);
+    let cluster = Cluster::start(
+        options,
+        &[
+            ServerKind::Oxetcd,
+            ServerKind::OxetcdSmol,
+            ServerKind::Oxetcd,
+        ],
+    );
+    let leader = cluster.wait_leader();
+    let address = cluster.members[leader].address();
+    let until = Instant::now() + DEADLINE;
+    let mut compacted = vec![0; 3];
+    for n in 0..1_000 {
+        ctl_ok(&address, &["put", &format!("k{n}"), "v"]);
+        for (member, at) in compacted.iter_mut().enumerate() {
+            let endpoint = format!("http://{}", cluster.members[member].address());
+            let mut client = Grpc::connect(&endpoint).unwrap_or_else(|e| panic!("{e}"));
+            *at = client.hash_kv(0).expect("hash_kv").compact_revision;
+        }
+        if compacted.iter().all(|at| *at >= 3) || Instant::now() > until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        compacted.iter().all(|at| *at >= 3),
+        "compact revisions {compacted:?}:\n{}",
+        cluster.members[leader].log_tail()
+    );
+    // A member compacts only while it leads (an election under load may
+    // have moved leadership meanwhile, so a former leader may have too).
+    let mut compactors = 0;
+    for (member, m) in cluster.members.iter().enumerate() {
+        let log = m.log();
+        if log.contains("starting auto periodic compaction") {
+            compactors += 1;
+            assert!(
+                log.contains("became leader"),
+                "member {member} compacted without ever leading:\n{log}"
+            );
+        }
+    }
+    assert!(compactors >= 1);
+    assert!(
+        compactors < 3
+            || cluster
+                .members
+                .iter()
+                .all(|m| m.log().contains("became leader")),
+        "followers compacted"
+    );
 }
