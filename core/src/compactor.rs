@@ -29,6 +29,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::error::Error;
+use crate::GoDuration;
 use crate::Instant;
 
 /// etcd's sampling divisor: a periodic compactor looks every tenth of its
@@ -122,7 +123,7 @@ impl Compactor {
             Schedule::Revision { .. } => Some(now + REVISION_INTERVAL),
         };
         if let Schedule::Periodic { retention, .. } = &schedule {
-            info!(compact_period = ?retention, "started auto periodic compactor");
+            info!(compact_period = %GoDuration(*retention), "started auto periodic compactor");
         }
         if let Schedule::Revision { retention, .. } = &schedule {
             info!(
@@ -166,7 +167,7 @@ impl Compactor {
                 // After the first retention, compact at most hourly.
                 *wait = periodic_interval_cap(*retention);
                 let target = *samples.front()?;
-                info!(revision = target, compact_period = ?retention, "starting auto periodic compaction");
+                info!(revision = target, compact_period = %GoDuration(*retention), "starting auto periodic compaction");
                 self.start(now, target)
             }
             Schedule::Revision {
@@ -206,16 +207,16 @@ impl Compactor {
                 if done {
                     info!(
                         revision = target,
-                        compact_period = ?retention,
-                        took = ?now.saturating_since(*last_success),
+                        compact_period = %GoDuration(*retention),
+                        took = %GoDuration(now.saturating_since(*last_success)),
                         "completed auto periodic compaction"
                     );
                     *last_success = now;
                 } else {
                     warn!(
                         revision = target,
-                        compact_period = ?retention,
-                        retry_interval = ?periodic_interval(*retention),
+                        compact_period = %GoDuration(*retention),
+                        retry_interval = %GoDuration(periodic_interval(*retention)),
                         error = %error_text(result),
                         "failed auto periodic compaction"
                     );
@@ -231,14 +232,14 @@ impl Compactor {
                     info!(
                         revision = target,
                         revision_compaction_retention = *retention,
-                        took = ?now.saturating_since(started),
+                        took = %GoDuration(now.saturating_since(started)),
                         "completed auto revision compaction"
                     );
                 } else {
                     warn!(
                         revision = target,
                         revision_compaction_retention = *retention,
-                        retry_interval = ?REVISION_INTERVAL,
+                        retry_interval = %GoDuration(REVISION_INTERVAL),
                         error = %error_text(result),
                         "failed auto revision compaction"
                     );

@@ -58,7 +58,7 @@ pub use node::{
     grpc_message_bytes, ClusterState, Config, InitialMember, Input, Node, Output, RequestId,
     GRPC_OVERHEAD_BYTES,
 };
-pub use time::Instant;
+pub use time::{GoDuration, Instant};
 
 use oxetcd_proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use oxetcd_core::storage::{CompactionHash, KvStore};
-use oxetcd_core::{Request, Response};
+use oxetcd_core::{GoDuration, Request, Response};
 use oxetcd_proto::etcdserverpb::MemberListRequest;
 use tracing::{error, info, warn};
 
@@ -146,7 +146,7 @@ pub async fn monitor<R: Runtime, K: KvStore>(
 ) {
     info!(
         local_member_id = %hex(me),
-        interval = ?every,
+        interval = %GoDuration(every),
         "enabled compact hash check"
     );
     let mut latest_checked = 0;
@@ -178,7 +178,7 @@ async fn check_once<R: Runtime, K: KvStore>(
     }
     info!(
         local_member_id = %hex(me),
-        timeout = ?limit,
+        timeout = %GoDuration(limit),
         "starting compact hash check"
     );
     let list = Request::MemberList(MemberListRequest {

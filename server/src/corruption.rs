@@ -25,7 +25,7 @@
 use std::time::Duration;
 
 use oxetcd_core::storage::{KvRead, KvStore};
-use oxetcd_core::{Request, Response};
+use oxetcd_core::{GoDuration, Request, Response};
 use oxetcd_proto::etcdserverpb::MemberListRequest;
 use oxetcd_storage::bolt::hash::KvHash;
 use tracing::{error, info, warn};
@@ -256,7 +256,7 @@ pub async fn check_before_start<R: Runtime, K: KvStore>(
 ) -> Result<(), String> {
     info!(
         local_member_id = %hex(me),
-        timeout = ?limit,
+        timeout = %GoDuration(limit),
         "starting initial corruption check"
     );
     let kv = kv.clone();
@@ -300,7 +300,7 @@ pub async fn monitor<R: Runtime, K: KvStore>(
 ) {
     info!(
         local_member_id = %hex(me),
-        interval = ?every,
+        interval = %GoDuration(every),
         "enabled corruption checking"
     );
     loop {

@@ -21,7 +21,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 
-use oxetcd_core::{Error, Request, Response};
+use oxetcd_core::{Error, GoDuration, Request, Response};
 use oxetcd_proto::etcdserverpb::RangeRequest;
 use prost::Message as _;
 use tracing::{debug, enabled, warn, Level};
@@ -147,8 +147,8 @@ impl SlowRequests {
     pub(crate) fn applied(&self, took: Duration, first: u64, last: u64) {
         if took > self.apply {
             warn!(
-                took = ?took,
-                expected_duration = ?self.apply,
+                took = %GoDuration(took),
+                expected_duration = %GoDuration(self.apply),
                 prefix = "",
                 request = %format_args!("entries {first}..={last}"),
                 response = "",
@@ -173,7 +173,7 @@ impl SlowRequests {
             ($level:ident) => {
                 $level!(
                     start_time = %start_time,
-                    time_spent = ?took,
+                    time_spent = %GoDuration(took),
                     remote = "No remote client info.",
                     response_type = timed.method,
                     request_count = stats.request_count,
@@ -211,8 +211,8 @@ impl SlowRequests {
             Err(e) => (String::new(), e.message().to_string()),
         };
         warn!(
-            took = ?took,
-            expected_duration = ?self.apply,
+            took = %GoDuration(took),
+            expected_duration = %GoDuration(self.apply),
             prefix = "read-only range ",
             request = %range_summary(range),
             response = %response,
