@@ -11,10 +11,12 @@
 //!   cannot answer (down, behind, compacted past) are logged and skipped.
 //! - the periodic check (`--corrupt-check-time`, 3.4's
 //!   `--experimental-corrupt-check-time`), on the leader only: it hashes,
-//!   asks its followers at its revision, hashes again, and flags a
-//!   follower ahead of it, a follower compacted further, or one with its
-//!   compact revision and another hash (and itself, when its own two
-//!   hashes differ at one revision). What it finds ends in
+//!   asks its followers at its revision, passes a read barrier, hashes
+//!   again, and flags a follower ahead of it, a follower compacted
+//!   further, or one with its compact revision and another hash (and
+//!   itself, when its own two hashes differ at one revision); the
+//!   compact hash check is in [`crate::compact_hash_check`]. What they
+//!   find ends in
 //!   [`on_corruption`], the one place that raises the CORRUPT alarm.
 //!
 //! Peers are asked over the peer port ([`PeerTransport::hash_kv`]; why not
@@ -339,6 +341,10 @@ async fn check_once<R: Runtime, K: KvStore>(
         .collect();
     let first = handle.hash_kv(0).await?;
     let answers = peer_hashes(transport, me, &peers, first.revision, limit).await;
+    // A read barrier, as etcd's linearizable read before its second hash:
+    // everything committed by now is applied.
+    let barrier = Request::MemberList(MemberListRequest { linearizable: true });
+    handle.request(barrier).await?;
     let second = handle.hash_kv(0).await?;
     if let Some(member_id) = check_as_leader(me, &first, &second, &answers) {
         on_corruption(member_id);
