@@ -164,10 +164,19 @@ impl Compactor {
                     self.sample(now, revision);
                     return None;
                 }
+                // The window always holds the sample taken at start or
+                // since; were it empty, this look only samples.
+                let Some(&target) = samples.front() else {
+                    self.sample(now, revision);
+                    return None;
+                };
                 // After the first retention, compact at most hourly.
                 *wait = periodic_interval_cap(*retention);
-                let target = *samples.front()?;
-                info!(revision = target, compact_period = %GoDuration(*retention), "starting auto periodic compaction");
+                info!(
+                    revision = target,
+                    compact_period = %GoDuration(*retention),
+                    "starting auto periodic compaction"
+                );
                 self.start(now, target)
             }
             Schedule::Revision {
