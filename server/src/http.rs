@@ -2,7 +2,8 @@
 //!
 //! `GET /health` answers healthy when a read through the node succeeds in
 //! time (`?serializable=true` makes it a local read); `GET /version` reports
-//! the API version; anything else is 404. The endpoints only read: they never
+//! the API version; `GET /metrics` is [`crate::metrics`]'s; anything else
+//! is 404. The endpoints only read: they never
 //! change state.
 
 use std::time::Duration;
@@ -39,7 +40,7 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
     /// Answers one HTTP request.
     pub async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
         let path = request.uri().path();
-        let known = matches!(path, "/health" | "/version");
+        let known = matches!(path, "/health" | "/version" | "/metrics");
         if known && request.method() != Method::GET && request.method() != Method::HEAD {
             let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
             response
@@ -49,6 +50,7 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
         }
         match path {
             "/health" => self.health(serializable(request.uri().query())).await,
+            "/metrics" => crate::metrics::scrape(&self.handle).await,
             "/version" => json(
                 StatusCode::OK,
                 format!(r#"{{"etcdserver":"{ETCD_VERSION}","etcdcluster":"{ETCD_VERSION}"}}"#),

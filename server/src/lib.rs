@@ -13,7 +13,9 @@
 //! - [`driver`]: the node on its own thread, the log writer, the [`Handle`]
 //!   services use.
 //! - [`grpc`]: the etcd v3 services and the router in front of them.
-//! - [`http`]: `/health`, `/version`.
+//! - [`http`]: `/health`, `/version`, `/metrics`.
+//! - [`metrics`]: etcd's Prometheus metrics, and the `--listen-metrics-urls`
+//!   listeners.
 //! - [`peer`]: the peer transport (raft messages and snapshots over TCP,
 //!   with TLS for `https://` peer URLs).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
@@ -36,6 +38,7 @@ pub mod grpc;
 pub mod http;
 mod log_budget;
 mod log_format;
+pub mod metrics;
 pub mod peer;
 pub mod runtime;
 mod serve;
@@ -113,7 +116,8 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     let shutdown = runtime.shutdown_signal().map_err(RunError::Signals)?;
 
     // Bind first: a busy port fails before the node starts.
-    let listeners = serve::bind(&runtime, &config)?;
+    let listeners = serve::bind(&runtime, &config.listen_client_urls)?;
+    let metrics_listeners = serve::bind(&runtime, &config.listen_metrics_urls)?;
     create_data_dir(&config.data_dir)?;
     // Certificates are read (or, with --auto-tls, made) before the node
     // starts: a bad file stops the server before it joins anything.
@@ -124,6 +128,13 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     let peer_listeners = bind_peers(&config)?;
     let (log, kv) = oxetcd_storage::open(&config.data_dir)
         .map_err(|e| RunError::DataDir(format!("{}: {e}", config.data_dir.display())))?;
+    let metrics = Arc::new(metrics::Metrics::new(
+        &metrics::MetricsSettings::from_config(&config),
+    ));
+    {
+        let metrics = metrics.clone();
+        kv.observe_commits(Box::new(move |took| metrics.observe_backend_commit(took)));
+    }
     let blocking: driver::Blocking = {
         let runtime = runtime.clone();
         Arc::new(move |work| runtime.spawn_blocking(work))
@@ -133,6 +144,7 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     let removal = mailbox.removal();
     let readiness = mailbox.readiness();
     let transport = start_peers(&runtime, &config, peer_tls, peer_listeners, &log, &mailbox)?;
+    transport.set_metrics(metrics.peers.clone());
     let link: Arc<dyn driver::PeerLink> = Arc::new(transport.clone());
     let node_config = config.node_config();
     let request_timeout = node_config.request_timeout;
@@ -147,10 +159,18 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     if compact_hash_check.is_some() {
         kv.keep_compaction_hashes();
     }
-    let handle = driver::start_with_peers(node_config, log, kv, blocking, mailbox, Some(link))
-        .await
-        .map_err(RunError::Node)?;
+    let handle =
+        driver::start_with_peers(node_config, log, kv, blocking, mailbox, Some(link), metrics)
+            .await
+            .map_err(RunError::Node)?;
     transport.serve_hash_kv(hash_kv_service(&handle));
+    // Metrics answer from the start, before the member is ready.
+    metrics::serve_metrics_urls(
+        &runtime,
+        handle.clone(),
+        metrics_listeners,
+        client_tls.clone(),
+    );
     info!(
         name = %config.name,
         member_id = %format_args!("{:x}", config.member_id()),

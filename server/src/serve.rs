@@ -42,21 +42,20 @@ use authority::AuthorityRewrite;
 /// loop does not spin while the condition lasts.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
-/// A bound client listener.
+/// A bound client (or metrics) listener.
 pub(crate) struct Bound<L> {
-    url: ListenUrl,
-    local_addr: SocketAddr,
-    listener: L,
+    pub(crate) url: ListenUrl,
+    pub(crate) local_addr: SocketAddr,
+    pub(crate) listener: L,
 }
 
-/// Binds every client URL.
+/// Binds every URL of `urls` (`--listen-client-urls`, or
+/// `--listen-metrics-urls`).
 pub(crate) fn bind<R: Runtime>(
     runtime: &R,
-    config: &Config,
+    urls: &[ListenUrl],
 ) -> Result<Vec<Bound<R::Listener>>, RunError> {
-    config
-        .listen_client_urls
-        .iter()
+    urls.iter()
         .map(|url| {
             let bind_error = |error| RunError::Bind {
                 url: url.url.clone(),
@@ -203,6 +202,27 @@ impl<R: Runtime, K: KvStore> App<R, K> {
             self.grpc.route(request).await
         } else {
             Box::pin(self.http.route(request)).await
+        }
+    }
+}
+
+/// Accepts connections on `listener` until the process ends, handing
+/// each to `serve` (with the remote address); a failed accept pauses the
+/// loop briefly.
+pub(crate) async fn accept_each<R: Runtime>(
+    runtime: R,
+    listener: R::Listener,
+    mut serve: impl FnMut(R::Io, SocketAddr),
+) {
+    loop {
+        match runtime.accept(&listener).await {
+            Ok((io, remote)) => serve(io, remote),
+            Err(e) => {
+                warn!(error = %e, "accepting a connection failed");
+                runtime
+                    .sleep_until(deadline_after(ACCEPT_ERROR_BACKOFF))
+                    .await;
+            }
         }
     }
 }

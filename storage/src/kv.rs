@@ -45,7 +45,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::ops::{Bound, ControlFlow};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
@@ -112,11 +112,16 @@ struct Shared {
     /// Hashes recorded at compactions, newest first, at most
     /// [`COMPACTION_HASHES_MAX`]; `None` while not kept.
     compaction_hashes: Mutex<Option<VecDeque<CompactionHash>>>,
+    /// Told how long each commit took (the server's metrics).
+    commit_observer: OnceLock<CommitObserver>,
 }
 
 /// Compaction hashes kept at most (etcd's `hashStorageMaxSize`): the
 /// leader checks the newest it has not checked yet.
 pub const COMPACTION_HASHES_MAX: usize = 10;
+
+/// Called with the duration of every commit, on the committing thread.
+pub type CommitObserver = Box<dyn Fn(Duration) + Send + Sync>;
 
 impl RedbKv {
     /// Opens or creates the backend database at `path` (see [`crate::open`])
@@ -151,6 +156,7 @@ impl RedbKv {
                 index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
                 compaction_hashes: Mutex::new(None),
+                commit_observer: OnceLock::new(),
             }),
         })
     }
@@ -180,6 +186,13 @@ impl RedbKv {
     /// page and need the write lock), so there is no "in use" figure.
     pub fn size_bytes(&self) -> Result<u64, StorageError> {
         file_size(&self.shared.path)
+    }
+
+    /// Has `observer` told the duration of every commit from now on (the
+    /// redb commit alone, durable or not). Only the first observer set is
+    /// kept.
+    pub fn observe_commits(&self, observer: CommitObserver) {
+        let _ = self.shared.commit_observer.set(observer);
     }
 
     /// Path of the database file.
@@ -593,8 +606,13 @@ impl KvWrite for RedbKvWrite {
             Durability::None
         };
         txn.set_durability(durability).map_err(err("kv commit"))?;
+        let started = Instant::now();
         txn.commit().map_err(err("kv commit"))?;
-        kv.cadence().record(durable, Instant::now());
+        let committed = Instant::now();
+        kv.cadence().record(durable, committed);
+        if let Some(observe) = kv.shared.commit_observer.get() {
+            observe(committed - started);
+        }
         if changes_index {
             kv.shared.index.publish(seq, overlay)?;
         }

@@ -14,6 +14,7 @@ use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 use prost::Message as _;
 
 use super::access::check_at_apply;
+use super::metrics::Counters;
 use super::{Node, Ticket};
 use crate::auth::{AuthInfo, AuthStore};
 use crate::error::Error;
@@ -34,6 +35,8 @@ pub(super) struct ApplyContext<'a> {
     pub(super) revoked: &'a mut Vec<i64>,
     /// Users, roles and permissions.
     pub(super) auth: &'a mut AuthStore,
+    /// The node's metrics counts (live keys move with every change).
+    pub(super) counters: &'a mut Counters,
 }
 
 /// Applies one proposal at `index`. The outer error is a storage failure
@@ -111,6 +114,7 @@ fn apply_kv(
         return Err(e);
     }
     if !changes.is_empty() {
+        cx.counters.count_changes(&changes);
         cx.lessor.on_changes(&changes);
         cx.watches
             .on_revision(meta.revision, &changes, &*txn, cx.identity)?;
@@ -262,6 +266,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             };
             meta.applied_index = entry.index;
             meta.applied_term = entry.term;
+            if let Ok(response) = &result {
+                self.counters.count_applied(response);
+            }
             let result = result.map(|mut response| {
                 stamp(
                     &mut response,
@@ -331,6 +338,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     identity,
                     revoked,
                     auth: &mut self.auth,
+                    counters: &mut self.counters,
                 };
                 apply_proposal(txn, meta, index, request, &mut cx)?
             }

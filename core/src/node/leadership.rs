@@ -100,6 +100,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             }
         }
         if leader != self.leader {
+            // etcd counts a change to a known leader, not the loss of one.
+            self.counters.leader_changes_seen += u64::from(leader.is_some());
             self.leader_changed(leader);
         }
         self.role = role;
@@ -122,9 +124,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         };
         let current = leader.map(|_| current);
         for ticket in self.proposals.leadership_changed(current, committed) {
+            self.counters.proposals_failed += 1;
             self.answer(ticket, Err(Error::LeaderChanged));
         }
         for read in self.reads.leadership_changed(current) {
+            self.counters.read_indexes_failed += 1;
             self.answer(read.ticket, Err(Error::LeaderChanged));
         }
         if let Some(leader) = leader {

@@ -65,6 +65,7 @@ mod io;
 mod leadership;
 mod lease_forward;
 mod membership;
+mod metrics;
 mod proposals;
 mod propose;
 mod publication;
@@ -97,6 +98,7 @@ pub use self::io::{
 };
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::Members;
+pub use self::metrics::NodeMetrics;
 use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
@@ -195,6 +197,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     publication: Publication,
     /// This member applied its own removal.
     removed: bool,
+    /// What the runtime's metrics read ([`Node::metrics`]).
+    counters: metrics::Counters,
 }
 
 /// The log and the backend must describe one history: the backend has
@@ -250,6 +254,10 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         };
         let lessor = Lessor::recover(config.lease, &view)?;
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
+        let counters = metrics::Counters {
+            keys: metrics::live_keys(&view, meta.revision)?,
+            ..Default::default()
+        };
         drop(view);
         let durable = DurableState {
             hard_state: state.hard_state.clone(),
@@ -314,6 +322,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             compactor: Compactor::new(config.auto_compaction, now, meta.revision),
             publication: Publication::default(),
             removed: false,
+            counters,
             config,
         };
         node.update_sole_voter();
@@ -545,6 +554,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     }
 
     fn dispatch(&mut self, ticket: Ticket, request: Request, who: AuthInfo) {
+        if matches!(request, Request::Range(_)) {
+            self.counters.ranges += 1;
+        }
         if let Err(e) = mvcc::validate(&request, &self.config.limits) {
             return self.answer(ticket, Err(e));
         }
@@ -640,6 +652,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// (the lessor holds deadlines only while this member leads).
     fn handle_lease_timers(&mut self) {
         let (revokes, checkpoints) = self.lessor.poll_due(self.now);
+        self.counters.leases_expired += revokes.len() as u64;
         for id in revokes {
             debug!(lease_id = id, "lease expired; revoking");
             self.propose_internal(proposal::Request::LeaseRevoke(LeaseRevokeRequest { id }));
@@ -691,9 +704,12 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         // Forget what the expired requests left behind.
         let requests = &self.requests;
+        let (proposals, reads) = (self.proposals.len(), self.reads.len());
         self.proposals.retain(|t| requests.waits(t));
         self.leaderless.retain(|t| requests.waits(t));
         self.reads.retain(|t| requests.waits(t));
+        self.counters.proposals_failed += (proposals - self.proposals.len()) as u64;
+        self.counters.slow_read_indexes += (reads - self.reads.len()) as u64;
         self.move_leaders.retain(|(t, _)| requests.waits(*t));
         for tickets in self.parked_renewals.values_mut() {
             tickets.retain(|t| requests.waits(*t));

@@ -155,6 +155,11 @@ impl Proposals {
             .collect()
     }
 
+    /// Proposals waiting to be applied.
+    pub(super) fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
     /// Drops every proposal whose ticket no longer waits.
     pub(super) fn retain(&mut self, waits: impl Fn(Ticket) -> bool) {
         self.by_id.retain(|_, p| waits(p.ticket));

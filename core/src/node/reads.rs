@@ -152,6 +152,17 @@ impl Reads {
         lost
     }
 
+    /// Reads waiting, at any stage.
+    pub(super) fn len(&self) -> usize {
+        self.batch.len()
+            + self
+                .rounds
+                .values()
+                .map(|(_, reads)| reads.len())
+                .sum::<usize>()
+            + self.confirmed.len()
+    }
+
     /// Drops every read whose ticket no longer waits.
     pub(super) fn retain(&mut self, waits: impl Fn(Ticket) -> bool) {
         self.batch.retain(|r| waits(r.ticket));

@@ -70,6 +70,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.membership_unsaved = false;
         self.lessor = Lessor::recover(self.config.lease, &view)?;
         self.auth = AuthStore::recover(view.auth()?, self.config.auth_token_ttl);
+        self.counters.keys = super::metrics::live_keys(&view, self.meta.revision)?;
         if self.raft.role() == Role::Leader {
             self.lessor.promote(self.now);
         }
@@ -82,6 +83,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         // Proposals the snapshot covers may or may not be in it.
         let applied = self.meta.applied_index;
         for ticket in self.proposals.covered_by_snapshot(applied) {
+            self.counters.proposals_failed += 1;
             self.answer(ticket, Err(Error::LeaderChanged));
         }
         self.with_watches(|watches, cx| watches.handle_restored(cx));

@@ -605,3 +605,58 @@ fn auto_compaction_by_revision_compacts_through_the_log() {
     h.advance(REVISION_INTERVAL);
     assert_eq!(compacted(&h), 5);
 }
+
+/// The node's metrics: mvcc operations and live keys move with applied
+/// writes (a key created, overwritten, deleted; a txn's chosen branch),
+/// ranges when asked, and the counts survive a restart's recount of keys.
+#[test]
+fn metrics_count_operations_and_live_keys() {
+    use oxetcd_proto::etcdserverpb::{request_op, DeleteRangeRequest, RequestOp, TxnRequest};
+    let (log, kv) = (MemoryLog::default(), MemoryKv::default());
+    let mut h = Harness::new(log.clone(), kv.clone());
+    let start = h.node.metrics();
+    assert!(start.has_leader && start.is_leader && !start.is_learner);
+    assert_eq!(start.leader_changes_seen, 1);
+    assert_eq!(start.keys, 0);
+    let put = |key: &str| PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    };
+    h.call(1, Request::Put(put("a"))).unwrap();
+    h.call(2, Request::Put(put("a"))).unwrap();
+    h.call(3, Request::Put(put("b"))).unwrap();
+    let delete = DeleteRangeRequest {
+        key: b"b".to_vec(),
+        ..Default::default()
+    };
+    h.call(4, Request::DeleteRange(delete)).unwrap();
+    let txn = TxnRequest {
+        compare: Vec::new(),
+        success: vec![
+            RequestOp {
+                request: Some(request_op::Request::RequestPut(put("c"))),
+            },
+            RequestOp {
+                request: Some(request_op::Request::RequestRange(RangeRequest {
+                    key: b"a".to_vec(),
+                    ..Default::default()
+                })),
+            },
+        ],
+        failure: Vec::new(),
+    };
+    h.call(5, Request::Txn(txn)).unwrap();
+    h.get(6, "a");
+    h.settle();
+    let m = h.node.metrics();
+    assert_eq!((m.puts, m.deletes, m.txns), (4, 1, 1));
+    assert_eq!(m.ranges, 2, "one asked, one in the txn");
+    assert_eq!(m.keys, 2, "a and c");
+    assert_eq!(m.proposals_pending, 0);
+    assert_eq!(m.proposals_applied, m.proposals_committed);
+
+    // A restarted node counts the live keys again.
+    let restarted = Harness::new(log, kv);
+    assert_eq!(restarted.node.metrics().keys, 2);
+}

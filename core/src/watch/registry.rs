@@ -121,6 +121,16 @@ impl WatchRegistry {
         self.watchers.len()
     }
 
+    /// Watchers, those of them catching up, and streams, for metrics.
+    pub(crate) fn counts(&self) -> (u64, u64, u64) {
+        let catching_up: usize = self.streams.values().map(|s| s.catching_up).sum();
+        (
+            self.watchers.len() as u64,
+            catching_up as u64,
+            self.streams.len() as u64,
+        )
+    }
+
     /// One request from a client's stream.
     pub(crate) fn handle_request(
         &mut self,

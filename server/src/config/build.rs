@@ -15,7 +15,7 @@ use super::logging::Logging;
 use super::parse::{from_source, Given};
 use super::settings::{Pending, Settings};
 use super::tls::{parse_client_tls, parse_peer_tls, Switches};
-use super::urls::{parse_listen_urls, parse_urls};
+use super::urls::{parse_listen_urls, parse_urls, ListenUrl};
 use super::values::{invalid, Value, FEATURE_GATES};
 use super::{Config, ConfigError};
 
@@ -91,6 +91,7 @@ fn build(
     let (lease_checkpoint_interval, watch_progress_notify_interval) =
         intervals(&settings, &value, &mut warnings)?;
     let logging = logging(&settings);
+    let listen_metrics_urls = listen_metrics_urls(&value("listen-metrics-urls"), &mut warnings)?;
     let pending = Pending::new(&settings, gates)?;
     Ok(Config {
         name,
@@ -123,10 +124,32 @@ fn build(
         auth_token: settings.text("auth-token"),
         auth_token_ttl: Duration::from_secs(settings.uint("auth-token-ttl")),
         logging,
+        metrics_extensive: settings.text("metrics") == "extensive",
+        listen_metrics_urls,
         pending,
         settings,
         warnings,
     })
+}
+
+/// `--listen-metrics-urls`: `http://` and `https://` URLs are served;
+/// etcd's `unix://` and `unixs://` sockets are taken, and only warned
+/// about, as before the endpoint existed.
+fn listen_metrics_urls(
+    value: &str,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<ListenUrl>, ConfigError> {
+    let mut urls = Vec::new();
+    for raw in super::urls::split_list(value) {
+        if raw.starts_with("unix://") || raw.starts_with("unixs://") {
+            warnings.push(format!(
+                "--listen-metrics-urls {raw}: unix sockets are not yet supported; not served"
+            ));
+            continue;
+        }
+        urls.extend(parse_listen_urls("listen-metrics-urls", raw)?);
+    }
+    Ok(urls)
 }
 
 /// `--snapshot-count`; 0 means etcd's default, with a warning.

@@ -119,6 +119,12 @@ pub struct Config {
     pub auth_token_ttl: Duration,
     /// `--logger`, `--log-level`, `--log-format`, `--log-outputs`.
     pub logging: Logging,
+    /// `--metrics extensive`: the gRPC handling-time histograms too.
+    pub metrics_extensive: bool,
+    /// `--listen-metrics-urls`: more places serving `/metrics` and
+    /// `/health` (over TLS with the client port's certificate for
+    /// `https://`).
+    pub listen_metrics_urls: Vec<ListenUrl>,
     /// Settings of features oxetcd does not have yet.
     pub pending: Pending,
     /// Every flag's value, given or default.

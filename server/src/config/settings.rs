@@ -90,10 +90,6 @@ pub struct Pending {
     pub grpc_keepalive_timeout: Duration,
     /// `--enable-pprof`.
     pub enable_pprof: bool,
-    /// `--metrics`: `basic` or `extensive`.
-    pub metrics: String,
-    /// `--listen-metrics-urls`.
-    pub listen_metrics_urls: Vec<String>,
     /// `--feature-gates`, with etcd 3.5's switches that became gates
     /// folded in; only the gates given.
     pub feature_gates: BTreeMap<String, bool>,
@@ -139,8 +135,6 @@ impl Pending {
             grpc_keepalive_interval: settings.duration("grpc-keepalive-interval"),
             grpc_keepalive_timeout: settings.duration("grpc-keepalive-timeout"),
             enable_pprof: settings.bool("enable-pprof"),
-            metrics: settings.text("metrics"),
-            listen_metrics_urls: settings.list("listen-metrics-urls"),
             feature_gates,
             corrupt_check_time: settings.duration("corrupt-check-time"),
             compact_hash_check_time: settings.duration("compact-hash-check-time"),

@@ -25,6 +25,7 @@ use tracing::error;
 
 use super::run::{fatal, fatal_storage};
 use super::{Blocking, Command, FileChunks, Reply, IN_FLIGHT_REQUESTS_MAX};
+use crate::metrics::Metrics;
 use crate::slow_requests::{SlowRequests, Timed};
 use crate::watch_routes::StreamItem;
 
@@ -38,6 +39,7 @@ pub struct Handle<K> {
     pub(super) next_stream: Arc<AtomicU64>,
     /// When a client request is slow enough to warn about.
     pub(super) slow: SlowRequests,
+    pub(super) metrics: Arc<Metrics>,
 }
 
 impl<K: Clone> Clone for Handle<K> {
@@ -49,6 +51,7 @@ impl<K: Clone> Clone for Handle<K> {
             blocking: self.blocking.clone(),
             next_stream: self.next_stream.clone(),
             slow: self.slow,
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -58,6 +61,13 @@ pub(crate) struct WatchStreamParts {
     pub(crate) stream: StreamId,
     pub(crate) items: async_mpsc::UnboundedReceiver<StreamItem>,
     pub(crate) queued: Arc<AtomicUsize>,
+}
+
+impl<K> Handle<K> {
+    /// The server's metrics, recorded by the driver and the services.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
 }
 
 impl<K: KvStore> Handle<K> {
@@ -146,8 +156,12 @@ impl<K: KvStore> Handle<K> {
     pub async fn defragment(&self) -> Result<(), Error> {
         let kv = self.kv.clone();
         let started = std::time::Instant::now();
-        self.run_blocking(move || kv.defragment().map_err(Error::Storage))
-            .await?;
+        self.metrics.defrag_inflight.set(1);
+        let defragmented = self
+            .run_blocking(move || kv.defragment().map_err(Error::Storage))
+            .await;
+        self.metrics.defrag_inflight.set(0);
+        defragmented?;
         tracing::info!(
             took_ms = started.elapsed().as_millis() as u64,
             "finished defragmenting the backend"

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use oxetcd_core::raft::Persist;
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::Input;
-use oxetcd_proto::eraftpb::Message;
+use oxetcd_proto::eraftpb::{Message, MessageType};
 use oxetcd_proto::etcdserverpb::Member;
 use oxetcd_storage::snapshot::{SnapshotExport, CHUNK_BYTES_DEFAULT};
 use tracing::{debug, info, warn};
@@ -30,12 +30,20 @@ pub(super) struct ClusterLinks<K> {
     member_id: u64,
     /// A peer refused this member as removed from the cluster.
     pub(super) refused_as_removed: bool,
+    /// Heartbeats the link refused (etcd's `heartbeat_send_failures_total`).
+    heartbeat_send_failures: prometheus::IntCounter,
 }
 
 impl<K: KvStore> ClusterLinks<K> {
     /// Links for member `member_id`, reaching its peers through `peers`.
-    pub(super) fn new(kv: K, peers: Option<Arc<dyn PeerLink>>, member_id: u64) -> Self {
+    pub(super) fn new(
+        kv: K,
+        peers: Option<Arc<dyn PeerLink>>,
+        member_id: u64,
+        heartbeat_send_failures: prometheus::IntCounter,
+    ) -> Self {
         Self {
+            heartbeat_send_failures,
             kv,
             peers,
             received: BTreeMap::new(),
@@ -81,6 +89,7 @@ impl<K: KvStore> ClusterLinks<K> {
     /// `Unreachable` input. With no link the message is dropped.
     pub(super) fn send(&self, message: Message) -> Option<Input> {
         let to = message.to;
+        let heartbeat = message.msg_type == MessageType::MsgHeartbeat;
         let Some(peers) = &self.peers else {
             debug!(to, msg_type = ?message.msg_type, "no peer transport; message dropped");
             return None;
@@ -89,6 +98,9 @@ impl<K: KvStore> ClusterLinks<K> {
             Ok(()) => None,
             Err(e) => {
                 debug!(to, error = %e, "peer message dropped");
+                if heartbeat {
+                    self.heartbeat_send_failures.inc();
+                }
                 Some(Input::Unreachable { to })
             }
         }

@@ -3,6 +3,7 @@
 //! compacts the log, answering the driver once each write is durable.
 
 use std::sync::mpsc::{Receiver, Sender};
+use std::time::Instant;
 
 use oxetcd_core::storage::{KvStore, KvWrite, LogStore};
 use oxetcd_storage::snapshot as backend_snapshot;
@@ -10,6 +11,7 @@ use tracing::info;
 
 use super::run::fatal;
 use super::{Command, LogJob};
+use crate::metrics::Metrics;
 use crate::peer::ReceivedSnapshot;
 
 /// The log writer thread's body: one fsynced append per persist,
@@ -19,6 +21,7 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
     kv: K,
     jobs: Receiver<LogJob>,
     commands: Sender<Command>,
+    metrics: &Metrics,
 ) {
     for job in jobs {
         match job {
@@ -28,13 +31,19 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
                     let Some(data) = data else {
                         fatal(&what, &"no snapshot data was received");
                     };
+                    let started = Instant::now();
                     if let Err(e) = install_snapshot(&log, &kv, snapshot, &data) {
                         fatal(&what, &e);
                     }
+                    metrics
+                        .snap_db_save
+                        .observe(started.elapsed().as_secs_f64());
                 }
+                let started = Instant::now();
                 if let Err(e) = log.append(&persist.entries, persist.hard_state.as_ref()) {
                     fatal("appending to the raft log", &e);
                 }
+                metrics.wal_fsync.observe(started.elapsed().as_secs_f64());
                 if commands.send(Command::Persisted(persist.id)).is_err() {
                     break;
                 }

@@ -78,6 +78,7 @@ use oxetcd_proto::eraftpb::Message;
 use oxetcd_proto::etcdserverpb::{RangeRequest, ResponseHeader};
 use tracing::error;
 
+use crate::metrics::{Metrics, MetricsSettings};
 use crate::peer::{PeerEvent, PeerTransport, ReceivedSnapshot, SendError};
 use crate::runtime::Runtime;
 use crate::slow_requests::SlowRequests;
@@ -245,11 +246,12 @@ pub async fn start<L: LogStore, K: KvStore>(
     kv: K,
     blocking: Blocking,
 ) -> Result<Handle<K>, Error> {
-    start_with_peers(config, log, kv, blocking, Mailbox::default(), None).await
+    let metrics = Arc::new(Metrics::new(&MetricsSettings::default()));
+    start_with_peers(config, log, kv, blocking, Mailbox::default(), None, metrics).await
 }
 
 /// Starts the node as [`start`] does, on `mailbox`, reaching its peers
-/// through `peers`.
+/// through `peers`, recording into `metrics`.
 pub async fn start_with_peers<L: LogStore, K: KvStore>(
     config: Config,
     log: L,
@@ -257,6 +259,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
     blocking: Blocking,
     mailbox: Mailbox,
     peers: Option<Arc<dyn PeerLink>>,
+    metrics: Arc<Metrics>,
 ) -> Result<Handle<K>, Error> {
     let Mailbox {
         commands,
@@ -268,6 +271,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
     let (started, on_start) = oneshot::channel();
     let node_kv = kv.clone();
     let persisted = commands.clone();
+    let driver_metrics = metrics.clone();
     thread::Builder::new()
         .name("oxetcd-node".into())
         .spawn(move || {
@@ -283,6 +287,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
                         started,
                         removed,
                         ready,
+                        metrics: driver_metrics,
                     },
                     slow,
                 )
@@ -306,6 +311,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
             blocking,
             next_stream: Arc::new(AtomicU64::new(1)),
             slow,
+            metrics,
         }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::Stopped),

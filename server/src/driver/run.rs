@@ -21,6 +21,7 @@ use super::execute::Executor;
 use super::links::ClusterLinks;
 use super::log_writer::write_log;
 use super::{Command, LogJob, PeerLink, Reply, INPUT_BATCH_MAX};
+use crate::metrics::{Metrics, NodePublisher, SLOW_APPLY};
 use crate::slow_requests::SlowRequests;
 use crate::watch_routes::WatchRoutes;
 
@@ -42,12 +43,13 @@ struct HandOver {
 }
 
 /// What the driver tells the runtime besides answers: whether the node
-/// started, that the member stopped because it was removed, and that the
-/// member became ready to serve.
+/// started, that the member stopped because it was removed, that the
+/// member became ready to serve, and the metrics.
 pub(super) struct Signals {
     pub(super) started: oneshot::Sender<Result<(), Error>>,
     pub(super) removed: Option<oneshot::Sender<()>>,
     pub(super) ready: Option<oneshot::Sender<u64>>,
+    pub(super) metrics: Arc<Metrics>,
 }
 
 /// The driver thread's body. It takes over everything the thread owns,
@@ -67,6 +69,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         started,
         removed,
         ready,
+        metrics,
     } = signals;
     let clock = Clock::new();
     // etcd waits about this long for a leadership transfer on stop.
@@ -75,7 +78,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         node,
         writer,
         log_jobs,
-    } = match start(config, log, kv.clone(), commands, &clock) {
+    } = match start(config, log, kv.clone(), commands, &clock, metrics.clone()) {
         Ok(started_node) => started_node,
         Err(e) => {
             let _ = started.send(Err(e));
@@ -83,7 +86,12 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         }
     };
     let _ = started.send(Ok(()));
-    let links = ClusterLinks::new(kv.clone(), peers, node.member_id());
+    let links = ClusterLinks::new(
+        kv.clone(),
+        peers,
+        node.member_id(),
+        metrics.heartbeat_send_failures.clone(),
+    );
     let mut driver = Driver {
         synced_at: node.applied_index(),
         node,
@@ -98,6 +106,8 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         hand_over_time,
         ready,
         slow,
+        publisher: NodePublisher::new(metrics.node.clone()),
+        metrics,
     };
     let ending = driver.run(&inbox);
 
@@ -141,12 +151,13 @@ fn start<L: LogStore, K: KvStore>(
     kv: K,
     commands: Sender<Command>,
     clock: &Clock,
+    metrics: Arc<Metrics>,
 ) -> Result<Started<L, K>, Error> {
     let node = Node::new(config, log.clone(), kv.clone(), clock.now())?;
     let (log_jobs, jobs) = mpsc::channel();
     let writer = thread::Builder::new()
         .name("oxetcd-log".into())
-        .spawn(move || write_log(log, kv, jobs, commands))
+        .spawn(move || write_log(log, kv, jobs, commands, &metrics))
         .map_err(|e| {
             Error::Storage(StorageError::Io {
                 during: "spawning the log writer".into(),
@@ -173,6 +184,9 @@ struct Driver<L: LogStore, K: KvStore> {
     ready: Option<oneshot::Sender<u64>>,
     /// When an apply step is slow enough to warn about.
     slow: SlowRequests,
+    /// The node's numbers into the metrics, after every round.
+    publisher: NodePublisher,
+    metrics: Arc<Metrics>,
 }
 
 impl<L: LogStore, K: KvStore> Driver<L, K> {
@@ -288,24 +302,38 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
     }
 
     /// Carries out every output, feeding back what the world answers at
-    /// once, until the node has nothing more to do.
+    /// once, until the node has nothing more to do. Each poll is timed:
+    /// applying committed entries happens inside it, so a slow one is a
+    /// slow apply (etcd's `slow_apply_total`), and one that compacted
+    /// times the compaction.
     fn carry_out(&mut self, now: Instant) {
         loop {
+            let compactions = self.node.compactions();
             // Entries are applied inside a poll: a poll that moved the
             // applied index is an apply step, timed for the slow warning.
             let applied = self.node.applied_index();
-            let started = std::time::Instant::now();
+            let polled_at = std::time::Instant::now();
             let Some(output) = self.node.poll_output() else {
                 break;
             };
+            let took = polled_at.elapsed();
+            if took >= SLOW_APPLY {
+                self.metrics.slow_apply.inc();
+            }
             if self.node.applied_index() != applied {
                 let last = self.node.applied_index();
-                self.slow.applied(started.elapsed(), applied + 1, last);
+                self.slow.applied(took, applied + 1, last);
+            }
+            if self.node.compactions() != compactions {
+                let ms = took.as_secs_f64() * 1000.0;
+                self.metrics.compaction_pause_ms.observe(ms);
+                self.metrics.compaction_total_ms.observe(ms);
             }
             for input in self.executor.execute(output) {
                 self.node.handle(now, input);
             }
         }
+        self.publisher.publish(self.node.metrics());
     }
 
     /// What follows a round: the peer links' member list, readiness, and

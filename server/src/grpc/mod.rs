@@ -95,6 +95,7 @@ pub struct Member {
 
 /// Dispatches gRPC requests to the generated servers by service name.
 pub struct GrpcRouter<K: KvStore> {
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
     kv: KvServer<KvService<K>>,
     maintenance: MaintenanceServer<MaintenanceService<K>>,
     watch: WatchServer<K>,
@@ -118,6 +119,7 @@ impl<K: KvStore> GrpcRouter<K> {
         // Responses are as large as the data asked for, as in etcd.
         let encode_max = usize::MAX;
         Self {
+            metrics: handle.metrics().clone(),
             kv: KvServer::new(KvService::new(handle.clone(), gate.clone()))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
@@ -148,6 +150,15 @@ impl<K: KvStore> GrpcRouter<K> {
         &self,
         request: http::Request<Incoming>,
     ) -> impl Future<Output = http::Response<Body>> + Send + 'static {
+        // The call is recorded from here to its last frame (or its drop).
+        let recorded = self
+            .metrics
+            .grpc
+            .start(request.uri().path(), request.headers());
+        let request = request.map(|body| match &recorded {
+            Some(call) => call.request_body(body),
+            None => crate::metrics::Received::plain(body),
+        });
         let path = request.uri().path();
         let service = path
             .strip_prefix('/')
@@ -166,9 +177,13 @@ impl<K: KvStore> GrpcRouter<K> {
             }
         };
         Either::Left(async move {
-            match call.await {
+            let response = match call.await {
                 Ok(response) => oversized_as_etcd(response),
                 Err(never) => match never {},
+            };
+            match recorded {
+                Some(call) => call.response(response),
+                None => response,
             }
         })
     }
@@ -206,15 +221,18 @@ fn parse_oversized(rest: Option<&str>) -> Option<(u64, u64)> {
     Some((found.parse().ok()?, limit.parse().ok()?))
 }
 
+/// A call's request body, its messages counted for the metrics.
+type RequestBody = crate::metrics::Received<Incoming>;
+
 /// What a generated server's call returns (tonic boxes every call).
 type CallFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
 
 /// Starts `request` on `service`. tonic's generated servers are always
 /// ready, so the call starts at once; were one ever not, the call waits
 /// for readiness inside its own boxed future.
-fn call<S>(mut service: S, request: http::Request<Incoming>) -> CallFuture
+fn call<S>(mut service: S, request: http::Request<RequestBody>) -> CallFuture
 where
-    S: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
+    S: Service<http::Request<RequestBody>, Response = http::Response<Body>, Error = Infallible>
         + Send
         + 'static,
     S::Future: Send + 'static,

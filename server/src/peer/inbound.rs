@@ -364,6 +364,10 @@ async fn read_messages<R: Runtime>(shared: Arc<Shared<R>>, mut io: PeerIo<R::Io>
         debug!(from = %Id(from), "a new messages stream replaces the previous one");
     }
     info!(from = %Id(from), "peer messages stream opened");
+    let received = shared.metrics.get().map(|m| {
+        m.received_bytes
+            .with_label_values(&[Id(from).to_string().as_str()])
+    });
     let frame_max = shared.config.frame_bytes_max;
     let mut body = Vec::new();
     let reason = loop {
@@ -376,7 +380,15 @@ async fn read_messages<R: Runtime>(shared: Arc<Shared<R>>, mut io: PeerIo<R::Io>
         };
         match frame {
             Ok(FrameKind::Message) => match decode_message(&body, from, shared.config.member_id) {
-                Ok(message) => shared.deliver(PeerEvent::Message(message)),
+                Ok(message) => {
+                    if let Some(received) = &received {
+                        received.inc_by((body.len() + super::wire::FRAME_HEADER_BYTES) as u64);
+                    }
+                    if message.msg_type == MessageType::MsgHeartbeatResponse {
+                        shared.heartbeat_answered(from);
+                    }
+                    shared.deliver(PeerEvent::Message(message));
+                }
                 Err(problem) => {
                     warn!(from = %Id(from), problem, "bad peer message; closing its connection");
                     break problem.to_owned();

@@ -308,6 +308,11 @@ struct Shared<R> {
     /// How this member answers a peer's `HashKV` question, once its node
     /// runs.
     hash_kv: OnceLock<HashKvService>,
+    /// Where bytes, connections and heartbeat round trips are recorded,
+    /// once set.
+    metrics: OnceLock<crate::metrics::PeerMetrics>,
+    /// The origin of the heartbeat send times below.
+    started: std::time::Instant,
 }
 
 /// One peer as the sending side sees it.
@@ -320,6 +325,9 @@ struct Peer {
     connects: AtomicU64,
     connected: AtomicBool,
     snapshot_in_flight: AtomicBool,
+    /// When the last heartbeat to this peer was queued (nanoseconds since
+    /// the transport started; 0: answered or none), for the round trip.
+    heartbeat_queued_nanos: AtomicU64,
 }
 
 impl<R: Runtime> PeerTransport<R> {
@@ -343,6 +351,8 @@ impl<R: Runtime> PeerTransport<R> {
                 next_connection: AtomicU64::new(1),
                 stopped: AtomicBool::new(false),
                 hash_kv: OnceLock::new(),
+                metrics: OnceLock::new(),
+                started: std::time::Instant::now(),
             }),
         }
     }
@@ -350,6 +360,13 @@ impl<R: Runtime> PeerTransport<R> {
     /// This member's ID.
     pub fn member_id(&self) -> u64 {
         self.shared.config.member_id
+    }
+
+    /// Records bytes, connections and heartbeat round trips into
+    /// `metrics` from now on (connections already up are counted from
+    /// their next redial). Only the first call counts.
+    pub fn set_metrics(&self, metrics: crate::metrics::PeerMetrics) {
+        let _ = self.shared.metrics.set(metrics);
     }
 
     /// Serves peers on `listener` (bound by the caller, so a busy port
@@ -416,6 +433,7 @@ impl<R: Runtime> PeerTransport<R> {
             connects: AtomicU64::new(0),
             connected: AtomicBool::new(false),
             snapshot_in_flight: AtomicBool::new(false),
+            heartbeat_queued_nanos: AtomicU64::new(0),
         });
         peers.insert(id, peer.clone());
         drop(peers);
@@ -486,6 +504,11 @@ impl<R: Runtime> PeerTransport<R> {
             .get(&message.to)
             .cloned()
             .ok_or(SendError::UnknownPeer)?;
+        if message.msg_type == MessageType::MsgHeartbeat && self.shared.metrics.get().is_some() {
+            let nanos = self.shared.started.elapsed().as_nanos();
+            let nanos = u64::try_from(nanos).unwrap_or(u64::MAX).max(1);
+            peer.heartbeat_queued_nanos.store(nanos, Ordering::Relaxed);
+        }
         peer.queue.push(message).map_err(|e| {
             peer.dropped.fetch_add(1, Ordering::Relaxed);
             match e {
@@ -548,6 +571,27 @@ impl<R: Runtime> PeerTransport<R> {
 impl<R> Shared<R> {
     fn deliver(&self, event: PeerEvent) {
         (self.deliver)(event);
+    }
+
+    /// Peer `from` answered a heartbeat: the time since the last one was
+    /// queued is a round trip (etcd's `peer_round_trip_time_seconds`).
+    fn heartbeat_answered(&self, from: u64) {
+        let Some(metrics) = self.metrics.get() else {
+            return;
+        };
+        let Some(peer) = lock(&self.peers).get(&from).cloned() else {
+            return;
+        };
+        let queued = peer.heartbeat_queued_nanos.swap(0, Ordering::Relaxed);
+        if queued == 0 {
+            return;
+        }
+        let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let seconds = Duration::from_nanos(now.saturating_sub(queued)).as_secs_f64();
+        metrics
+            .round_trip
+            .with_label_values(&[Id(from).to_string().as_str()])
+            .observe(seconds);
     }
 
     fn next_connection(&self) -> u64 {

@@ -50,7 +50,19 @@ pub(super) async fn run_peer<R: Runtime>(shared: Arc<Shared<R>>, peer: Arc<Peer>
                 peer.connected.store(true, Ordering::Release);
                 peer.queue.set_connected(true);
                 info!(peer = %Id(peer.id), "peer connected");
-                let end = pump(&shared, &peer, io, generation).await;
+                let series = shared.metrics.get().map(|m| {
+                    let remote = Id(peer.id).to_string();
+                    let active = m
+                        .active_peers
+                        .with_label_values(&[m.local.as_str(), &remote]);
+                    active.inc();
+                    (active, m.sent_bytes.with_label_values(&[remote.as_str()]))
+                });
+                let sent_bytes = series.as_ref().map(|(_, sent)| sent);
+                let end = pump(&shared, &peer, io, generation, sent_bytes).await;
+                if let Some((active, _)) = &series {
+                    active.dec();
+                }
                 peer.connected.store(false, Ordering::Release);
                 let lost = peer.queue.set_connected(false);
                 peer.dropped.fetch_add(lost as u64, Ordering::Relaxed);
@@ -135,6 +147,7 @@ async fn pump<R: Runtime>(
     peer: &Peer,
     mut io: PeerIo<R::Io>,
     generation: u64,
+    sent_bytes: Option<&prometheus::IntCounter>,
 ) -> PumpEnd {
     let frame_max = shared.config.frame_bytes_max;
     let mut batch = Vec::new();
@@ -173,6 +186,9 @@ async fn pump<R: Runtime>(
                         if flushing {
                             flushing = false;
                             peer.sent.fetch_add(messages_in_out, Ordering::Relaxed);
+                            if let Some(sent_bytes) = sent_bytes {
+                                sent_bytes.inc_by(out.len() as u64);
+                            }
                             out.clear();
                             written = 0;
                             messages_in_out = 0;

@@ -27,7 +27,8 @@ use crate::RunError;
 /// The configuration of the `https://` client URLs; `None` when every
 /// client URL is `http://`.
 pub(crate) fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, RunError> {
-    if !config.listen_client_urls.iter().any(|u| u.is_secure()) {
+    let secure_metrics = config.listen_metrics_urls.iter().any(|u| u.is_secure());
+    if !config.listen_client_urls.iter().any(|u| u.is_secure()) && !secure_metrics {
         return Ok(None);
     }
     let tls = &config.client_tls;

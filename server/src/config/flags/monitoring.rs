@@ -1,6 +1,6 @@
 //! Profiling and monitoring flags, and distributed tracing.
 
-use super::{not_yet, renamed, Flag, Group, Kind};
+use super::{not_yet, renamed, wired, Flag, Group, Kind};
 
 pub(super) const GROUP: Group = Group {
     title: "Profiling and monitoring",
@@ -14,14 +14,14 @@ const FLAGS: &[Flag] = &[
         "false",
         "Enable runtime profiling data via HTTP server. Address is at client URL + \"/debug/pprof/\"",
     ),
-    not_yet(
+    wired(
         "metrics",
         Kind::Choice(&["basic", "extensive"]),
         "basic",
         "Set level of detail for exported metrics, specify 'extensive' to include server side \
          grpc histogram metrics.",
     ),
-    not_yet(
+    wired(
         "listen-metrics-urls",
         Kind::Urls,
         "",
