@@ -80,7 +80,8 @@ impl Settings {
 pub struct Pending {
     /// `--quota-backend-bytes` (0: etcd's default of 2 GiB).
     pub quota_backend_bytes: u64,
-    /// `--auto-compaction-mode` and `--auto-compaction-retention`.
+    /// `--auto-compaction-mode` and `--auto-compaction-retention` (wired:
+    /// the node's compactor runs on it).
     pub auto_compaction: AutoCompaction,
     /// `--grpc-keepalive-min-time`.
     pub grpc_keepalive_min_time: Duration,
@@ -93,9 +94,11 @@ pub struct Pending {
     /// `--feature-gates`, with etcd 3.5's switches that became gates
     /// folded in; only the gates given.
     pub feature_gates: BTreeMap<String, bool>,
-    /// `--corrupt-check-time` (zero: off).
+    /// `--corrupt-check-time` (zero: off; wired: the periodic corruption
+    /// check).
     pub corrupt_check_time: Duration,
-    /// `--compact-hash-check-time`.
+    /// `--compact-hash-check-time` (wired: the compact hash check, when
+    /// its gate is on).
     pub compact_hash_check_time: Duration,
 }
 
