@@ -340,6 +340,21 @@ impl Server {
         ))
     }
 
+    /// Waits up to `within` for the process to exit on its own; its exit
+    /// status, or `None` if it still runs (or was never running).
+    pub fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            let child = self.child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(READY_POLL);
+        }
+        None
+    }
+
     /// Kills the process with SIGKILL and reaps it. Idempotent.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -40,6 +40,7 @@
 
 pub mod alarm;
 pub mod auth;
+pub mod compactor;
 pub mod error;
 pub mod ids;
 pub mod lease;
@@ -58,7 +59,7 @@ pub use node::{
     grpc_message_bytes, ClusterState, Config, InitialMember, Input, Node, NodeMetrics, Output,
     RequestId, GRPC_OVERHEAD_BYTES,
 };
-pub use time::Instant;
+pub use time::{GoDuration, Instant};
 
 use oxetcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,

@@ -308,6 +308,31 @@ pub trait KvWrite: KvRead {
     /// Makes the transaction visible to new readers. It need not be durable:
     /// the raft log is the durable record.
     fn commit(self) -> Result<(), StorageError>;
+
+    /// The history up to `revision` is about to be compacted; `meta` is
+    /// the store's meta record as of now (this transaction's writes
+    /// included). A store that keeps etcd's compaction hashes (3.6's
+    /// compact hash check) records the hash of its key space up to
+    /// `revision` here, while that history is still there, and publishes
+    /// it at commit ([`KvStore::compaction_hashes`]). By default nothing
+    /// is kept.
+    fn before_compaction(&mut self, meta: &KvMeta, revision: i64) -> Result<(), StorageError> {
+        let _ = (meta, revision);
+        Ok(())
+    }
+}
+
+/// The hash of a store's key space recorded when it was compacted: what
+/// `HashKV` at `revision` answered just before, with the compact
+/// revision of then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactionHash {
+    /// etcd's `HashKV` hash.
+    pub hash: u32,
+    /// The compact revision before the compaction.
+    pub compact_revision: i64,
+    /// The revision compacted to.
+    pub revision: i64,
 }
 
 /// The MVCC backend: a handle that may be cloned and used from any thread.
@@ -332,6 +357,12 @@ pub trait KvStore: Clone + Send + Sync + 'static {
     /// does nothing.
     fn defragment(&self) -> Result<(), StorageError> {
         Ok(())
+    }
+
+    /// The hashes recorded at the last compactions, newest first (see
+    /// [`KvWrite::before_compaction`]); none by default.
+    fn compaction_hashes(&self) -> Vec<CompactionHash> {
+        Vec::new()
     }
 }
 

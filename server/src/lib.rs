@@ -5,7 +5,11 @@
 //! [`run`]. Everything else is here, written once:
 //!
 //! - [`auth_token`]: `--auth-token`, and etcd's JWT tokens.
+//! - [`compact_hash_check`]: the leader's check of the hashes recorded at
+//!   compactions.
 //! - [`config`]: flags and `ETCD_*` variables.
+//! - [`corruption`]: the initial and periodic `HashKV` comparisons with
+//!   the peers, and the one place corruption is reported.
 //! - [`driver`]: the node on its own thread, the log writer, the [`Handle`]
 //!   services use.
 //! - [`grpc`]: the etcd v3 services and the router in front of them.
@@ -15,6 +19,7 @@
 //! - [`peer`]: the peer transport (raft messages and snapshots over TCP,
 //!   with TLS for `https://` peer URLs).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
+//! - [`slow_requests`]: etcd's warnings for slow applies and requests.
 //! - `serve` (private): listeners, accept loops, one connection's HTTP/1.1
 //!   and h2c (over TLS for `https://` URLs), and the gRPC-or-HTTP split by
 //!   content type.
@@ -25,7 +30,9 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod auth_token;
+pub mod compact_hash_check;
 pub mod config;
+pub mod corruption;
 pub mod driver;
 pub mod grpc;
 pub mod http;
@@ -35,6 +42,7 @@ pub mod metrics;
 pub mod peer;
 pub mod runtime;
 mod serve;
+pub mod slow_requests;
 mod tls_accept;
 pub mod watch_routes;
 
@@ -75,6 +83,9 @@ pub enum RunError {
     LogOutput(String),
     /// `--auth-token` names keys or options that cannot be used.
     AuthToken(auth_token::TokenConfigError),
+    /// The initial corruption check found this member's data diverged
+    /// from its peers' (or could not hash it).
+    Corrupt(String),
 }
 
 impl fmt::Display for RunError {
@@ -88,6 +99,7 @@ impl fmt::Display for RunError {
             Self::AuthToken(e) => write!(f, "cannot set up auth tokens: {e}"),
             Self::PeerTls(e) => write!(f, "cannot set up peer TLS: {e}"),
             Self::LogOutput(message) => write!(f, "{message}"),
+            Self::Corrupt(message) => write!(f, "{message}"),
         }
     }
 }
@@ -128,16 +140,30 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
         Arc::new(move |work| runtime.spawn_blocking(work))
     };
     let mut mailbox = driver::Mailbox::default();
+    mailbox.warn_slow_requests(config.slow_requests());
     let removal = mailbox.removal();
     let readiness = mailbox.readiness();
     let transport = start_peers(&runtime, &config, peer_tls, peer_listeners, &log, &mailbox)?;
     transport.set_metrics(metrics.peers.clone());
     let link: Arc<dyn driver::PeerLink> = Arc::new(transport.clone());
     let node_config = config.node_config();
+    let request_timeout = node_config.request_timeout;
+    if config.initial_corrupt_check() {
+        let me = config.member_id();
+        let peers = config.initial_peers();
+        corruption::check_before_start(&runtime, &transport, &kv, me, peers, request_timeout)
+            .await
+            .map_err(RunError::Corrupt)?;
+    }
+    let compact_hash_check = config.compact_hash_check();
+    if compact_hash_check.is_some() {
+        kv.keep_compaction_hashes();
+    }
     let handle =
         driver::start_with_peers(node_config, log, kv, blocking, mailbox, Some(link), metrics)
             .await
             .map_err(RunError::Node)?;
+    transport.serve_hash_kv(hash_kv_service(&handle));
     // Metrics answer from the start, before the member is ready.
     metrics::serve_metrics_urls(
         &runtime,
@@ -193,6 +219,27 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
             );
             info!("enabled capabilities for version 3.6");
             info!("ready to serve client requests");
+            let every = config.pending.corrupt_check_time;
+            if !every.is_zero() {
+                runtime.spawn(corruption::monitor(
+                    runtime.clone(),
+                    handle.clone(),
+                    transport.clone(),
+                    config.member_id(),
+                    every,
+                    request_timeout,
+                ));
+            }
+            if let Some(every) = compact_hash_check {
+                runtime.spawn(compact_hash_check::monitor(
+                    runtime.clone(),
+                    handle.clone(),
+                    transport.clone(),
+                    config.member_id(),
+                    every,
+                    request_timeout,
+                ));
+            }
             stopping.await.factor_first().0
         }
         futures_util::future::Either::Right((stopped, _)) => stopped.factor_first().0,
@@ -207,6 +254,16 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     transport.shutdown();
     info!("stopped");
     Ok(())
+}
+
+/// How this member answers its peers' `HashKV` questions: on its own
+/// applied state, as the Maintenance service answers clients.
+fn hash_kv_service<K: oxetcd_core::storage::KvStore>(handle: &Handle<K>) -> peer::HashKvService {
+    let handle = handle.clone();
+    Arc::new(move |revision| {
+        let handle = handle.clone();
+        Box::pin(async move { handle.hash_kv(revision).await })
+    })
 }
 
 /// The peer transport, listening on the peer URLs and knowing the

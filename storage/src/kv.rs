@@ -45,6 +45,7 @@ mod cadence;
 mod index;
 mod used;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::ops::{Bound, ControlFlow};
 use std::path::{Path, PathBuf};
@@ -52,8 +53,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
-    version_bytes, Alarms, AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord,
-    Membership, RangeEnd, Revision, StorageError, LEASE_BYTES,
+    version_bytes, Alarms, AuthState, CompactionHash, KeyVersion, KvMeta, KvRead, KvStore, KvWrite,
+    LeaseRecord, Membership, RangeEnd, Revision, StorageError, LEASE_BYTES,
 };
 use oxetcd_proto::etcdserverpb::AlarmMember;
 use redb::{
@@ -115,9 +116,16 @@ struct Shared {
     path: PathBuf,
     index: Arc<SharedIndex>,
     cadence: Mutex<DurableCadence>,
+    /// Hashes recorded at compactions, newest first, at most
+    /// [`COMPACTION_HASHES_MAX`]; `None` while not kept.
+    compaction_hashes: Mutex<Option<VecDeque<CompactionHash>>>,
     /// Told how long each commit took (the server's metrics).
     commit_observer: OnceLock<CommitObserver>,
 }
+
+/// Compaction hashes kept at most (etcd's `hashStorageMaxSize`): the
+/// leader checks the newest it has not checked yet.
+pub const COMPACTION_HASHES_MAX: usize = 10;
 
 /// Called with the duration of every commit, on the committing thread.
 pub type CommitObserver = Box<dyn Fn(Duration) + Send + Sync>;
@@ -159,9 +167,29 @@ impl RedbKv {
                 path: path.to_path_buf(),
                 index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
+                compaction_hashes: Mutex::new(None),
                 commit_observer: OnceLock::new(),
             }),
         })
+    }
+
+    /// From now on, every compaction records the hash of the history it
+    /// drops (in memory, as etcd keeps them), for the compact hash check.
+    /// Hashing costs a pass over that history inside the compaction's
+    /// write, so it is off unless asked for.
+    pub fn keep_compaction_hashes(&self) {
+        let mut kept = self.kept_hashes();
+        if kept.is_none() {
+            *kept = Some(VecDeque::new());
+        }
+    }
+
+    fn kept_hashes(&self) -> std::sync::MutexGuard<'_, Option<VecDeque<CompactionHash>>> {
+        // A list of plain values, valid whatever a panicking holder did.
+        self.shared
+            .compaction_hashes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Size of the database file in bytes (the Status RPC's `dbSize`).
@@ -216,6 +244,13 @@ impl KvStore for RedbKv {
     type Read = RedbKvRead;
     type Write = RedbKvWrite;
 
+    fn compaction_hashes(&self) -> Vec<CompactionHash> {
+        self.kept_hashes()
+            .as_ref()
+            .map(|kept| kept.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
     fn read(&self) -> Result<RedbKvRead, StorageError> {
         // Pinned before the redb snapshot opens, so that no index slot the
         // snapshot may need is dropped in between.
@@ -248,6 +283,7 @@ impl KvStore for RedbKv {
             overlay: Overlay::default(),
             meta: None,
             used: UsedBytes::new(used_bytes),
+            compaction_hashes: Vec::new(),
         })
     }
 
@@ -392,6 +428,9 @@ pub struct RedbKvWrite {
     meta: Option<KvMeta>,
     /// Bytes in use, kept as versions and leases come and go.
     used: UsedBytes,
+    /// Hashes recorded by compactions in this transaction, published at
+    /// commit.
+    compaction_hashes: Vec<CompactionHash>,
 }
 
 impl fmt::Debug for RedbKvWrite {
@@ -613,6 +652,7 @@ impl KvWrite for RedbKvWrite {
             overlay,
             meta,
             used,
+            compaction_hashes,
         } = self;
         let (used_bytes, used_bytes_changed) = (used.bytes, used.changed);
         let changes_index = !overlay.is_empty();
@@ -651,6 +691,29 @@ impl KvWrite for RedbKvWrite {
         }
         if changes_index {
             kv.shared.index.publish(seq, overlay)?;
+        }
+        if let Some(kept) = kv.kept_hashes().as_mut() {
+            for hash in compaction_hashes {
+                kept.push_front(hash);
+                kept.truncate(COMPACTION_HASHES_MAX);
+            }
+        }
+        Ok(())
+    }
+
+    fn before_compaction(&mut self, meta: &KvMeta, revision: i64) -> Result<(), StorageError> {
+        if self.kv.kept_hashes().is_none() {
+            return Ok(());
+        }
+        match crate::bolt::hash::hash_kv_at(&*self, meta, revision) {
+            Ok(hashed) => self.compaction_hashes.push(CompactionHash {
+                hash: hashed.hash,
+                compact_revision: hashed.compact_revision,
+                revision,
+            }),
+            Err(oxetcd_core::Error::Storage(e)) => return Err(e),
+            // A revision the compaction itself refuses: nothing to keep.
+            Err(_) => {}
         }
         Ok(())
     }

@@ -153,6 +153,7 @@ fn compact<W: KvWrite>(
     if at > current {
         return Err(Error::FutureRevision);
     }
+    txn.before_compaction(meta, at)?;
     let doomed = compaction_victims(&*txn, at)?;
     for (key, revision) in &doomed {
         txn.remove_version(key, *revision)?;

@@ -86,6 +86,8 @@ pub struct Config {
     pub auth_token_ttl: Duration,
     /// The backend quota (`--quota-backend-bytes`).
     pub quota: crate::alarm::Quota,
+    /// `--auto-compaction-mode` and `--auto-compaction-retention`.
+    pub auto_compaction: crate::compactor::AutoCompaction,
 }
 
 /// One member of the initial cluster.
@@ -141,6 +143,7 @@ impl Config {
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: Duration::from_secs(300),
             quota: crate::alarm::Quota::default(),
+            auto_compaction: crate::compactor::AutoCompaction::Off,
         }
     }
 

@@ -54,6 +54,10 @@
 //! through the log); the apply step checks the alarms again, on every
 //! member alike.
 //!
+//! Auto-compaction ([`crate::compactor`]) is the leader's: the compactor
+//! is fed the time and the revision, and a compaction it asks for is
+//! proposed through the log like a client's, its outcome reported back.
+//!
 //! Leases and watches hang off the apply step: every applied write moves
 //! keys between leases ([`crate::lease`]) and is matched against the synced
 //! watchers ([`crate::watch`]) on every member.
@@ -91,7 +95,8 @@ use tracing::{debug, info, warn};
 
 use oxetcd_proto::eraftpb::{ConfChangeType, Entry, EntryType};
 use oxetcd_proto::etcdserverpb::{
-    LeaseCheckpointRequest, LeaseRevokeRequest, Member, ResponseHeader, StatusResponse,
+    CompactionRequest, LeaseCheckpointRequest, LeaseRevokeRequest, Member, ResponseHeader,
+    StatusResponse,
 };
 use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 
@@ -107,6 +112,7 @@ use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
 use self::requests::{Leaderless, Requests};
 use crate::auth::{AuthInfo, AuthRequest, AuthStore};
+use crate::compactor::Compactor;
 use crate::error::Error;
 use crate::lease::Lessor;
 use crate::mvcc;
@@ -145,6 +151,8 @@ enum Origin {
     Peer { member: u64, forward_id: u64 },
     /// The node itself (an alarm it raises); the answer is dropped.
     Internal,
+    /// This member's auto-compactor.
+    Compactor,
 }
 
 /// One member of an oxetcd cluster, as a state machine.
@@ -193,6 +201,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     watches: WatchRegistry,
     /// Keep-alives of expired leases, answered once the revoke applies.
     parked_renewals: HashMap<i64, Vec<Ticket>>,
+    /// When the leader compacts the history on its own.
+    compactor: Compactor,
     /// This member's name and client URLs on their way to the membership.
     publication: Publication,
     /// This member applied its own removal.
@@ -310,6 +320,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             auth,
             watches,
             parked_renewals: HashMap::new(),
+            compactor: Compactor::new(config.auto_compaction, now, meta.revision),
             publication: Publication::default(),
             removed: false,
             alarms,
@@ -401,6 +412,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.requests.poll_timeout(),
             self.leaderless.poll_timeout(),
             self.publication.poll_timeout(),
+            self.compactor.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -415,6 +427,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         self.raft.handle_timeout(self.now);
         self.handle_lease_timers();
+        self.run_compactor();
         self.expire_requests();
         self.with_watches(|watches, cx| watches.handle_timeout(cx));
     }
@@ -533,6 +546,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Some(Origin::Peer { member, forward_id }) => {
                 self.reply_forwarded(member, forward_id, result);
             }
+            Some(Origin::Compactor) => {
+                let revision = self.meta.revision;
+                let outcome = result.as_ref().map(|_| ());
+                self.compactor.handle_result(self.now, revision, outcome);
+            }
             Some(Origin::Internal) | None => {}
         }
     }
@@ -649,6 +667,30 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 checkpoints,
             }));
         }
+    }
+
+    /// The auto-compactor looks, if it is time; a leader proposes the
+    /// compaction it asks for through the log, as a client's, and the
+    /// compactor hears the outcome when it is answered.
+    fn run_compactor(&mut self) {
+        let leading = self.raft.role() == Role::Leader;
+        let Some(revision) = self
+            .compactor
+            .handle_timeout(self.now, self.meta.revision, leading)
+        else {
+            return;
+        };
+        let ticket = self.admit_origin(Origin::Compactor);
+        let proposal = Proposal {
+            id: self.next_proposal_id(),
+            request: Some(proposal::Request::Compaction(CompactionRequest {
+                revision,
+                physical: false,
+            })),
+            ..Proposal::default()
+        };
+        let data = Bytes::from(proposal.encode_to_vec());
+        self.propose(ticket, proposal.id, EntryType::EntryNormal, data);
     }
 
     /// Requests past their deadline fail: held for a leader for an

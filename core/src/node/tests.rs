@@ -654,6 +654,43 @@ fn a_range_is_checked_again_against_the_auth_state_it_reads() {
     assert_eq!(serve(&mut h, 22, reader), Err(Error::AuthOldRevision));
 }
 
+/// The auto-compactor of a leader compacts through the log on the
+/// schedule's clock; nothing happens before its first look.
+#[test]
+fn auto_compaction_by_revision_compacts_through_the_log() {
+    use crate::compactor::{AutoCompaction, REVISION_INTERVAL};
+    let config = Config {
+        auto_compaction: AutoCompaction::Revision(2),
+        ..Config::single("test")
+    };
+    let mut h = Harness::started(config, MemoryLog::default(), MemoryKv::default());
+    h.settle();
+    for n in 0..5 {
+        h.put(100 + n, &format!("k{n}"), "v");
+        h.settle();
+    }
+    let compacted = |h: &Harness| h.kv.read().unwrap().meta().unwrap().compact_revision;
+    assert_eq!(compacted(&h), -1);
+    h.advance(REVISION_INTERVAL - Duration::from_secs(1));
+    assert_eq!(compacted(&h), -1, "not before the first look");
+    h.advance(Duration::from_secs(1));
+    // Revision 6 (five puts) minus a retention of 2.
+    assert_eq!(compacted(&h), 4);
+    let old = RangeRequest {
+        key: b"k0".to_vec(),
+        revision: 3,
+        ..Default::default()
+    };
+    assert_eq!(h.call(1, Request::Range(old)), Err(Error::Compacted));
+    // No new revisions: the next look has nothing to do.
+    h.advance(REVISION_INTERVAL);
+    assert_eq!(compacted(&h), 4);
+    h.put(200, "k9", "v");
+    h.settle();
+    h.advance(REVISION_INTERVAL);
+    assert_eq!(compacted(&h), 5);
+}
+
 /// The node's metrics: mvcc operations and live keys move with applied
 /// writes (a key created, overwritten, deleted; a txn's chosen branch),
 /// ranges when asked, and the counts survive a restart's recount of keys.

@@ -283,10 +283,13 @@ fn feature_gates(
     Ok(gates)
 }
 
-/// Whether oxetcd does what `gate` turns on whatever its setting (it
-/// always checkpoints lease TTLs and persists them).
-fn gate_always_on(gate: &str) -> bool {
-    matches!(gate, "LeaseCheckpoint" | "LeaseCheckpointPersist")
+/// Whether oxetcd does what `gate` says: it always checkpoints lease
+/// TTLs and persists them, and it runs the corruption checks when asked.
+fn gate_supported(gate: &str) -> bool {
+    matches!(
+        gate,
+        "LeaseCheckpoint" | "LeaseCheckpointPersist" | "InitialCorruptCheck" | "CompactHashCheck"
+    )
 }
 
 /// The gates set differently from their default that oxetcd does not act
@@ -299,7 +302,7 @@ fn unsupported_gates(gates: &BTreeMap<String, bool>) -> Vec<String> {
                 .iter()
                 .find(|(g, _)| g == name)
                 .map(|(_, d)| *d);
-            default != Some(**on) && !gate_always_on(name)
+            default != Some(**on) && !gate_supported(name)
         })
         .map(|(name, on)| format!("--feature-gates={name}={on}"))
         .collect()

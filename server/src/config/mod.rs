@@ -191,6 +191,36 @@ impl Config {
         .for_request_bytes(self.max_request_bytes)
     }
 
+    /// Whether this member checks its data against its peers' before it
+    /// starts (`--experimental-initial-corrupt-check`, 3.6's
+    /// `--feature-gates=InitialCorruptCheck=true`).
+    pub fn initial_corrupt_check(&self) -> bool {
+        self.pending
+            .feature_gates
+            .get("InitialCorruptCheck")
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// How often the leader compares the hashes recorded at compactions
+    /// with its peers', if it does (`--experimental-compact-hash-check-enabled`,
+    /// 3.6's `--feature-gates=CompactHashCheck=true`, every
+    /// `--compact-hash-check-time`).
+    pub fn compact_hash_check(&self) -> Option<Duration> {
+        let on = self.pending.feature_gates.get("CompactHashCheck").copied();
+        let every = self.pending.compact_hash_check_time;
+        (on == Some(true) && !every.is_zero()).then_some(every)
+    }
+
+    /// When requests are slow enough to warn about
+    /// (`--warning-apply-duration`, `--warning-unary-request-duration`).
+    pub fn slow_requests(&self) -> crate::slow_requests::SlowRequests {
+        crate::slow_requests::SlowRequests {
+            apply: self.settings.duration("warning-apply-duration"),
+            unary: self.settings.duration("warning-unary-request-duration"),
+        }
+    }
+
     /// The node's configuration.
     pub fn node_config(&self) -> oxetcd_core::Config {
         let member_id = self.member_id();
@@ -245,6 +275,7 @@ impl Config {
             quota: oxetcd_core::alarm::Quota::from_flag(
                 i64::try_from(self.pending.quota_backend_bytes).unwrap_or(i64::MAX),
             ),
+            auto_compaction: self.pending.auto_compaction,
             ..oxetcd_core::Config::single(&self.name)
         }
     }

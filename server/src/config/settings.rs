@@ -81,7 +81,8 @@ pub struct Pending {
     /// `--quota-backend-bytes` (0: etcd's default of 2 GiB). Wired: the
     /// node's quota (`alarm::Quota`) is built from it.
     pub quota_backend_bytes: u64,
-    /// `--auto-compaction-mode` and `--auto-compaction-retention`.
+    /// `--auto-compaction-mode` and `--auto-compaction-retention` (wired:
+    /// the node's compactor runs on it).
     pub auto_compaction: AutoCompaction,
     /// `--grpc-keepalive-min-time`.
     pub grpc_keepalive_min_time: Duration,
@@ -94,22 +95,17 @@ pub struct Pending {
     /// `--feature-gates`, with etcd 3.5's switches that became gates
     /// folded in; only the gates given.
     pub feature_gates: BTreeMap<String, bool>,
-    /// `--corrupt-check-time` (zero: off).
+    /// `--corrupt-check-time` (zero: off; wired: the periodic corruption
+    /// check).
     pub corrupt_check_time: Duration,
-    /// `--compact-hash-check-time`.
+    /// `--compact-hash-check-time` (wired: the compact hash check, when
+    /// its gate is on).
     pub compact_hash_check_time: Duration,
 }
 
-/// `--auto-compaction-mode` with its retention.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AutoCompaction {
-    /// Retention 0: no automatic compaction.
-    Off,
-    /// `periodic`: keep this much history.
-    Periodic(Duration),
-    /// `revision`: keep this many revisions.
-    Revision(u64),
-}
+/// `--auto-compaction-mode` with its retention: the core compactor's own
+/// type, so the server hands it over unchanged.
+pub use oxetcd_core::compactor::AutoCompaction;
 
 /// `--bcrypt-cost` bounds (Go's bcrypt).
 const BCRYPT_COST_MIN: u64 = 4;

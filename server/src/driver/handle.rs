@@ -26,6 +26,7 @@ use tracing::error;
 use super::run::{fatal, fatal_storage};
 use super::{Blocking, Command, FileChunks, Reply, IN_FLIGHT_REQUESTS_MAX};
 use crate::metrics::Metrics;
+use crate::slow_requests::{SlowRequests, Timed};
 use crate::watch_routes::StreamItem;
 
 /// A handle to the running node, cloned into every service.
@@ -36,6 +37,8 @@ pub struct Handle<K> {
     pub(super) blocking: Blocking,
     /// Numbers watch streams.
     pub(super) next_stream: Arc<AtomicU64>,
+    /// When a client request is slow enough to warn about.
+    pub(super) slow: SlowRequests,
     pub(super) metrics: Arc<Metrics>,
 }
 
@@ -47,6 +50,7 @@ impl<K: Clone> Clone for Handle<K> {
             kv: self.kv.clone(),
             blocking: self.blocking.clone(),
             next_stream: self.next_stream.clone(),
+            slow: self.slow,
             metrics: self.metrics.clone(),
         }
     }
@@ -82,6 +86,13 @@ impl<K: KvStore> Handle<K> {
         credentials: Credentials,
         request: Request,
     ) -> Result<Response, Error> {
+        let timed = Timed::start(&request);
+        let result = self.ask(credentials, request).await;
+        self.slow.answered(&timed, &result);
+        result
+    }
+
+    async fn ask(&self, credentials: Credentials, request: Request) -> Result<Response, Error> {
         let _slot = self.admit()?;
         let (reply, answer) = oneshot::channel();
         self.commands
@@ -108,11 +119,27 @@ impl<K: KvStore> Handle<K> {
 
     /// etcd's `HashKV` of this member's applied key space up to `revision`
     /// (0: the current one), computed on a read view on a blocking thread.
+    ///
+    /// A revision a compaction recorded the hash of (see
+    /// [`KvStore::compaction_hashes`]) is answered with that hash, its
+    /// compact revision of then, and the current revision, as etcd 3.6
+    /// answers: the history it covered may be gone.
     pub async fn hash_kv(&self, revision: i64) -> Result<KvHash, Error> {
         let kv = self.kv.clone();
         self.run_blocking(move || {
             let view = kv.read().map_err(fatal_storage)?;
-            hash_kv(&view, revision)
+            let recorded = kv
+                .compaction_hashes()
+                .into_iter()
+                .find(|h| revision > 0 && h.revision == revision);
+            match recorded {
+                Some(h) => Ok(KvHash {
+                    hash: h.hash,
+                    compact_revision: h.compact_revision,
+                    revision: view.meta().map_err(fatal_storage)?.revision,
+                }),
+                None => hash_kv(&view, revision),
+            }
         })
         .await
     }
@@ -155,6 +182,12 @@ impl<K: KvStore> Handle<K> {
             alarms.map_err(fatal_storage)
         })
         .await
+    }
+
+    /// The hashes this member's compactions recorded, newest first (none
+    /// unless the backend keeps them).
+    pub fn compaction_hashes(&self) -> Vec<oxetcd_core::storage::CompactionHash> {
+        self.kv.compaction_hashes()
     }
 
     /// Defragments the backend on a blocking thread (reads and writes wait

@@ -81,6 +81,7 @@ use tracing::error;
 use crate::metrics::{Metrics, MetricsSettings};
 use crate::peer::{PeerEvent, PeerTransport, ReceivedSnapshot, SendError};
 use crate::runtime::Runtime;
+use crate::slow_requests::SlowRequests;
 use crate::watch_routes::StreamItem;
 
 /// A snapshot stream's chunks, pulled on a blocking thread.
@@ -128,6 +129,7 @@ pub struct Mailbox {
     inbox: Receiver<Command>,
     removed: Option<oneshot::Sender<()>>,
     ready: Option<oneshot::Sender<u64>>,
+    slow: SlowRequests,
 }
 
 impl Default for Mailbox {
@@ -138,11 +140,18 @@ impl Default for Mailbox {
             inbox,
             removed: None,
             ready: None,
+            slow: SlowRequests::default(),
         }
     }
 }
 
 impl Mailbox {
+    /// Requests slower than these are warned about (etcd's defaults
+    /// otherwise).
+    pub fn warn_slow_requests(&mut self, slow: SlowRequests) {
+        self.slow = slow;
+    }
+
     /// Resolves once the node stopped because this member was removed from
     /// the cluster (its backend is synced by then). Never resolves if the
     /// node stops otherwise; a dropped sender means that.
@@ -257,6 +266,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
         inbox,
         removed,
         ready,
+        slow,
     } = mailbox;
     let (started, on_start) = oneshot::channel();
     let node_kv = kv.clone();
@@ -279,6 +289,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
                         ready,
                         metrics: driver_metrics,
                     },
+                    slow,
                 )
             });
             if panic::catch_unwind(run).is_err() {
@@ -299,6 +310,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
             kv,
             blocking,
             next_stream: Arc::new(AtomicU64::new(1)),
+            slow,
             metrics,
         }),
         Ok(Err(e)) => Err(e),

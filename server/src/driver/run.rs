@@ -22,6 +22,7 @@ use super::links::ClusterLinks;
 use super::log_writer::write_log;
 use super::{Command, LogJob, PeerLink, Reply, INPUT_BATCH_MAX};
 use crate::metrics::{Metrics, NodePublisher, SLOW_APPLY};
+use crate::slow_requests::SlowRequests;
 use crate::watch_routes::WatchRoutes;
 
 /// Why the driver loop ended.
@@ -51,7 +52,9 @@ pub(super) struct Signals {
     pub(super) metrics: Arc<Metrics>,
 }
 
-/// The driver thread's body.
+/// The driver thread's body. It takes over everything the thread owns,
+/// each a different thing, hence the long list.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn drive<L: LogStore, K: KvStore>(
     config: Config,
     log: L,
@@ -60,6 +63,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     commands: Sender<Command>,
     peers: Option<Arc<dyn PeerLink>>,
     signals: Signals,
+    slow: SlowRequests,
 ) {
     let Signals {
         started,
@@ -101,6 +105,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         hand_over: None,
         hand_over_time,
         ready,
+        slow,
         publisher: NodePublisher::new(metrics.node.clone()),
         metrics,
     };
@@ -177,6 +182,8 @@ struct Driver<L: LogStore, K: KvStore> {
     hand_over_time: std::time::Duration,
     /// Told once, when the member is first ready to serve.
     ready: Option<oneshot::Sender<u64>>,
+    /// When an apply step is slow enough to warn about.
+    slow: SlowRequests,
     /// The node's numbers into the metrics, after every round.
     publisher: NodePublisher,
     metrics: Arc<Metrics>,
@@ -302,6 +309,9 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
     fn carry_out(&mut self, now: Instant) {
         loop {
             let compactions = self.node.compactions();
+            // Entries are applied inside a poll: a poll that moved the
+            // applied index is an apply step, timed for the slow warning.
+            let applied = self.node.applied_index();
             let polled_at = std::time::Instant::now();
             let Some(output) = self.node.poll_output() else {
                 break;
@@ -309,6 +319,10 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
             let took = polled_at.elapsed();
             if took >= SLOW_APPLY {
                 self.metrics.slow_apply.inc();
+            }
+            if self.node.applied_index() != applied {
+                let last = self.node.applied_index();
+                self.slow.applied(took, applied + 1, last);
             }
             if self.node.compactions() != compactions {
                 let ms = took.as_secs_f64() * 1000.0;

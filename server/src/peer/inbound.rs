@@ -18,7 +18,7 @@ use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
 use super::tls::PeerIo;
 use super::wire::{Answer, FrameKind, Hello, Reject, StreamKind, HELLO_BYTES, PROTOCOL_VERSION};
 use super::{
-    lock, snapshot, Id, PeerEvent, Shared, HANDSHAKE_TIMEOUT, INBOUND_CONNECTIONS_MAX,
+    hash_kv, lock, snapshot, Id, PeerEvent, Shared, HANDSHAKE_TIMEOUT, INBOUND_CONNECTIONS_MAX,
     INBOUND_SNAPSHOTS_MAX,
 };
 use crate::runtime::{deadline_after, timeout, Runtime};
@@ -151,6 +151,7 @@ async fn serve<R: Runtime>(
         (StreamKind::Snapshot, Some(slot)) => {
             snapshot::receive(shared.clone(), shaken.io, shaken.hello.from, slot).await
         }
+        (StreamKind::HashKv, _) => hash_kv::answer(&shared, shaken.io, shaken.hello.from).await,
         _ => read_messages(shared.clone(), shaken.io, shaken.hello.from).await,
     }
     drop(shaken.slot);

@@ -31,6 +31,7 @@
 //! snapshots and pulls from a snapshot's chunk iterator run as blocking work.
 
 mod admission;
+mod hash_kv;
 mod inbound;
 mod outbound;
 mod queue;
@@ -57,6 +58,7 @@ use crate::runtime::Runtime;
 use queue::{PushError, SendQueue};
 
 pub use admission::HANDSHAKES_MAX;
+pub use hash_kv::{HashKvService, PeerHashError};
 pub use snapshot::ReceivedSnapshot;
 pub use tls::TransportTls;
 
@@ -303,6 +305,9 @@ struct Shared<R> {
     inbound_snapshots: AtomicUsize,
     next_connection: AtomicU64,
     stopped: AtomicBool,
+    /// How this member answers a peer's `HashKV` question, once its node
+    /// runs.
+    hash_kv: OnceLock<HashKvService>,
     /// Where bytes, connections and heartbeat round trips are recorded,
     /// once set.
     metrics: OnceLock<crate::metrics::PeerMetrics>,
@@ -345,6 +350,7 @@ impl<R: Runtime> PeerTransport<R> {
                 inbound_snapshots: AtomicUsize::new(0),
                 next_connection: AtomicU64::new(1),
                 stopped: AtomicBool::new(false),
+                hash_kv: OnceLock::new(),
                 metrics: OnceLock::new(),
                 started: std::time::Instant::now(),
             }),
@@ -529,6 +535,25 @@ impl<R: Runtime> PeerTransport<R> {
             message,
             Box::new(chunks),
         ));
+    }
+
+    /// Answers peers' `HashKV` questions with `service` from now on
+    /// (until then they hear that this member cannot hash yet). Set once;
+    /// a second call changes nothing.
+    pub fn serve_hash_kv(&self, service: HashKvService) {
+        let _ = self.shared.hash_kv.set(service);
+    }
+
+    /// Asks member `to`, at `urls`, for its `HashKV` at `revision` on a
+    /// connection of its own, giving up after `limit`.
+    pub async fn hash_kv(
+        &self,
+        to: u64,
+        urls: &[String],
+        revision: i64,
+        limit: Duration,
+    ) -> Result<oxetcd_storage::bolt::hash::KvHash, PeerHashError> {
+        hash_kv::ask(&self.shared, to, urls, revision, limit).await
     }
 
     /// Stops everything: listeners, queues, inbound streams. Snapshot

@@ -178,7 +178,7 @@ async fn stream_snapshot<R: Runtime>(
     }
 }
 
-async fn write_frame<R: Runtime>(
+pub(super) async fn write_frame<R: Runtime>(
     shared: &Shared<R>,
     io: &mut PeerIo<R::Io>,
     kind: FrameKind,
@@ -330,8 +330,8 @@ async fn read_stream<R: Runtime>(
                     }
                 };
             }
-            FrameKind::Message => {
-                warn!(from = %Id(from), "message frame on a snapshot stream; closing it");
+            FrameKind::Message | FrameKind::HashKvAsk | FrameKind::HashKvAnswer => {
+                warn!(from = %Id(from), ?kind, "unexpected frame on a snapshot stream; closing it");
                 return None;
             }
         }

@@ -67,6 +67,9 @@ pub(crate) enum StreamKind {
     Messages,
     /// One snapshot: data chunks, then its `MsgSnapshot`.
     Snapshot,
+    /// One `HashKV` question and its answer (see `hash_kv.rs`): the only
+    /// stream on which the listener writes a frame.
+    HashKv,
 }
 
 impl StreamKind {
@@ -74,6 +77,7 @@ impl StreamKind {
         match self {
             Self::Messages => 1,
             Self::Snapshot => 2,
+            Self::HashKv => 3,
         }
     }
 
@@ -81,6 +85,7 @@ impl StreamKind {
         match code {
             1 => Some(Self::Messages),
             2 => Some(Self::Snapshot),
+            3 => Some(Self::HashKv),
             _ => None,
         }
     }
@@ -258,6 +263,10 @@ pub(crate) enum FrameKind {
     SnapshotChunk,
     /// The protobuf `MsgSnapshot` that ends a snapshot stream.
     SnapshotEnd,
+    /// A `HashKV` question (hash-kv streams, dialer to listener).
+    HashKvAsk,
+    /// A `HashKV` answer or refusal (hash-kv streams, listener to dialer).
+    HashKvAnswer,
 }
 
 impl FrameKind {
@@ -266,6 +275,8 @@ impl FrameKind {
             Self::Message => 1,
             Self::SnapshotChunk => 2,
             Self::SnapshotEnd => 3,
+            Self::HashKvAsk => 4,
+            Self::HashKvAnswer => 5,
         }
     }
 
@@ -274,6 +285,8 @@ impl FrameKind {
             1 => Some(Self::Message),
             2 => Some(Self::SnapshotChunk),
             3 => Some(Self::SnapshotEnd),
+            4 => Some(Self::HashKvAsk),
+            5 => Some(Self::HashKvAnswer),
             _ => None,
         }
     }

@@ -28,7 +28,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 
-use oxetcd_core::storage::{KvRead, Revision};
+use oxetcd_core::storage::{KvMeta, KvRead, Revision};
 use oxetcd_core::Error;
 use prost::Message as _;
 
@@ -50,7 +50,12 @@ pub struct KvHash {
 /// revision), with etcd's errors for a revision compacted or not yet
 /// written.
 pub fn hash_kv<R: KvRead>(view: &R, at: i64) -> Result<KvHash, Error> {
-    let meta = view.meta()?;
+    hash_kv_at(view, &view.meta()?, at)
+}
+
+/// [`hash_kv`] of a view whose meta record is `meta` (a write transaction
+/// in the middle of an apply batch has not stored its meta yet).
+pub fn hash_kv_at<R: KvRead>(view: &R, meta: &KvMeta, at: i64) -> Result<KvHash, Error> {
     let upto = if at == 0 { meta.revision } else { at };
     if at > meta.revision {
         return Err(Error::FutureRevision);

@@ -773,3 +773,45 @@ fn used_bytes_and_alarms_are_exact_and_survive_reopen() {
     let kv = open_kv(dir.path());
     assert_eq!(kv.read().unwrap().used_bytes().unwrap(), after);
 }
+
+/// A compaction records, once asked to, what `HashKV` at its revision
+/// answered just before it; the newest first, at most ten.
+#[test]
+fn compactions_record_the_hash_of_the_history_they_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = open_kv(dir.path());
+    history(&kv);
+    let compact = |kv: &RedbKv, at: i64| {
+        let mut txn = kv.write().unwrap();
+        let meta = txn.meta().unwrap();
+        txn.before_compaction(&meta, at).unwrap();
+        txn.set_meta(&KvMeta {
+            compact_revision: at,
+            ..meta
+        })
+        .unwrap();
+        txn.commit().unwrap();
+    };
+    compact(&kv, 3);
+    assert!(kv.compaction_hashes().is_empty(), "not kept unless asked");
+    kv.keep_compaction_hashes();
+    let before = crate::bolt::hash::hash_kv(&kv.read().unwrap(), 5).unwrap();
+    compact(&kv, 5);
+    let kept = kv.compaction_hashes();
+    assert_eq!(
+        kept,
+        vec![CompactionHash {
+            hash: before.hash,
+            compact_revision: 3,
+            revision: 5,
+        }]
+    );
+    let last = 7 + COMPACTION_HASHES_MAX as i64;
+    for at in 7..=last {
+        write_all(&kv, &[put("d", at, 0, 7, at - 6, "x")], at);
+        compact(&kv, at);
+    }
+    let kept = kv.compaction_hashes();
+    assert_eq!(kept.len(), COMPACTION_HASHES_MAX);
+    assert_eq!(kept[0].revision, last, "newest first");
+}

@@ -169,13 +169,13 @@ const FLAGS: &[Flag] = &[
         "true",
         "Enable the raft Pre-Vote algorithm (oxetcd always runs it).",
     ),
-    not_yet(
+    wired(
         "auto-compaction-retention",
         Kind::Retention,
         "0",
         "Auto compaction retention for mvcc key value store. 0 means disable auto compaction.",
     ),
-    not_yet(
+    wired(
         "auto-compaction-mode",
         Kind::Choice(&["periodic", "revision"]),
         "periodic",

@@ -23,7 +23,7 @@ const FLAGS: &[Flag] = &[
          TxnModeWriteWithSharedBuffer, LeaseCheckpoint, LeaseCheckpointPersist, \
          SetMemberLocalAddr, FastLeaseKeepAlive, PriorityRequest, AllAlpha, AllBeta.",
     ),
-    not_yet(
+    wired(
         "corrupt-check-time",
         Kind::Duration,
         "0s",
@@ -35,7 +35,7 @@ const FLAGS: &[Flag] = &[
         "0s",
         "corrupt-check-time",
     ),
-    not_yet(
+    wired(
         "compact-hash-check-time",
         Kind::Duration,
         "1m0s",
@@ -83,7 +83,7 @@ const FLAGS: &[Flag] = &[
         "10m0s",
         "watch-progress-notify-interval",
     ),
-    not_yet(
+    wired(
         "warning-apply-duration",
         Kind::Duration,
         "100ms",
@@ -95,7 +95,7 @@ const FLAGS: &[Flag] = &[
         "100ms",
         "warning-apply-duration",
     ),
-    not_yet(
+    wired(
         "warning-unary-request-duration",
         Kind::Duration,
         "300ms",

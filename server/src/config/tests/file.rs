@@ -223,7 +223,7 @@ fn not_yet_supported_values_are_logged_and_stored() {
     let config = run(
         &[
             "--quota-backend-bytes=8GiB",
-            "--feature-gates=InitialCorruptCheck=true,LeaseCheckpoint=true",
+            "--feature-gates=StopGRPCServiceOnDefrag=true,LeaseCheckpoint=true",
         ],
         &[],
     );
@@ -234,7 +234,7 @@ fn not_yet_supported_values_are_logged_and_stored() {
         .any(|w| w.contains("--quota-backend-bytes")));
     assert!(config
         .warnings
-        .contains(&"not yet supported: --feature-gates=InitialCorruptCheck=true".to_owned()));
+        .contains(&"not yet supported: --feature-gates=StopGRPCServiceOnDefrag=true".to_owned()));
     assert!(
         !config
             .warnings
