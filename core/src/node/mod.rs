@@ -93,7 +93,7 @@ pub use self::io::{
 };
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::Members;
-pub use self::metrics::NodeMetrics;
+pub use self::metrics::{live_keys, NodeMetrics};
 use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
@@ -244,10 +244,6 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         };
         let lessor = Lessor::recover(config.lease, &view)?;
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
-        let counters = metrics::Counters {
-            keys: metrics::live_keys(&view, meta.revision)?,
-            ..Default::default()
-        };
         drop(view);
         let durable = DurableState {
             hard_state: state.hard_state.clone(),
@@ -311,7 +307,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             parked_renewals: HashMap::new(),
             publication: Publication::default(),
             removed: false,
-            counters,
+            counters: metrics::Counters::default(),
             config,
         };
         node.update_sole_voter();
