@@ -447,7 +447,11 @@ fn single_member(kind: ServerKind) {
             assert_eq!(metrics.value("etcd_mvcc_put_total", &[]), 0.0);
             break;
         }
-        assert!(Instant::now() < deadline, "keys never counted:\n{}", metrics.text);
+        assert!(
+            Instant::now() < deadline,
+            "keys never counted:\n{}",
+            metrics.text
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     eprintln!("{}: {:?}", kind.name(), started.elapsed());
