@@ -25,7 +25,8 @@
 //!   content type.
 //!
 //! This crate never starts a runtime, never spawns a thread except the
-//! driver's two, and never touches the node other than through the driver.
+//! driver's two (and, at start, one that counts the backend's keys for
+//! the metrics), and never touches the node other than through the driver.
 
 #![warn(missing_docs, unreachable_pub)]
 

@@ -311,6 +311,7 @@ fn dechunk(mut rest: &str) -> String {
 
 /// A member with a metrics URL of its own.
 struct Single {
+    launch: Launch,
     server: Server,
     client: String,
     metrics: String,
@@ -321,32 +322,36 @@ fn start_single(kind: ServerKind) -> Single {
     let data = tempfile::tempdir().unwrap();
     let client_url = Ports::Kernel.http_url();
     let metrics_url = Ports::Kernel.http_url();
-    let server = Launch::new(
+    let launch = Launch::new(
         kind,
         "default",
         &data.path().join("data"),
         vec![client_url.clone()],
         Ports::Kernel.http_url(),
     )
-    .flags(&["--listen-metrics-urls", metrics_url.as_str()])
-    .start()
-    .unwrap_or_else(|e| panic!("{e}"));
-    let started = Instant::now();
-    while !server.log().contains(READY_LINE) {
-        assert!(
-            started.elapsed() < READY_DEADLINE,
-            "{} never got ready\n{}",
-            kind.name(),
-            server.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    .flags(&["--listen-metrics-urls", metrics_url.as_str()]);
     Single {
-        server,
+        server: start_ready(&launch),
+        launch,
         client: client_url.trim_start_matches("http://").to_owned(),
         metrics: metrics_url.trim_start_matches("http://").to_owned(),
         _data: data,
     }
+}
+
+/// Starts `launch` and waits until it serves clients.
+fn start_ready(launch: &Launch) -> Server {
+    let server = launch.start().unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    while !server.log().contains(READY_LINE) {
+        assert!(
+            started.elapsed() < READY_DEADLINE,
+            "never got ready\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
 }
 
 /// Every family with etcd's type and labels, on the client port and the
@@ -430,7 +435,25 @@ fn single_member(kind: ServerKind) {
     assert!(body.contains("\"health\":\"true\""), "{body}");
     let (head, _) = http_get(&member.metrics, "/version");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+
+    // Restarted, the member counts the keys it holds (off its own thread,
+    // so soon after it serves) and its counters start again.
     drop(member.server);
+    let _server = start_ready(&member.launch);
+    let deadline = Instant::now() + READY_DEADLINE;
+    loop {
+        let metrics = Metrics::get(&member.client);
+        if metrics.value("etcd_debugging_mvcc_keys_total", &[]) == 2.0 {
+            assert_eq!(metrics.value("etcd_mvcc_put_total", &[]), 0.0);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "keys never counted:\n{}",
+            metrics.text
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     eprintln!("{}: {:?}", kind.name(), started.elapsed());
 }
 

@@ -54,7 +54,9 @@ pub struct NodeMetrics {
     pub ranges: u64,
     /// Transactions applied.
     pub txns: u64,
-    /// Keys that exist (have a live version) at the applied revision.
+    /// Keys that exist (have a live version) at the applied revision; 0
+    /// until the runtime counted those the member started with
+    /// ([`Node::keys_counted`]).
     pub keys: u64,
     /// Watchers of every stream.
     pub watchers: u64,
@@ -78,9 +80,8 @@ pub(super) struct Counters {
     pub(super) deletes: u64,
     pub(super) ranges: u64,
     pub(super) txns: u64,
-    /// Live keys; counted at start and after a snapshot, then moved by
-    /// every applied change.
-    pub(super) keys: u64,
+    /// Live keys, moved by every applied change.
+    pub(super) keys: KeyCount,
     pub(super) compactions: u64,
 }
 
@@ -116,19 +117,45 @@ impl Counters {
     /// Moves the live key count by one write's changes: a version 1 is a
     /// key created, a tombstone a key deleted.
     pub(super) fn count_changes(&mut self, changes: &[KeyVersion]) {
-        for change in changes {
-            if change.tombstone {
-                self.keys = self.keys.saturating_sub(1);
-            } else if change.version == 1 {
-                self.keys += 1;
-            }
-        }
+        let moved: i64 = changes
+            .iter()
+            .map(|change| match (change.tombstone, change.version) {
+                (true, _) => -1,
+                (false, 1) => 1,
+                _ => 0,
+            })
+            .sum();
+        self.keys = match self.keys {
+            KeyCount::Known(keys) => KeyCount::Known(keys.saturating_add_signed(moved)),
+            KeyCount::Counting { moved: before } => KeyCount::Counting {
+                moved: before + moved,
+            },
+        };
     }
 }
 
-/// Keys with a live version at `revision`: one pass over the key space, at
-/// start and after a snapshot is installed.
-pub(super) fn live_keys(view: &impl KvRead, revision: i64) -> Result<u64, StorageError> {
+/// The live key count. Counting the keys a member starts with is one pass
+/// over the key space, which the runtime makes off the node's thread on
+/// the view the node started from ([`Node::keys_counted`]); until then
+/// the node only adds up what its applies changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum KeyCount {
+    /// The start's count is not in yet; applies since moved it this much.
+    Counting {
+        moved: i64,
+    },
+    Known(u64),
+}
+
+impl Default for KeyCount {
+    fn default() -> Self {
+        Self::Counting { moved: 0 }
+    }
+}
+
+/// Keys with a live version at `revision`: one pass over the key space
+/// (what the member starts with, and a snapshot it installs).
+pub fn live_keys(view: &impl KvRead, revision: i64) -> Result<u64, StorageError> {
     let mut keys = 0;
     view.scan(b"", RangeEnd::Unbounded, revision, &mut |version| {
         keys += u64::from(!version.tombstone);
@@ -158,11 +185,25 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             deletes: c.deletes,
             ranges: c.ranges,
             txns: c.txns,
-            keys: c.keys,
+            keys: match c.keys {
+                KeyCount::Known(keys) => keys,
+                KeyCount::Counting { .. } => 0,
+            },
             watchers,
             slow_watchers,
             watch_streams,
             compactions: c.compactions,
+        }
+    }
+
+    /// The runtime counted `keys` live keys (with [`live_keys`]) on a view
+    /// of the backend taken when the node was built, before it applied
+    /// anything: the live key count is that plus what applies changed
+    /// since. Ignored once the count is known (a snapshot was installed
+    /// meanwhile and counted).
+    pub fn keys_counted(&mut self, keys: u64) {
+        if let KeyCount::Counting { moved } = self.counters.keys {
+            self.counters.keys = KeyCount::Known(keys.saturating_add_signed(moved));
         }
     }
 

@@ -106,7 +106,7 @@ pub use self::io::{
 };
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::Members;
-pub use self::metrics::NodeMetrics;
+pub use self::metrics::{live_keys, NodeMetrics};
 use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
@@ -255,10 +255,6 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let lessor = Lessor::recover(config.lease, &view)?;
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
         let alarms = AlarmState::recover(&view)?;
-        let counters = metrics::Counters {
-            keys: metrics::live_keys(&view, meta.revision)?,
-            ..Default::default()
-        };
         drop(view);
         let durable = DurableState {
             hard_state: state.hard_state.clone(),
@@ -324,7 +320,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             publication: Publication::default(),
             removed: false,
             alarms,
-            counters,
+            counters: metrics::Counters::default(),
             config,
         };
         node.update_sole_voter();

@@ -71,7 +71,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.lessor = Lessor::recover(self.config.lease, &view)?;
         self.auth = AuthStore::recover(view.auth()?, self.config.auth_token_ttl);
         self.alarms = super::alarms::AlarmState::recover(&view)?;
-        self.counters.keys = super::metrics::live_keys(&view, self.meta.revision)?;
+        let keys = super::metrics::live_keys(&view, self.meta.revision)?;
+        self.counters.keys = super::metrics::KeyCount::Known(keys);
         if self.raft.role() == Role::Leader {
             self.lessor.promote(self.now);
         }

@@ -170,6 +170,7 @@ impl WatchRegistry {
             return;
         }
         watcher.catching_up = true;
+        self.catching_up += 1;
         watcher.next_revision = watcher.next_revision.min(from_revision).max(1);
         if let Some(state) = self.streams.get_mut(&stream) {
             state.catching_up += 1;
@@ -231,6 +232,7 @@ impl WatchRegistry {
             return;
         }
         watcher.catching_up = false;
+        self.catching_up -= 1;
         if let Some(state) = self.streams.get_mut(&stream) {
             state.catching_up -= 1;
         }

@@ -91,6 +91,9 @@ pub(crate) struct WatchRegistry {
     /// Deliveries of the apply batch under way, per stream, in revision
     /// order; drained by [`WatchRegistry::flush_events`] after it commits.
     pub(super) pending: BTreeMap<StreamId, Vec<WatchDelivery>>,
+    /// Watchers catching up, over every stream (for metrics, read every
+    /// round: kept rather than summed).
+    pub(super) catching_up: usize,
 }
 
 /// The node's state a watch operation needs.
@@ -112,6 +115,7 @@ impl WatchRegistry {
             progress_interval,
             next_progress: None,
             pending: BTreeMap::new(),
+            catching_up: 0,
         }
     }
 
@@ -123,10 +127,9 @@ impl WatchRegistry {
 
     /// Watchers, those of them catching up, and streams, for metrics.
     pub(crate) fn counts(&self) -> (u64, u64, u64) {
-        let catching_up: usize = self.streams.values().map(|s| s.catching_up).sum();
         (
             self.watchers.len() as u64,
-            catching_up as u64,
+            self.catching_up as u64,
             self.streams.len() as u64,
         )
     }
@@ -209,6 +212,7 @@ impl WatchRegistry {
         state.watchers.insert(id);
         if !synced {
             state.catching_up += 1;
+            self.catching_up += 1;
         }
         let watcher = Watcher {
             spec,
@@ -271,6 +275,7 @@ impl WatchRegistry {
         let Some(watcher) = self.watchers.remove(&key) else {
             return;
         };
+        self.catching_up -= usize::from(watcher.catching_up);
         match watcher.spec.range_end {
             None => {
                 if let Some(set) = self.by_key.get_mut(&watcher.spec.key) {
@@ -324,6 +329,11 @@ impl WatchRegistry {
         for &stream in self.streams.keys() {
             self.debug_assert_stream(stream);
         }
+        let catching_up: usize = self.streams.values().map(|s| s.catching_up).sum();
+        assert_eq!(
+            self.catching_up, catching_up,
+            "watchers catching up miscounted"
+        );
         let listed: usize = self.streams.values().map(|s| s.watchers.len()).sum();
         let indexed = self.ranged.len() + self.by_key.values().map(BTreeSet::len).sum::<usize>();
         assert!(

@@ -213,6 +213,8 @@ enum Command {
     WatchClosed(StreamId),
     /// An input about watches, fed as is.
     Watch(Input),
+    /// The live keys of the backend the node started from.
+    KeysCounted(u64),
 }
 
 /// The driver's answer to one client request.

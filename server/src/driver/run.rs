@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 
 use futures_channel::oneshot;
-use oxetcd_core::storage::{Cause, KvStore, LogStore, StorageError};
+use oxetcd_core::storage::{Cause, KvRead, KvStore, LogStore, StorageError};
 use oxetcd_core::{Config, Error, Input, Instant, Node, RequestId};
 use slab::Slab;
 use tracing::{error, info, warn};
@@ -78,7 +78,14 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         node,
         writer,
         log_jobs,
-    } = match start(config, log, kv.clone(), commands, &clock, metrics.clone()) {
+    } = match start(
+        config,
+        log,
+        kv.clone(),
+        commands.clone(),
+        &clock,
+        metrics.clone(),
+    ) {
         Ok(started_node) => started_node,
         Err(e) => {
             let _ = started.send(Err(e));
@@ -86,6 +93,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         }
     };
     let _ = started.send(Ok(()));
+    count_keys(&kv, commands);
     let links = ClusterLinks::new(
         kv.clone(),
         peers,
@@ -292,6 +300,7 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
                 node.handle(now, Input::WatchClosed { stream });
             }
             Command::Watch(input) => node.handle(now, input),
+            Command::KeysCounted(keys) => node.keys_counted(keys),
             Command::Peer(event) => {
                 if let Some(input) = self.executor.links.peer_event(event) {
                     node.handle(now, input);
@@ -370,6 +379,31 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
         }
         self.hand_over = Some(h);
         None
+    }
+}
+
+/// Counts the live keys of the backend as the node found it, on a thread
+/// of its own (one pass over the key space, which a member with many keys
+/// should not wait for before it serves), and tells the node. The view is
+/// taken before the node's first round, so it holds nothing applied since.
+fn count_keys<K: KvStore>(kv: &K, commands: Sender<Command>) {
+    let view = match kv.read() {
+        Ok(view) => view,
+        Err(e) => fatal("reading the backend", &e),
+    };
+    let counting = thread::Builder::new()
+        .name("oxetcd-count-keys".into())
+        .spawn(move || {
+            let revision = view.meta().map(|meta| meta.revision);
+            match revision.and_then(|revision| oxetcd_core::live_keys(&view, revision)) {
+                Ok(keys) => {
+                    let _ = commands.send(Command::KeysCounted(keys));
+                }
+                Err(e) => fatal("counting the backend's keys", &e),
+            }
+        });
+    if let Err(e) = counting {
+        warn!(error = %e, "cannot count the backend's keys; etcd_debugging_mvcc_keys_total stays 0");
     }
 }
 
