@@ -24,4 +24,4 @@ pub use grpc::Grpc;
 pub use in_process::InProcess;
 pub use launch::{binary_path, free_port, Server, ServerKind};
 pub use runner::{assert_all_pass, run_suite, Outcome};
-pub use target::{Failure, Target};
+pub use target::{http_request, Failure, Target};

@@ -274,17 +274,24 @@ impl Target {
 const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn http_get(address: &str, path: &str) -> Result<(u16, String), String> {
+    http_request(address, "GET", path)
+}
+
+/// One HTTP/1.1 request with `method` and no body to `address`: the
+/// status code and the body. What arrived before an error or the close is
+/// the answer.
+pub fn http_request(address: &str, method: &str, path: &str) -> Result<(u16, String), String> {
     use std::io::{Read, Write};
     let mut socket = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
     socket
         .set_read_timeout(Some(HTTP_TIMEOUT))
         .map_err(|e| e.to_string())?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
     socket
         .write_all(request.as_bytes())
         .map_err(|e| e.to_string())?;
     let mut response = Vec::new();
-    // What arrived before an error or the close is the answer.
     let _ = socket.read_to_end(&mut response);
     let text = String::from_utf8_lossy(&response).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));

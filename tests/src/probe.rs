@@ -3,8 +3,6 @@
 //! write has reached them; and through plain HTTP ([`http_get`]): their
 //! health probes. Every wait is bounded by its caller's deadline.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -78,35 +76,18 @@ pub fn wait_value(
     }
 }
 
-/// Longest an HTTP probe may take to answer.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// A plain HTTP/1.1 GET of `path` on `address` (`127.0.0.1:<port>`): the
 /// status code (0 when there is none) and the body.
 pub fn http_get(address: &str, path: &str) -> (u16, String) {
     http_request(address, "GET", path)
 }
 
-/// An HTTP/1.1 request with `method` and no body; see [`http_get`].
+/// An HTTP/1.1 request with `method` and no body; see [`http_get`]. A
+/// missing status line reads as code 0.
 pub fn http_request(address: &str, method: &str, path: &str) -> (u16, String) {
-    let mut socket = TcpStream::connect(address).unwrap_or_else(|e| panic!("{address}: {e}"));
-    socket
-        .set_read_timeout(Some(HTTP_TIMEOUT))
-        .unwrap_or_else(|e| panic!("read timeout: {e}"));
-    let request =
-        format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    socket
-        .write_all(request.as_bytes())
-        .unwrap_or_else(|e| panic!("{address}: {e}"));
-    let mut response = Vec::new();
-    // What arrived before an error or the close is the answer.
-    let _ = socket.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, body.to_owned())
+    match oxetcd_conformance::http_request(address, method, path) {
+        Ok(answer) => answer,
+        Err(e) if e.starts_with("no HTTP status line") => (0, String::new()),
+        Err(e) => panic!("{address}: {e}"),
+    }
 }
