@@ -389,6 +389,8 @@ fn single_member(kind: ServerKind) {
             "two puts, one in a txn"
         );
         assert_eq!(moved("etcd_mvcc_delete_total", &[]), 1.0);
+        // Every write stored a version: the bytes in use grew.
+        assert!(moved("etcd_mvcc_db_total_size_in_use_in_bytes", &[]) > 0.0);
         assert_eq!(moved("etcd_mvcc_txn_total", &[]), 1.0);
         assert!(
             moved("etcd_mvcc_range_total", &[]) >= 2.0,

@@ -64,6 +64,9 @@ pub struct NodeMetrics {
     pub slow_watchers: u64,
     /// Watch streams.
     pub watch_streams: u64,
+    /// Bytes in use in the backend as of the last apply (what the quota
+    /// is judged on).
+    pub bytes_in_use: u64,
     /// Compactions applied.
     pub compactions: u64,
 }
@@ -192,6 +195,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             watchers,
             slow_watchers,
             watch_streams,
+            bytes_in_use: self.alarms.used_bytes,
             compactions: c.compactions,
         }
     }

@@ -769,6 +769,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             raft_applied_index: self.meta.applied_index,
             is_learner: self.is_learner(),
             errors: self.status_errors(),
+            db_size_in_use: i64::try_from(self.alarms.used_bytes).unwrap_or(i64::MAX),
             ..Default::default()
         }
     }

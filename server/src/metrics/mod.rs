@@ -22,10 +22,10 @@
 //! - The scrape runs on a blocking thread: it reads `/proc` (the process
 //!   collector) and the backend file's size, then encodes.
 //!
-//! Where etcd and oxetcd differ: the backend has no cheap "in use" figure
-//! (redb's statistics walk every page), so
-//! `etcd_mvcc_db_total_size_in_use_in_bytes` reports the file size, as the
-//! Status RPC's `dbSizeInUse` does; `etcd_disk_wal_fsync_duration_seconds`
+//! Where etcd and oxetcd differ: `etcd_mvcc_db_total_size_in_use_in_bytes`
+//! is the bytes the stored versions and leases take (the figure the quota
+//! is judged on, kept exactly by the backend), not bolt's pages in use;
+//! `etcd_disk_wal_fsync_duration_seconds`
 //! times the whole durable append of a batch (write and fsync, which
 //! dominates); and peer round trips are timed from a heartbeat queued to
 //! its answer read, not by a separate prober.
@@ -116,7 +116,6 @@ pub struct Metrics {
     pub(crate) compaction_pause_ms: Histogram,
     pub(crate) compaction_total_ms: Histogram,
     db_total_size: IntGauge,
-    db_total_size_in_use: IntGauge,
     backend_file: Option<PathBuf>,
 }
 
@@ -236,10 +235,6 @@ impl Metrics {
                 "etcd_mvcc_db_total_size_in_bytes",
                 "Total size of the underlying database physically allocated in bytes.",
             ),
-            db_total_size_in_use: r.gauge(
-                "etcd_mvcc_db_total_size_in_use_in_bytes",
-                "Total size of the underlying database logically in use in bytes.",
-            ),
             backend_file: settings.backend_file.clone(),
             registry,
         }
@@ -255,7 +250,6 @@ impl Metrics {
             .map(|meta| i64::try_from(meta.len()).unwrap_or(i64::MAX))
         {
             self.db_total_size.set(size);
-            self.db_total_size_in_use.set(size);
         }
         let mut text = Vec::with_capacity(SCRAPE_BYTES_INITIAL);
         // Encoding into a Vec fails only on a family the registry already

@@ -31,6 +31,7 @@ pub(crate) struct NodeFamilies {
     watchers: IntGauge,
     slow_watchers: IntGauge,
     watch_streams: IntGauge,
+    bytes_in_use: IntGauge,
 }
 
 impl NodeFamilies {
@@ -110,6 +111,10 @@ impl NodeFamilies {
                 "etcd_debugging_mvcc_watch_stream_total",
                 "Total number of watch streams.",
             ),
+            bytes_in_use: r.gauge(
+                "etcd_mvcc_db_total_size_in_use_in_bytes",
+                "Total size of the underlying database logically in use in bytes.",
+            ),
         }
     }
 }
@@ -181,6 +186,7 @@ impl NodePublisher {
         set(&f.watchers, now.watchers);
         set(&f.slow_watchers, now.slow_watchers);
         set(&f.watch_streams, now.watch_streams);
+        set(&f.bytes_in_use, now.bytes_in_use);
         self.last = now;
     }
 }
