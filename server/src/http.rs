@@ -7,6 +7,8 @@
 
 mod health;
 
+pub(crate) use health::is_probe;
+
 use bytes::Bytes;
 use http::{header, Method, StatusCode};
 use http_body_util::Full;

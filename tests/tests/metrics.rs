@@ -431,10 +431,15 @@ fn single_member(kind: ServerKind) {
         // Without --metrics extensive, no handling-time histograms.
         assert!(!after.text.contains("grpc_server_handling_seconds"));
     }
-    // The metrics URL serves /health too, and nothing else.
+    // The metrics URL serves the health probes too, and nothing else.
     let (head, body) = http_get(&member.metrics, "/health");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(body.contains("\"health\":\"true\""), "{body}");
+    for probe in ["/livez", "/readyz", "/readyz/linearizable_read"] {
+        let (head, body) = http_get(&member.metrics, probe);
+        assert!(head.starts_with("HTTP/1.1 200"), "{probe}: {head}");
+        assert_eq!(body, "ok\n", "{probe}");
+    }
     let (head, _) = http_get(&member.metrics, "/version");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
 

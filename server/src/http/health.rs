@@ -41,7 +41,7 @@ const LIVEZ_CHECKS: &[&str] = &["serializable_read"];
 const READYZ_CHECKS: &[&str] = &["data_corruption", "serializable_read", "linearizable_read"];
 
 /// Whether `path` is one of the probes this module answers.
-pub(super) fn is_probe(path: &str) -> bool {
+pub(crate) fn is_probe(path: &str) -> bool {
     path == "/health" || probe_checks(path).is_some()
 }
 

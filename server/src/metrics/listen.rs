@@ -1,5 +1,6 @@
-//! `--listen-metrics-urls`: listeners that serve `/metrics` and `/health`
-//! only, as etcd's do, over plain HTTP or, for `https://` URLs, over TLS
+//! `--listen-metrics-urls`: listeners that serve `/metrics` and the health
+//! probes (`/health`, `/livez`, `/readyz`) only, as etcd 3.6's do, over
+//! plain HTTP or, for `https://` URLs, over TLS
 //! with the client port's certificate (and its client-certificate rules).
 //! HTTP/1.1 and h2c, like the client port; anything else is 404.
 
@@ -25,7 +26,8 @@ struct MetricsApp<R: Runtime, K: KvStore> {
     builder: auto::Builder<HyperExecutor<R>>,
 }
 
-/// Serves `/metrics` and `/health` on every bound metrics listener.
+/// Serves `/metrics` and the health probes on every bound metrics
+/// listener.
 pub(crate) fn serve_metrics_urls<R: Runtime, K: KvStore>(
     runtime: &R,
     handle: Handle<K>,
@@ -52,7 +54,7 @@ pub(crate) fn serve_metrics_urls<R: Runtime, K: KvStore>(
                 continue;
             }
         };
-        info!(url = %bound.url, address = %bound.local_addr, "serving /metrics and /health");
+        info!(url = %bound.url, address = %bound.local_addr, "serving /metrics and the health probes");
         let app = app.clone();
         let spawner = runtime.clone();
         runtime.spawn(accept_each(
@@ -88,9 +90,11 @@ impl<R: Runtime, K: KvStore> MetricsApp<R, K> {
         let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
             let app = app.clone();
             async move {
-                let response = match request.uri().path() {
-                    "/metrics" | "/health" => Box::pin(app.http.route(request)).await,
-                    _ => not_found(),
+                let path = request.uri().path();
+                let response = if path == "/metrics" || crate::http::is_probe(path) {
+                    Box::pin(app.http.route(request)).await
+                } else {
+                    not_found()
                 };
                 Ok::<_, Infallible>(response)
             }
