@@ -1,15 +1,10 @@
-//! `--peer-cert-allowed-cn` and `--peer-cert-allowed-hostname`: a client
-//! certificate verifier that, after the CA's verifier accepted a
-//! certificate, accepts it only if it names the one allowed peer — by the
+//! `--peer-cert-allowed-cn` and `--peer-cert-allowed-hostname`: the one
+//! peer a certificate must name, beyond chaining to the trusted CA — by the
 //! subject's common name, or by a host name or IP address it is valid for.
-//! A refusal is a `bad_certificate` alert, as Go's TLS sends it.
+//! The port's client verifier ([`crate::anchor::ClientVerifier`]) applies
+//! it.
 
-use std::sync::Arc;
-
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::der::subject_common_name;
 
@@ -23,81 +18,13 @@ pub enum AllowedPeer {
     Hostname(String),
 }
 
-/// A client verifier that accepts only certificates naming [`AllowedPeer`],
-/// after the CA's verifier accepted them.
-#[derive(Debug)]
-pub(crate) struct AllowedOnly {
-    inner: Arc<dyn ClientCertVerifier>,
-    allowed: AllowedPeer,
-}
-
-impl AllowedOnly {
-    /// `inner`, narrowed to certificates naming `allowed`.
-    pub(crate) fn new(inner: Arc<dyn ClientCertVerifier>, allowed: AllowedPeer) -> Self {
-        Self { inner, allowed }
-    }
-}
-
-impl ClientCertVerifier for AllowedOnly {
-    fn offer_client_auth(&self) -> bool {
-        self.inner.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.inner.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        let verified = self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now)?;
-        let allowed = match &self.allowed {
-            AllowedPeer::CommonName(name) => {
-                subject_common_name(end_entity).as_deref() == Some(name.as_str())
-            }
-            AllowedPeer::Hostname(host) => valid_for_host(end_entity, host),
-        };
-        if allowed {
-            Ok(verified)
-        } else {
-            // A bad_certificate alert, as Go's TLS sends when a peer's name
-            // is refused: the dialing member reads `remote error: tls: bad
-            // certificate`, the line etcd's tooling looks for.
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName,
-            ))
+impl AllowedPeer {
+    /// Whether `cert` names this peer.
+    pub(crate) fn named_by(&self, cert: &CertificateDer<'_>) -> bool {
+        match self {
+            Self::CommonName(name) => subject_common_name(cert).as_deref() == Some(name.as_str()),
+            Self::Hostname(host) => valid_for_host(cert, host),
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }
 

@@ -13,6 +13,10 @@
 //! accepted if it is within its validity period and, with revocation lists,
 //! not revoked by serial; a server's must also be valid for the name
 //! dialed. Every other certificate and every other refusal is webpki's.
+//! The client side is the ports' one client verifier, which also applies
+//! the peer port's `--peer-cert-allowed-*` ([`AllowedPeer`]): a
+//! certificate not naming the allowed peer is refused with a
+//! `bad_certificate` alert, as Go's TLS sends it.
 //! Handshake signatures are always checked with the presented key, so the
 //! peer must hold the anchor's private key. A CA certificate issued by a
 //! trusted CA (rather than being one) is still refused.
@@ -25,6 +29,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 use crate::der;
+use crate::AllowedPeer;
 
 /// The trusted CA certificates, and what else an anchor presented as an
 /// end entity must pass.
@@ -79,20 +84,30 @@ fn ca_used_as_end_entity(error: &rustls::Error) -> bool {
     }
 }
 
-/// A client certificate verifier that also accepts a trust anchor.
+/// The ports' client certificate verifier: webpki's, also accepting a
+/// trust anchor, and narrowed to certificates naming `allowed` when set.
 #[derive(Debug)]
-pub(crate) struct AnchorClientVerifier {
+pub(crate) struct ClientVerifier {
     inner: Arc<dyn ClientCertVerifier>,
     anchors: Anchors,
+    allowed: Option<AllowedPeer>,
 }
 
-impl AnchorClientVerifier {
-    pub(crate) fn new(inner: Arc<dyn ClientCertVerifier>, anchors: Anchors) -> Self {
-        Self { inner, anchors }
+impl ClientVerifier {
+    pub(crate) fn new(
+        inner: Arc<dyn ClientCertVerifier>,
+        anchors: Anchors,
+        allowed: Option<AllowedPeer>,
+    ) -> Self {
+        Self {
+            inner,
+            anchors,
+            allowed,
+        }
     }
 }
 
-impl ClientCertVerifier for AnchorClientVerifier {
+impl ClientCertVerifier for ClientVerifier {
     fn offer_client_auth(&self) -> bool {
         self.inner.offer_client_auth()
     }
@@ -111,14 +126,25 @@ impl ClientCertVerifier for AnchorClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        match self
+        let verdict = self
             .inner
-            .verify_client_cert(end_entity, intermediates, now)
-        {
+            .verify_client_cert(end_entity, intermediates, now);
+        let verified = match verdict {
             Err(refused) if self.anchors.accepts(&refused, end_entity, now) => {
-                Ok(ClientCertVerified::assertion())
+                ClientCertVerified::assertion()
             }
-            verdict => verdict,
+            verdict => verdict?,
+        };
+        match &self.allowed {
+            Some(allowed) if !allowed.named_by(end_entity) => {
+                // A bad_certificate alert, as Go's TLS sends when a peer's
+                // name is refused: the dialing member reads `remote error:
+                // tls: bad certificate`, the line etcd's tooling looks for.
+                Err(rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidForName,
+                ))
+            }
+            _ => Ok(verified),
         }
     }
 
@@ -234,7 +260,7 @@ mod tests {
         params.self_signed(&key).expect("cert").der().clone()
     }
 
-    fn client_verifier(trusted: &[&CertificateDer<'static>]) -> AnchorClientVerifier {
+    fn client_verifier(trusted: &[&CertificateDer<'static>]) -> ClientVerifier {
         let mut roots = RootCertStore::empty();
         for cert in trusted {
             roots.add((*cert).clone()).expect("root");
@@ -244,7 +270,7 @@ mod tests {
             .build()
             .expect("verifier");
         let certificates = trusted.iter().map(|cert| (*cert).clone()).collect();
-        AnchorClientVerifier::new(inner, Anchors::new(certificates, &[]))
+        ClientVerifier::new(inner, Anchors::new(certificates, &[]), None)
     }
 
     fn at(year: i32) -> UnixTime {

@@ -30,12 +30,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{CipherSuite, ClientConfig, ServerConfig};
 
-use crate::allowed::AllowedOnly;
-use crate::anchor::{AnchorClientVerifier, Anchors};
+use crate::anchor::{Anchors, ClientVerifier};
 use crate::reload::ReloadingCert;
 use crate::settings::{
     check_suites, provider, revocation_lists, root_store, verify_servers, ALPN_H2, ALPN_HTTP11,
@@ -153,15 +151,9 @@ impl PortSettings {
                     path: path.clone(),
                     reason: e.to_string(),
                 })?;
-                let verifier: Arc<dyn ClientCertVerifier> = Arc::new(AnchorClientVerifier::new(
-                    verifier,
-                    Anchors::new(certificates, &lists),
-                ));
-                let verifier: Arc<dyn ClientCertVerifier> = match &self.allowed {
-                    None => verifier,
-                    Some(allowed) => Arc::new(AllowedOnly::new(verifier, allowed.clone())),
-                };
-                builder.with_client_cert_verifier(verifier)
+                let anchors = Anchors::new(certificates, &lists);
+                let verifier = ClientVerifier::new(verifier, anchors, self.allowed.clone());
+                builder.with_client_cert_verifier(Arc::new(verifier))
             }
             None => builder.with_no_client_auth(),
         };
