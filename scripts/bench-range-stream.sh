@@ -18,18 +18,7 @@ BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-peak_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
-
-free_port() { # a port nobody listens on, with the next one free too
-  python3 -c 'import socket
-while True:
-    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-    b = socket.socket()
-    try:
-        b.bind(("127.0.0.1", p + 1)); print(p); break
-    except OSError:
-        pass'
-}
+. scripts/bench-common.sh
 
 measure() { # server mode
   local server=$1 mode=$2 port

@@ -28,18 +28,8 @@ BIN=${CARGO_TARGET_DIR:-target}/release
 
 clk=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
-
-free_port() { # a port nobody listens on, with the next one free too (etcd's peer port)
-  python3 -c 'import socket
-while True:
-    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-    b = socket.socket()
-    try:
-        b.bind(("127.0.0.1", p + 1)); print(p); break
-    except OSError:
-        pass'
-}
+. scripts/bench-common.sh
+peak_rss_mib() { awk -v kib="$(peak_kib "$1")" 'BEGIN {printf "%.1f", kib / 1024}'; }
 
 start_server() { # name kind port dir
   local kind=$2 port=$3 dir=$4
