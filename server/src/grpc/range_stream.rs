@@ -105,10 +105,7 @@ impl ChunkPlan {
         if self.done {
             return Next::Done;
         }
-        let first = self.pinned.is_none();
-        // A count alone, or a limit a negative number makes none, is one
-        // ordinary range.
-        if first && (self.request.count_only || self.request.limit < 0) {
+        if self.in_one_range() {
             return Next::Read(self.request.clone());
         }
         let mut keys = self.chunk_keys;
@@ -140,7 +137,7 @@ impl ChunkPlan {
                 current
             });
         }
-        let whole = first && (self.request.count_only || self.request.limit < 0);
+        let whole = self.in_one_range();
         let in_chunk = chunk.kvs.len() as i64;
         let reached_limit = self.request.limit > 0 && self.sent + in_chunk >= self.request.limit;
         if whole || !chunk.more || reached_limit || in_chunk == 0 {
@@ -173,6 +170,12 @@ impl ChunkPlan {
         RangeStreamResponse {
             range_response: Some(reply),
         }
+    }
+
+    /// A count alone, or a limit a negative number makes none, is answered
+    /// as one ordinary range.
+    fn in_one_range(&self) -> bool {
+        self.request.count_only || self.request.limit < 0
     }
 
     /// etcd's `adjustChunkLimit`: double below half the target, halve
