@@ -17,6 +17,9 @@ use tonic::transport::{Channel, Endpoint};
 const KEYS: usize = 400;
 const VALUE_BYTES: usize = 2_048;
 
+/// Longest all of one binary's checks may take.
+const CHECKS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
 fn key(i: usize) -> Vec<u8> {
     format!("stream/{i:04}").into_bytes()
 }
@@ -82,14 +85,15 @@ fn check(kind: ServerKind) {
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(async {
-        // Small HTTP/2 windows, so the member cannot send far ahead of
-        // what the client has read (with hyper's 2 MiB default it could
-        // send the whole stream before the compaction below).
+    let checks = async {
+        // A small HTTP/2 stream window, so the member cannot send far
+        // ahead of what the client has read (with hyper's 2 MiB default it
+        // could send the whole stream before the compaction below). The
+        // connection's window stays large: a stream's unread chunks must
+        // not hold up the puts made on the same connection meanwhile.
         let channel = Endpoint::from_shared(server.endpoint().to_owned())
             .expect("endpoint")
             .initial_stream_window_size(65_535)
-            .initial_connection_window_size(65_535)
             .connect()
             .await
             .expect("connect");
@@ -241,7 +245,11 @@ fn check(kind: ServerKind) {
         .await
         .expect_err("refused");
         assert_eq!(refused.code(), tonic::Code::Unimplemented);
-    });
+    };
+    // A hang (a stream that never ends) fails the test instead of holding it.
+    runtime
+        .block_on(async { tokio::time::timeout(CHECKS_DEADLINE, checks).await })
+        .unwrap_or_else(|_| panic!("{kind:?}: the RangeStream checks did not finish in time"));
 
     // oxetcdctl prints a streamed get as a plain one.
     let program = binary_path("oxetcdctl").unwrap_or_else(|e| panic!("{e}"));
