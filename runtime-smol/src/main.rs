@@ -10,7 +10,8 @@
 
 use std::future::Future;
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::time::Instant;
 use async_io::{Async, Timer};
 use async_signal::{Signal, Signals};
 use futures_lite::{AsyncRead, AsyncWrite, StreamExt};
-use oxetcd_server::Runtime;
+use oxetcd_server::{BoundSocket, Either, Remote, Runtime, SocketAddress};
 use smol::Executor;
 
 /// mimalloc, for its cheaper small allocations across threads (see the
@@ -35,8 +36,8 @@ struct Smol {
 }
 
 impl Runtime for Smol {
-    type Listener = Async<TcpListener>;
-    type Io = SmolIo;
+    type Listener = Either<Async<TcpListener>, Async<UnixListener>>;
+    type Io = Either<SmolIo<TcpStream>, SmolIo<UnixStream>>;
     type Sleep = Timer;
 
     fn spawn(&self, future: impl Future<Output = ()> + Send + 'static) {
@@ -47,17 +48,38 @@ impl Runtime for Smol {
         smol::unblock(work).detach();
     }
 
-    fn listener(&self, listener: TcpListener) -> io::Result<Async<TcpListener>> {
-        Async::new(listener)
+    fn listener(&self, socket: BoundSocket) -> io::Result<Self::Listener> {
+        Ok(match socket {
+            BoundSocket::Tcp(listener) => Either::Left(Async::new(listener)?),
+            BoundSocket::Unix(listener) => Either::Right(Async::new(listener)?),
+        })
     }
 
-    async fn accept(&self, listener: &Async<TcpListener>) -> io::Result<(SmolIo, SocketAddr)> {
-        let (stream, remote) = listener.accept().await?;
-        Ok((SmolIo::new(stream)?, remote))
+    async fn accept(&self, listener: &Self::Listener) -> io::Result<(Self::Io, Remote)> {
+        match listener {
+            Either::Left(listener) => {
+                let (stream, remote) = listener.accept().await?;
+                stream.get_ref().set_nodelay(true)?;
+                Ok((Either::Left(SmolIo::new(stream)), Remote::Tcp(remote)))
+            }
+            Either::Right(listener) => {
+                let (stream, _) = listener.accept().await?;
+                Ok((Either::Right(SmolIo::new(stream)), Remote::Unix))
+            }
+        }
     }
 
-    async fn connect(&self, addr: SocketAddr) -> io::Result<SmolIo> {
-        SmolIo::new(Async::<TcpStream>::connect(addr).await?)
+    async fn connect(&self, address: SocketAddress) -> io::Result<Self::Io> {
+        match address {
+            SocketAddress::Tcp(addr) => {
+                let stream = Async::<TcpStream>::connect(addr).await?;
+                stream.get_ref().set_nodelay(true)?;
+                Ok(Either::Left(SmolIo::new(stream)))
+            }
+            SocketAddress::Unix(path) => Ok(Either::Right(SmolIo::new(
+                Async::<UnixStream>::connect(path).await?,
+            ))),
+        }
     }
 
     fn sleep_until(&self, deadline: Instant) -> Timer {
@@ -86,25 +108,27 @@ const READ_CHUNK_BYTES: usize = 16 * 1024;
 /// `WouldBlock` on every wake. Waiting is safe because async-io arms the
 /// socket's interest when it registers the waker, and the poller reports
 /// data that arrived in between at once.
-struct SmolIo {
-    stream: Async<TcpStream>,
+struct SmolIo<S> {
+    stream: Async<S>,
     scratch: Box<[u8]>,
     /// The last read emptied the socket.
     drained: bool,
 }
 
-impl SmolIo {
-    fn new(stream: Async<TcpStream>) -> io::Result<Self> {
-        stream.get_ref().set_nodelay(true)?;
-        Ok(Self {
+impl<S> SmolIo<S> {
+    fn new(stream: Async<S>) -> Self {
+        Self {
             stream,
             scratch: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
             drained: false,
-        })
+        }
     }
 }
 
-impl hyper::rt::Read for SmolIo {
+impl<S> hyper::rt::Read for SmolIo<S>
+where
+    Async<S>: AsyncRead + Unpin,
+{
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -131,7 +155,10 @@ impl hyper::rt::Read for SmolIo {
     }
 }
 
-impl hyper::rt::Write for SmolIo {
+impl<S> hyper::rt::Write for SmolIo<S>
+where
+    Async<S>: AsyncWrite + Unpin,
+{
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

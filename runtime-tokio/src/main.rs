@@ -5,13 +5,12 @@
 
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use hyper_util::rt::TokioIo;
-use oxetcd_server::Runtime;
-use tokio::net::{TcpListener, TcpStream};
+use oxetcd_server::{BoundSocket, Either, Remote, Runtime, SocketAddress};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// mimalloc, for its cheaper small allocations across threads (see the
@@ -26,8 +25,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Tokio(tokio::runtime::Handle);
 
 impl Runtime for Tokio {
-    type Listener = TcpListener;
-    type Io = TokioIo<TcpStream>;
+    type Listener = Either<TcpListener, UnixListener>;
+    type Io = Either<TokioIo<TcpStream>, TokioIo<UnixStream>>;
     type Sleep = tokio::time::Sleep;
 
     fn spawn(&self, future: impl Future<Output = ()> + Send + 'static) {
@@ -38,20 +37,38 @@ impl Runtime for Tokio {
         self.0.spawn_blocking(work);
     }
 
-    fn listener(&self, listener: std::net::TcpListener) -> io::Result<TcpListener> {
-        TcpListener::from_std(listener)
+    fn listener(&self, socket: BoundSocket) -> io::Result<Self::Listener> {
+        Ok(match socket {
+            BoundSocket::Tcp(listener) => Either::Left(TcpListener::from_std(listener)?),
+            BoundSocket::Unix(listener) => Either::Right(UnixListener::from_std(listener)?),
+        })
     }
 
-    async fn accept(&self, listener: &TcpListener) -> io::Result<(TokioIo<TcpStream>, SocketAddr)> {
-        let (stream, remote) = listener.accept().await?;
-        stream.set_nodelay(true)?;
-        Ok((TokioIo::new(stream), remote))
+    async fn accept(&self, listener: &Self::Listener) -> io::Result<(Self::Io, Remote)> {
+        match listener {
+            Either::Left(listener) => {
+                let (stream, remote) = listener.accept().await?;
+                stream.set_nodelay(true)?;
+                Ok((Either::Left(TokioIo::new(stream)), Remote::Tcp(remote)))
+            }
+            Either::Right(listener) => {
+                let (stream, _) = listener.accept().await?;
+                Ok((Either::Right(TokioIo::new(stream)), Remote::Unix))
+            }
+        }
     }
 
-    async fn connect(&self, addr: SocketAddr) -> io::Result<TokioIo<TcpStream>> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok(TokioIo::new(stream))
+    async fn connect(&self, address: SocketAddress) -> io::Result<Self::Io> {
+        match address {
+            SocketAddress::Tcp(addr) => {
+                let stream = TcpStream::connect(addr).await?;
+                stream.set_nodelay(true)?;
+                Ok(Either::Left(TokioIo::new(stream)))
+            }
+            SocketAddress::Unix(path) => Ok(Either::Right(TokioIo::new(
+                UnixStream::connect(path).await?,
+            ))),
+        }
     }
 
     fn sleep_until(&self, deadline: Instant) -> tokio::time::Sleep {

@@ -44,6 +44,7 @@ pub mod peer;
 pub mod runtime;
 mod serve;
 pub mod slow_requests;
+pub mod socket;
 mod tls_accept;
 pub mod watch_routes;
 
@@ -57,6 +58,7 @@ use tracing::{info, warn};
 pub use config::Config;
 pub use driver::Handle;
 pub use runtime::Runtime;
+pub use socket::{BoundSocket, Either, Remote, SocketAddress};
 
 /// Why the server could not start or run.
 #[derive(Debug)]
@@ -273,7 +275,7 @@ fn start_peers<R: Runtime>(
     runtime: &R,
     config: &Config,
     peer_tls: Option<peer::TransportTls>,
-    peer_listeners: Vec<(String, std::net::TcpListener)>,
+    peer_listeners: Vec<(config::ListenUrl, BoundSocket)>,
     log: &impl LogStore,
     mailbox: &driver::Mailbox,
 ) -> Result<peer::PeerTransport<R>, RunError> {
@@ -285,12 +287,15 @@ fn start_peers<R: Runtime>(
     transport_config.tls = peer_tls;
     let transport = peer::PeerTransport::new(runtime.clone(), transport_config, mailbox.deliver());
     for (url, listener) in peer_listeners {
-        let listening = if url.starts_with("https://") {
+        let listening = if url.is_secure() {
             transport.listen_tls(listener)
         } else {
             transport.listen(listener)
         };
-        listening.map_err(|error| RunError::Bind { url, error })?;
+        listening.map_err(|error| RunError::Bind {
+            url: url.url,
+            error,
+        })?;
     }
     // The node's stored membership is the truth once it runs; the initial
     // cluster lets a joining member reach the others from the start.
@@ -321,13 +326,13 @@ fn stored_cluster_id(log: &impl LogStore, data_dir: &std::path::Path) -> Result<
 }
 
 /// Binds every peer URL (`--listen-peer-urls`).
-fn bind_peers(config: &Config) -> Result<Vec<(String, std::net::TcpListener)>, RunError> {
+fn bind_peers(config: &Config) -> Result<Vec<(config::ListenUrl, BoundSocket)>, RunError> {
     config
         .listen_peer_urls
         .iter()
         .map(|url| {
-            std::net::TcpListener::bind(url.addr)
-                .map(|listener| (url.url.clone(), listener))
+            BoundSocket::bind(&url.addr)
+                .map(|listener| (url.clone(), listener))
                 .map_err(|error| RunError::Bind {
                     url: url.url.clone(),
                     error,

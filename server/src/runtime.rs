@@ -6,15 +6,17 @@
 //! stop signal. Everything
 //! built on top of those — hyper's executor and timer, accept loops, the
 //! driver, the services — is written once, here in `server`, so no logic is
-//! duplicated across runtimes. Sockets are bound with `std` (plain blocking
-//! calls that need no reactor) and handed to the runtime to register.
+//! duplicated across runtimes. Sockets (TCP or unix, see [`crate::socket`])
+//! are bound with `std` (plain blocking calls that need no reactor) and
+//! handed to the runtime to register.
 
 use std::future::Future;
 use std::io;
-use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use crate::socket::{BoundSocket, Remote, SocketAddress};
 
 /// What the server needs from an async runtime.
 pub trait Runtime: Clone + Send + Sync + 'static {
@@ -33,18 +35,22 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static);
 
     /// Registers a bound, non-blocking listener with the runtime.
-    fn listener(&self, listener: TcpListener) -> io::Result<Self::Listener>;
+    fn listener(&self, socket: BoundSocket) -> io::Result<Self::Listener>;
 
-    /// Accepts the next connection, with `TCP_NODELAY` set (responses are
-    /// small and latency-bound), and the address it came from.
+    /// Accepts the next connection, TCP ones with `TCP_NODELAY` set
+    /// (responses are small and latency-bound), and where it came from.
     fn accept<'a>(
         &'a self,
         listener: &'a Self::Listener,
-    ) -> impl Future<Output = io::Result<(Self::Io, SocketAddr)>> + Send + 'a;
+    ) -> impl Future<Output = io::Result<(Self::Io, Remote)>> + Send + 'a;
 
-    /// Opens a TCP connection to `addr`, with `TCP_NODELAY` set (raft
-    /// messages are small and latency-bound). No timeout: callers bound it.
-    fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<Self::Io>> + Send + '_;
+    /// Opens a connection to `address`, TCP ones with `TCP_NODELAY` set
+    /// (raft messages are small and latency-bound). No timeout: callers
+    /// bound it.
+    fn connect(
+        &self,
+        address: SocketAddress,
+    ) -> impl Future<Output = io::Result<Self::Io>> + Send + '_;
 
     /// A future that completes at `deadline`.
     fn sleep_until(&self, deadline: Instant) -> Self::Sleep;

@@ -19,7 +19,6 @@ mod authority;
 pub(crate) mod tls;
 
 use std::convert::Infallible;
-use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +34,7 @@ use crate::driver::Handle;
 use crate::grpc::{GrpcRouter, Member};
 use crate::http::HttpEndpoints;
 use crate::runtime::{deadline_after, HyperExecutor, HyperTimer, Runtime};
+use crate::socket::{BoundSocket, Remote, SocketAddress};
 use crate::RunError;
 use authority::AuthorityRewrite;
 
@@ -45,7 +45,7 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// A bound client (or metrics) listener.
 pub(crate) struct Bound<L> {
     pub(crate) url: ListenUrl,
-    pub(crate) local_addr: SocketAddr,
+    pub(crate) local_addr: SocketAddress,
     pub(crate) listener: L,
 }
 
@@ -61,10 +61,9 @@ pub(crate) fn bind<R: Runtime>(
                 url: url.url.clone(),
                 error,
             };
-            let listener = TcpListener::bind(url.addr).map_err(bind_error)?;
-            listener.set_nonblocking(true).map_err(bind_error)?;
-            let local_addr = listener.local_addr().map_err(bind_error)?;
-            let listener = runtime.listener(listener).map_err(bind_error)?;
+            let socket = BoundSocket::bind(&url.addr).map_err(bind_error)?;
+            let local_addr = socket.local_address().map_err(bind_error)?;
+            let listener = runtime.listener(socket).map_err(bind_error)?;
             Ok(Bound {
                 url: url.clone(),
                 local_addr,
@@ -158,7 +157,7 @@ impl<R: Runtime, K: KvStore> App<R, K> {
     async fn serve_tls(
         self: Arc<Self>,
         io: R::Io,
-        remote: std::net::SocketAddr,
+        remote: Remote,
         tls: Arc<oxetcd_tls::rustls::ServerConfig>,
     ) {
         let port = crate::tls_accept::Port::Client;
@@ -212,7 +211,7 @@ impl<R: Runtime, K: KvStore> App<R, K> {
 pub(crate) async fn accept_each<R: Runtime>(
     runtime: R,
     listener: R::Listener,
-    mut serve: impl FnMut(R::Io, SocketAddr),
+    mut serve: impl FnMut(R::Io, Remote),
 ) {
     loop {
         match runtime.accept(&listener).await {

@@ -11,7 +11,6 @@
 //! of bad handshakes must not become a flood of log lines: each port keeps
 //! its own [`LogBudget`].
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,7 +53,7 @@ fn rejections(port: Port) -> &'static LogBudget {
 pub(crate) async fn accept<R: Runtime>(
     runtime: &R,
     io: R::Io,
-    remote: SocketAddr,
+    remote: crate::socket::Remote,
     config: Arc<ServerConfig>,
     port: Port,
 ) -> Option<TlsStream<R::Io>> {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use oxetcd_proto::eraftpb::{Entry, Message, MessageType, SnapshotMetadata};
 use oxetcd_server::peer::{PeerEvent, PeerTransport, PeerTransportConfig, SendError, TransportTls};
-use oxetcd_server::Runtime;
+use oxetcd_server::{BoundSocket, Remote, Runtime, SocketAddress};
 use protobuf::Message as _;
 
 const CLUSTER: u64 = 0xc1;
@@ -44,21 +44,24 @@ impl Runtime for TestRuntime {
         self.0.spawn_blocking(work);
     }
 
-    fn listener(&self, listener: TcpListener) -> io::Result<tokio::net::TcpListener> {
+    fn listener(&self, socket: BoundSocket) -> io::Result<tokio::net::TcpListener> {
         let _context = self.0.enter();
-        tokio::net::TcpListener::from_std(listener)
+        match socket {
+            BoundSocket::Tcp(listener) => tokio::net::TcpListener::from_std(listener),
+            BoundSocket::Unix(_) => Err(io::ErrorKind::Unsupported.into()),
+        }
     }
 
-    async fn accept(
-        &self,
-        listener: &tokio::net::TcpListener,
-    ) -> io::Result<(Self::Io, SocketAddr)> {
+    async fn accept(&self, listener: &tokio::net::TcpListener) -> io::Result<(Self::Io, Remote)> {
         let (stream, remote) = listener.accept().await?;
         stream.set_nodelay(true)?;
-        Ok((TokioIo::new(stream), remote))
+        Ok((TokioIo::new(stream), Remote::Tcp(remote)))
     }
 
-    async fn connect(&self, addr: SocketAddr) -> io::Result<Self::Io> {
+    async fn connect(&self, address: SocketAddress) -> io::Result<Self::Io> {
+        let SocketAddress::Tcp(addr) = address else {
+            return Err(io::ErrorKind::Unsupported.into());
+        };
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         Ok(TokioIo::new(stream))
@@ -121,7 +124,7 @@ fn member_with(
         }),
     );
     let listener = bind(addr.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap()));
-    let addr = transport.listen(listener).expect("listen");
+    let addr = tcp(transport.listen(listener).expect("listen"));
     Member {
         id,
         transport,
@@ -149,9 +152,9 @@ fn tls_member(rt: &tokio::runtime::Runtime, id: u64, cert: &Path, key: &Path, ca
             let _ = tx.send(event);
         }),
     );
-    let addr = transport
+    let addr = tcp(transport
         .listen_tls(bind("127.0.0.1:0".parse().unwrap()))
-        .expect("listen");
+        .expect("listen"));
     Member {
         id,
         transport,
@@ -162,6 +165,14 @@ fn tls_member(rt: &tokio::runtime::Runtime, id: u64, cert: &Path, key: &Path, ca
 }
 
 /// Binds `addr`, retrying while a just-closed listener still holds it.
+/// The TCP address a transport listens on.
+fn tcp(address: SocketAddress) -> SocketAddr {
+    match address {
+        SocketAddress::Tcp(addr) => addr,
+        SocketAddress::Unix(path) => panic!("listening on {}, not TCP", path.display()),
+    }
+}
+
 fn bind(addr: SocketAddr) -> TcpListener {
     let deadline = Instant::now() + WAIT;
     loop {

@@ -9,9 +9,8 @@
 //! before it writes the member's data directory. Both use this crate; it
 //! is its own crate so that `oxetcdctl` need not link the server for it.
 //!
-//! - [`url`]: `http://host:port` and `https://host:port` (and the `unix://`
-//!   URLs etcd stores but oxetcd does not listen on), normalized; comma
-//!   lists of them.
+//! - [`url`]: `http://host:port`, `https://host:port`, and the `unix://`
+//!   and `unixs://` socket URLs, normalized; comma lists of them.
 //! - [`initial_cluster`]: `--initial-cluster`, checked against the
 //!   member's own advertised peer URLs as etcd checks it at bootstrap, and
 //!   the IDs of its members and of the cluster.
@@ -28,7 +27,7 @@ pub mod url;
 use std::fmt;
 
 pub use initial_cluster::{cluster_id, member_id, parse_initial_cluster, InitialMember};
-pub use url::{check_url, parse_url, parse_urls, split_list, Url};
+pub use url::{check_url, parse_url, parse_urls, split_list, Target, Url};
 
 /// A flag whose value does not parse, or breaks a rule.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -91,7 +91,7 @@ fn build(
     let (lease_checkpoint_interval, watch_progress_notify_interval) =
         intervals(&settings, &value, &mut warnings)?;
     let logging = logging(&settings);
-    let listen_metrics_urls = listen_metrics_urls(&value("listen-metrics-urls"), &mut warnings)?;
+    let listen_metrics_urls = listen_metrics_urls(&value("listen-metrics-urls"))?;
     let pending = Pending::new(&settings, gates)?;
     warnings.extend(quota_warning(pending.quota_backend_bytes));
     Ok(Config {
@@ -133,24 +133,13 @@ fn build(
     })
 }
 
-/// `--listen-metrics-urls`: `http://` and `https://` URLs are served;
-/// etcd's `unix://` and `unixs://` sockets are taken, and only warned
-/// about, as before the endpoint existed.
-fn listen_metrics_urls(
-    value: &str,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<ListenUrl>, ConfigError> {
-    let mut urls = Vec::new();
-    for raw in super::urls::split_list(value) {
-        if raw.starts_with("unix://") || raw.starts_with("unixs://") {
-            warnings.push(format!(
-                "--listen-metrics-urls {raw}: unix sockets are not yet supported; not served"
-            ));
-            continue;
-        }
-        urls.extend(parse_listen_urls("listen-metrics-urls", raw)?);
+/// `--listen-metrics-urls`: `http://`, `https://`, `unix://` and
+/// `unixs://` URLs, served as the client URLs are; none is allowed.
+fn listen_metrics_urls(value: &str) -> Result<Vec<ListenUrl>, ConfigError> {
+    if super::urls::split_list(value).next().is_none() {
+        return Ok(Vec::new());
     }
-    Ok(urls)
+    parse_listen_urls("listen-metrics-urls", value)
 }
 
 /// etcd's warning for a `--quota-backend-bytes` above its suggested

@@ -266,7 +266,7 @@ fn check_dialed(
 ) -> Result<(), ConfigError> {
     let dialed_https = dialed_urls
         .iter()
-        .find(|(_, url)| url.starts_with("https://"));
+        .find(|(_, url)| url.starts_with("https://") || url.starts_with("unixs:"));
     if let Some(&(flag, url)) = dialed_https {
         if !tls.has_identity() {
             return Err(invalid(

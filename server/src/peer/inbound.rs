@@ -120,7 +120,7 @@ static CROWDED: crate::log_budget::LogBudget = crate::log_budget::LogBudget::new
 async fn serve<R: Runtime>(
     shared: Arc<Shared<R>>,
     io: R::Io,
-    remote: std::net::SocketAddr,
+    remote: crate::socket::Remote,
     tls: Option<Arc<ServerConfig>>,
 ) {
     let (mut pending, evicted_older) = shared.handshakes.admit();
@@ -171,7 +171,7 @@ struct Shaken<R: Runtime> {
 async fn handshake<R: Runtime>(
     shared: &Arc<Shared<R>>,
     io: R::Io,
-    remote: std::net::SocketAddr,
+    remote: crate::socket::Remote,
     tls: Option<Arc<ServerConfig>>,
 ) -> Option<Shaken<R>> {
     let mut io = match tls {

@@ -43,7 +43,6 @@ mod wire;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -55,6 +54,7 @@ use oxetcd_proto::eraftpb::{Message, MessageType};
 use tracing::warn;
 
 use crate::runtime::Runtime;
+use crate::socket::{BoundSocket, SocketAddress};
 use queue::{PushError, SendQueue};
 
 pub use admission::HANDSHAKES_MAX;
@@ -371,31 +371,31 @@ impl<R: Runtime> PeerTransport<R> {
 
     /// Serves peers on `listener` (bound by the caller, so a busy port
     /// fails before anything starts). Returns the bound address.
-    pub fn listen(&self, listener: std::net::TcpListener) -> io::Result<SocketAddr> {
-        self.serve_on(listener, None)
+    pub fn listen(&self, listener: impl Into<BoundSocket>) -> io::Result<SocketAddress> {
+        self.serve_on(listener.into(), None)
     }
 
     /// Serves peers on `listener` over TLS (an `https://` listen peer URL),
     /// with the server side of [`PeerTransportConfig::tls`]; an error when
     /// that is not set.
-    pub fn listen_tls(&self, listener: std::net::TcpListener) -> io::Result<SocketAddr> {
+    pub fn listen_tls(&self, listener: impl Into<BoundSocket>) -> io::Result<SocketAddress> {
         let Some(tls) = &self.shared.config.tls else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "no peer TLS configuration for an https:// peer URL",
             ));
         };
-        self.serve_on(listener, Some(tls.server.clone()))
+        self.serve_on(listener.into(), Some(tls.server.clone()))
     }
 
     fn serve_on(
         &self,
-        listener: std::net::TcpListener,
+        socket: BoundSocket,
         tls: Option<Arc<oxetcd_tls::rustls::ServerConfig>>,
-    ) -> io::Result<SocketAddr> {
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-        let listener = self.shared.runtime.listener(listener)?;
+    ) -> io::Result<SocketAddress> {
+        socket.set_nonblocking()?;
+        let addr = socket.local_address()?;
+        let listener = self.shared.runtime.listener(socket)?;
         let (stop, stopped) = oneshot::channel();
         lock(&self.shared.listeners).push(stop);
         tracing::info!(address = %addr, tls = tls.is_some(), "serving peer traffic");

@@ -29,6 +29,8 @@ use super::{
     RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, STALL_TIMEOUT, WRITE_BATCH_MESSAGES_MAX,
 };
 use crate::runtime::{deadline_after, timeout, Runtime};
+use crate::socket::SocketAddress;
+use oxetcd_urls::Target as UrlTarget;
 
 /// Keeps peer `peer`'s messages stream up until the peer is removed or the
 /// transport stops.
@@ -347,7 +349,7 @@ pub(super) async fn dial<R: Runtime>(
         let io = match timeout(
             &shared.runtime,
             CONNECT_TIMEOUT,
-            shared.runtime.connect(target.addr),
+            shared.runtime.connect(target.addr.clone()),
         )
         .await
         {
@@ -450,9 +452,10 @@ async fn handshake<R: Runtime>(
 }
 
 /// One address to dial, and for an `https://` URL the name its
-/// certificate must be valid for (the URL's host).
+/// certificate must be valid for (the URL's host; for `unixs://`, the
+/// socket file's name, as etcd's clients take it).
 struct Target {
-    addr: SocketAddr,
+    addr: SocketAddress,
     tls: Option<ServerName<'static>>,
 }
 
@@ -463,19 +466,37 @@ async fn resolve<R: Runtime>(runtime: &R, urls: &[String]) -> Result<Vec<Target>
     let mut named = Vec::new();
     for url in urls {
         let bad = || DialError::NoAddress(format!("bad peer URL {url:?}"));
-        let (secure, host, port) = parse_url(url).ok_or_else(bad)?;
+        let parsed = oxetcd_urls::parse_url("peer-urls", url).map_err(|_| bad())?;
+        let name = |name: &str| ServerName::try_from(name.to_owned()).map_err(|_| bad());
+        let (host, port) = match parsed.target {
+            UrlTarget::Unix(path) => {
+                let path = std::path::PathBuf::from(path);
+                let tls = match parsed.secure {
+                    false => None,
+                    true => Some(name(
+                        &path.file_name().unwrap_or_default().to_string_lossy(),
+                    )?),
+                };
+                literal.push(Target {
+                    addr: SocketAddress::Unix(path),
+                    tls,
+                });
+                continue;
+            }
+            UrlTarget::Tcp { host, port } => (host, port),
+        };
         let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let tls = if secure {
-            Some(ServerName::try_from(bare.to_owned()).map_err(|_| bad())?)
+        let tls = if parsed.secure {
+            Some(name(bare)?)
         } else {
             None
         };
         match bare.parse::<IpAddr>() {
             Ok(ip) => literal.push(Target {
-                addr: SocketAddr::new(ip, port),
+                addr: SocketAddress::Tcp(SocketAddr::new(ip, port)),
                 tls,
             }),
-            Err(_) => named.push((host.to_owned(), port, tls)),
+            Err(_) => named.push((host, port, tls)),
         }
     }
     if named.is_empty() {
@@ -491,7 +512,7 @@ async fn resolve<R: Runtime>(runtime: &R, urls: &[String]) -> Result<Vec<Target>
         for (host, port, tls) in named {
             match (host.as_str(), port).to_socket_addrs() {
                 Ok(found) => targets.extend(found.map(|addr| Target {
-                    addr,
+                    addr: SocketAddress::Tcp(addr),
                     tls: tls.clone(),
                 })),
                 Err(e) => last = Some(format!("{host}: {e}")),
@@ -508,22 +529,6 @@ async fn resolve<R: Runtime>(runtime: &R, urls: &[String]) -> Result<Vec<Target>
         ));
     }
     Ok(literal)
-}
-
-/// Whether an `http://host:port` or `https://host:port` URL (as the config
-/// module normalizes them; a trailing slash is tolerated) is `https://`,
-/// its host and its port.
-fn parse_url(url: &str) -> Option<(bool, &str, u16)> {
-    let (secure, rest) = match url.strip_prefix("https://") {
-        Some(rest) => (true, rest),
-        None => (false, url.strip_prefix("http://")?),
-    };
-    let authority = rest.strip_suffix('/').unwrap_or(rest);
-    let (host, port) = authority.rsplit_once(':')?;
-    if host.is_empty() {
-        return None;
-    }
-    Some((secure, host, port.parse().ok()?))
 }
 
 /// Exponential redial delays with jitter from a seeded generator, so two
@@ -595,26 +600,6 @@ mod tests {
         let a: Vec<_> = (0..5).map(|_| Backoff::new(3).next_delay()).collect();
         let b: Vec<_> = (0..5).map(|_| Backoff::new(3).next_delay()).collect();
         assert_eq!(a, b);
-    }
-
-    #[test]
-    fn peer_urls_parse() {
-        assert_eq!(
-            parse_url("http://127.0.0.1:2380"),
-            Some((false, "127.0.0.1", 2380))
-        );
-        assert_eq!(
-            parse_url("http://[::1]:2380/"),
-            Some((false, "[::1]", 2380))
-        );
-        assert_eq!(
-            parse_url("http://node-1.example:7"),
-            Some((false, "node-1.example", 7))
-        );
-        assert_eq!(parse_url("https://a:1"), Some((true, "a", 1)));
-        assert_eq!(parse_url("unix://a:1"), None);
-        assert_eq!(parse_url("http://a"), None);
-        assert_eq!(parse_url("http://:1"), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::config::parse::parse_with;
+use crate::socket::SocketAddress;
 
 const FILE: &str = "\
 name: infra1
@@ -144,14 +145,27 @@ fn unix_socket_urls_where_etcd_takes_them() {
         &[],
     );
     assert_eq!(config.advertise_client_urls[0], "unix:///tmp/etcd.sock");
-    let config = run(&["--listen-metrics-urls", "unixs:///tmp/m.sock"], &[]);
-    assert!(config.listen_metrics_urls.is_empty());
-    assert!(config
-        .warnings
-        .iter()
-        .any(|w| w.contains("unixs:///tmp/m.sock")));
-    let e = error(&["--listen-client-urls=unix:///tmp/etcd.sock"], &[]).to_string();
-    assert!(e.contains("not yet supported"), "{e}");
+    let config = run(&["--listen-metrics-urls", "unix:///tmp/m.sock"], &[]);
+    assert_eq!(
+        config.listen_metrics_urls[0].addr,
+        SocketAddress::Unix("/tmp/m.sock".into())
+    );
+    let config = run(
+        &["--listen-client-urls=unix:///tmp/etcd.sock,unix://etcd.unix:1"],
+        &[],
+    );
+    let addrs: Vec<_> = config.listen_client_urls.iter().map(|u| &u.addr).collect();
+    assert_eq!(
+        addrs,
+        [
+            &SocketAddress::Unix("/tmp/etcd.sock".into()),
+            &SocketAddress::Unix("etcd.unix:1".into())
+        ]
+    );
+    assert!(!config.listen_client_urls[0].is_secure());
+    // unixs is TLS over the socket, which needs the server's certificate.
+    let e = error(&["--listen-client-urls=unixs:///tmp/etcd.sock"], &[]).to_string();
+    assert!(e.contains("unixs:///tmp/etcd.sock"), "{e}");
 }
 
 #[test]

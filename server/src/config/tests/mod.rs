@@ -8,6 +8,13 @@ mod tls;
 use super::values::*;
 use super::*;
 use std::net::SocketAddr;
+
+use crate::socket::SocketAddress;
+
+/// A TCP socket address.
+fn tcp(addr: &str) -> SocketAddress {
+    SocketAddress::Tcp(addr.parse::<SocketAddr>().unwrap())
+}
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -34,15 +41,9 @@ fn defaults_match_etcd() {
     assert_eq!(config.data_dir, PathBuf::from("default.etcd"));
     assert_eq!(config.listen_client_urls.len(), 1);
     assert_eq!(config.listen_client_urls[0].url, "http://localhost:2379");
-    assert_eq!(
-        config.listen_client_urls[0].addr,
-        "127.0.0.1:2379".parse().unwrap()
-    );
+    assert_eq!(config.listen_client_urls[0].addr, tcp("127.0.0.1:2379"));
     assert_eq!(config.advertise_client_urls, ["http://localhost:2379"]);
-    assert_eq!(
-        config.listen_peer_urls[0].addr,
-        "127.0.0.1:2380".parse().unwrap()
-    );
+    assert_eq!(config.listen_peer_urls[0].addr, tcp("127.0.0.1:2380"));
     assert_eq!(
         config.initial_advertise_peer_urls,
         ["http://localhost:2380"]
@@ -105,14 +106,14 @@ fn url_lists() {
         ],
         &[],
     );
-    let addrs: Vec<SocketAddr> = config.listen_client_urls.iter().map(|u| u.addr).collect();
+    let addrs: Vec<SocketAddress> = config
+        .listen_client_urls
+        .iter()
+        .map(|u| u.addr.clone())
+        .collect();
     assert_eq!(
         addrs,
-        [
-            "127.0.0.1:1234".parse().unwrap(),
-            "[::1]:5678".parse().unwrap(),
-            "0.0.0.0:9".parse().unwrap()
-        ]
+        [tcp("127.0.0.1:1234"), tcp("[::1]:5678"), tcp("0.0.0.0:9")]
     );
     assert_eq!(config.listen_client_urls[1].url, "http://[::1]:5678");
     assert_eq!(
@@ -130,7 +131,7 @@ fn bad_urls_are_refused() {
         "http://localhost:70000",
         "http://localhost:2379/path",
         "ftp://localhost:2379",
-        "unixs://localhost:2379",
+        "unix://",
         "http://::1:2379",
         "http://[::1:2379",
         "http://user@localhost:2379",
@@ -226,10 +227,7 @@ fn environment_fills_unset_flags() {
     assert_eq!(config.name, "envname");
     assert_eq!(config.data_dir, PathBuf::from("envname.etcd"));
     assert_eq!(config.max_request_bytes, 2048);
-    assert_eq!(
-        config.listen_client_urls[0].addr,
-        "127.0.0.1:4000".parse().unwrap()
-    );
+    assert_eq!(config.listen_client_urls[0].addr, tcp("127.0.0.1:4000"));
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
 }
 

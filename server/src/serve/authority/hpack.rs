@@ -1,5 +1,6 @@
 //! Walking an HPACK header block (RFC 7541 §6) to strip a URL scheme from
-//! `:authority` values, and nothing else.
+//! `:authority` values (or shorten a unix socket path there to the
+//! socket's file name), and nothing else.
 //!
 //! The walk decodes only what it must: representation types, integers and
 //! string lengths everywhere, a literal name when it could be
@@ -69,7 +70,7 @@ pub(super) fn strip_authority_scheme(
         }
         scratch.clear();
         value.decode(block, scratch, usize::MAX)?;
-        if let Some(authority) = without_scheme(scratch) {
+        if let Some(authority) = without_scheme(scratch).or_else(|| socket_name(scratch)) {
             out.extend_from_slice(&block[copied..value.length_start]);
             raw_string(out, authority);
             copied = value.end;
@@ -94,6 +95,17 @@ fn without_scheme(value: &[u8]) -> Option<&[u8]> {
         .position(|&b| matches!(b, b'/' | b'?' | b'#'))
         .unwrap_or(rest.len());
     Some(&rest[..end])
+}
+
+/// The file name of a unix socket path (`/run/etcd.sock` → `etcd.sock`),
+/// which grpc-go sends as the authority when it dials a unix socket; `None`
+/// for anything that does not start with `/`, or ends with one.
+fn socket_name(value: &[u8]) -> Option<&[u8]> {
+    if value.first() != Some(&b'/') {
+        return None;
+    }
+    let start = value.iter().rposition(|&b| b == b'/')? + 1;
+    (start < value.len()).then(|| &value[start..])
 }
 
 /// A string literal's place in the block (§5.2).
@@ -575,6 +587,22 @@ pub(super) mod tests {
             let mut want = block[..1].to_vec();
             raw_string(&mut want, b"[::1]:2379");
             assert_eq!(rewrite(&block), Ok(Some(want)), "{repr:#x}");
+        }
+    }
+
+    #[test]
+    fn a_socket_path_becomes_the_socket_name() {
+        let mut block = Vec::new();
+        encode_integer(&mut block, 0x40, 6, 1);
+        raw_string(&mut block, b"/tmp/dir/etcd.sock");
+        let mut want = block[..1].to_vec();
+        raw_string(&mut want, b"etcd.sock");
+        assert_eq!(rewrite(&block), Ok(Some(want)));
+        for kept in [&b"/tmp/dir/"[..], b"etcd.unix:1", b"h:1"] {
+            let mut block = Vec::new();
+            encode_integer(&mut block, 0x40, 6, 1);
+            raw_string(&mut block, kept);
+            assert_eq!(rewrite(&block), Ok(None), "{kept:?}");
         }
     }
 
