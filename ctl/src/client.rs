@@ -79,7 +79,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::connector::TlsConnector;
+use crate::connector::{PlainConnector, Socket, TlsConnector};
 use crate::error::{Error, AUTH_NOT_ENABLED, INVALID_AUTH_TOKEN};
 
 /// Pause before walking the endpoint list again once every endpoint has
@@ -171,8 +171,15 @@ impl Tls {
 
     /// Whether `endpoint` is dialled with TLS.
     pub fn secures(&self, endpoint: &str) -> bool {
-        if let Some((scheme, _)) = endpoint.split_once("://") {
-            scheme.eq_ignore_ascii_case("https")
+        if let Some((scheme, _)) = endpoint
+            .split_once(':')
+            .filter(|_| endpoint.contains("://"))
+        {
+            scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("unixs")
+        } else if is_unix(endpoint) {
+            endpoint
+                .get(..6)
+                .is_some_and(|p| p.eq_ignore_ascii_case("unixs:"))
         } else {
             self.files_given() || !self.insecure_transport
         }
@@ -306,7 +313,7 @@ impl Client {
             return Err(Error::BadEndpoint("no endpoints given".into()));
         }
         for endpoint in &config.endpoints {
-            let url = endpoint_url(endpoint, config.tls.secures(endpoint));
+            let (url, _) = dial_target(endpoint, config.tls.secures(endpoint))?;
             Endpoint::from_shared(url)
                 .map_err(|e| Error::BadEndpoint(format!("{endpoint}: {e}")))?;
         }
@@ -458,17 +465,22 @@ impl Client {
         } else {
             None
         };
-        let url = endpoint_url(endpoint, tls.is_some());
-        let endpoint = Endpoint::from_shared(url.clone())
+        let (uri, socket) = dial_target(endpoint, tls.is_some())?;
+        let url = match socket.is_unix() {
+            true => endpoint.clone(),
+            false => uri.clone(),
+        };
+        let endpoint = Endpoint::from_shared(uri)
             .map_err(|e| Error::BadEndpoint(format!("{url}: {e}")))?
             .connect_timeout(self.config.dial_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(self.config.keepalive_time)
             .keep_alive_timeout(self.config.keepalive_timeout);
-        let channel = tokio::time::timeout(self.config.dial_timeout, connect(&endpoint, tls))
-            .await
-            .map_err(|_| Error::Protocol(format!("{url}: dial timeout")))?
-            .map_err(|e| dial_error(&url, &e))?;
+        let channel =
+            tokio::time::timeout(self.config.dial_timeout, connect(&endpoint, tls, socket))
+                .await
+                .map_err(|_| Error::Protocol(format!("{url}: dial timeout")))?
+                .map_err(|e| dial_error(&url, &e))?;
         let token = Token::default();
         let answered = async {
             if self.config.credentials.is_some() {
@@ -923,16 +935,46 @@ pub fn endpoint_url(endpoint: &str, secure: bool) -> String {
     }
 }
 
-/// Opens a channel to `endpoint`: over TLS with `tls`, else plaintext.
+/// Whether `endpoint` is a `unix:` or `unixs:` socket URL.
+fn is_unix(endpoint: &str) -> bool {
+    let lower = endpoint.get(..6).unwrap_or(endpoint).to_ascii_lowercase();
+    lower.starts_with("unix:") || lower.starts_with("unixs:")
+}
+
+/// The URI tonic is given for `endpoint`, and the socket the connection
+/// opens: for a `unix://` or `unixs://` endpoint a stand-in URI (tonic
+/// wants one; it only names the scheme) and the socket's path, as etcd
+/// reads it (see `oxetcd_urls`).
+pub fn dial_target(endpoint: &str, secure: bool) -> Result<(String, Socket), Error> {
+    if !is_unix(endpoint) {
+        return Ok((endpoint_url(endpoint, secure), Socket::tcp()));
+    }
+    let url = oxetcd_urls::parse_url("endpoints", endpoint)
+        .map_err(|e| Error::BadEndpoint(format!("{endpoint}: {}", e.reason)))?;
+    let oxetcd_urls::Target::Unix(path) = url.target else {
+        return Err(Error::BadEndpoint(format!("{endpoint}: not a unix socket")));
+    };
+    let scheme = if secure { "https" } else { "http" };
+    Ok((format!("{scheme}://localhost"), Socket::unix(path.into())))
+}
+
+/// Opens a channel to `endpoint` through `socket`: over TLS with `tls`,
+/// else plaintext.
 pub async fn connect(
     endpoint: &Endpoint,
     tls: Option<&Arc<ClientConfig>>,
+    socket: Socket,
 ) -> Result<Channel, tonic::transport::Error> {
     match tls {
-        None => endpoint.connect().await,
+        None if !socket.is_unix() => endpoint.connect().await,
+        None => {
+            endpoint
+                .connect_with_connector(PlainConnector(socket))
+                .await
+        }
         Some(tls) => {
             endpoint
-                .connect_with_connector(TlsConnector::new(tls.clone()))
+                .connect_with_connector(TlsConnector::new(tls.clone(), socket))
                 .await
         }
     }
@@ -1049,6 +1091,15 @@ mod tests {
         assert_eq!(endpoint_url("a:1", true), "https://a:1");
         assert_eq!(endpoint_url("a:1", false), "http://a:1");
         assert_eq!(endpoint_url("http://a:1", true), "http://a:1");
+        assert!(!tls.secures("unix:///run/a.sock"));
+        assert!(tls.secures("unixs:///run/a.sock"));
+        assert!(tls.secures("UNIXS:a.sock"));
+        assert!(!tls.secures("unix:"));
+        let (uri, socket) = dial_target("unixs:///run/a.sock", true).unwrap();
+        assert_eq!(uri, "https://localhost");
+        assert!(socket.is_unix());
+        assert!(!dial_target("a:1", false).unwrap().1.is_unix());
+        assert!(dial_target("unix://", false).is_err());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
-use connector::{Coalesced, TcpConnector, TlsConnector};
+use connector::{Coalesced, PlainConnector, TlsConnector};
 
 pub use client::{Client, Config};
 pub use error::Error;
@@ -45,7 +45,7 @@ pub async fn connect(config: &Config, conns: usize) -> Result<Vec<Channel>, Erro
     for i in 0..conns.max(1) {
         let endpoint = &endpoints[i % endpoints.len()];
         let secure = config.tls.secures(endpoint);
-        let url = client::endpoint_url(endpoint, secure);
+        let (url, socket) = client::dial_target(endpoint, secure)?;
         let endpoint = Endpoint::from_shared(url.clone())
             .map_err(|e| Error::BadEndpoint(format!("{url}: {e}")))?
             .connect_timeout(config.dial_timeout)
@@ -53,12 +53,12 @@ pub async fn connect(config: &Config, conns: usize) -> Result<Vec<Channel>, Erro
         let connected = match tls.as_ref().filter(|_| secure) {
             None => {
                 endpoint
-                    .connect_with_connector(Coalesced(TcpConnector))
+                    .connect_with_connector(Coalesced(PlainConnector(socket)))
                     .await
             }
             Some(tls) => {
                 endpoint
-                    .connect_with_connector(Coalesced(TlsConnector::new(tls.clone())))
+                    .connect_with_connector(Coalesced(TlsConnector::new(tls.clone(), socket)))
                     .await
             }
         };
