@@ -41,6 +41,7 @@
 pub mod alarm;
 pub mod auth;
 pub mod compactor;
+pub mod discovery;
 pub mod error;
 pub mod ids;
 pub mod lease;

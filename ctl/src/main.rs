@@ -238,11 +238,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         .write_out
         .parse()
         .map_err(|e: String| Failure::new(exit::BAD_FEATURE, e))?;
-    if g.discovery_srv.is_some() {
-        return Err(Failure::bad_args(
-            "DNS discovery (--discovery-srv) is not supported yet",
-        ));
-    }
     let ctx = Context {
         client: Client::new(config(&g)?).map_err(Failure::bad_args)?,
         printer: Printer {
@@ -280,6 +275,42 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+/// The endpoints `--discovery-srv` names: the targets of the SRV records
+/// `_etcd-client-ssl._tcp.<domain>` (as `https://`) and
+/// `_etcd-client._tcp.<domain>` (as `http://`, dropped with a note unless
+/// `--insecure-discovery`), as etcdctl finds them.
+fn srv_endpoints(domain: &str, name: &str, insecure: bool) -> Result<Vec<String>, Failure> {
+    use oxetcd_urls::srv::{lookup_srv, service_name};
+    let mut endpoints = Vec::new();
+    let mut errors = Vec::new();
+    for (secure, scheme) in [(true, "https"), (false, "http")] {
+        match lookup_srv(&service_name("etcd-client", secure, name, domain)) {
+            Ok(records) => endpoints.extend(
+                records
+                    .iter()
+                    .map(|r| format!("{scheme}://{}:{}", r.target, r.port)),
+            ),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.len() == 2 {
+        return Err(Failure::bad_args(format!(
+            "dns lookup errors: {} and {}",
+            errors[0], errors[1]
+        )));
+    }
+    if !insecure {
+        endpoints.retain(|endpoint| {
+            let plain = endpoint.starts_with("http://");
+            if plain {
+                eprintln!("ignoring discovered insecure endpoint {endpoint:?}");
+            }
+            !plain
+        });
+    }
+    Ok(endpoints)
+}
+
 /// The client configuration from the global flags, with etcdctl's checks.
 fn config(g: &Global) -> Result<Config, Failure> {
     for (flag, value) in [("cert", &g.cert), ("key", &g.key), ("cacert", &g.cacert)] {
@@ -308,8 +339,16 @@ fn config(g: &Global) -> Result<Config, Failure> {
             },
         }),
     };
+    let endpoints = match g.discovery_srv.as_deref().filter(|d| !d.is_empty()) {
+        Some(domain) => srv_endpoints(
+            domain,
+            g.discovery_srv_name.as_deref().unwrap_or(""),
+            g.insecure_discovery,
+        )?,
+        None => g.endpoints.iter().map(|e| e.trim().to_owned()).collect(),
+    };
     Ok(Config {
-        endpoints: g.endpoints.iter().map(|e| e.trim().to_owned()).collect(),
+        endpoints,
         dial_timeout: g.dial_timeout,
         command_timeout: g.command_timeout.unwrap_or(Duration::from_secs(5)),
         keepalive_time: g.keepalive_time,

@@ -34,6 +34,8 @@ pub mod auth_token;
 pub mod compact_hash_check;
 pub mod config;
 pub mod corruption;
+mod dial;
+mod discovery;
 pub mod driver;
 pub mod grpc;
 pub mod http;
@@ -89,6 +91,8 @@ pub enum RunError {
     /// The initial corruption check found this member's data diverged
     /// from its peers' (or could not hash it).
     Corrupt(String),
+    /// Discovery could not find the initial cluster.
+    Discovery(String),
 }
 
 impl fmt::Display for RunError {
@@ -103,6 +107,7 @@ impl fmt::Display for RunError {
             Self::PeerTls(e) => write!(f, "cannot set up peer TLS: {e}"),
             Self::LogOutput(message) => write!(f, "{message}"),
             Self::Corrupt(message) => write!(f, "{message}"),
+            Self::Discovery(message) => write!(f, "discovery failed: {message}"),
         }
     }
 }
@@ -111,7 +116,7 @@ impl std::error::Error for RunError {}
 
 /// Runs the server until SIGINT or SIGTERM: opens storage, starts the node,
 /// serves clients, and on a signal stops the node and syncs the backend.
-pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError> {
+pub async fn run<R: Runtime>(runtime: R, mut config: Config) -> Result<(), RunError> {
     init_logging(&config.logging)?;
     for warning in &config.warnings {
         warn!("{warning}");
@@ -131,6 +136,16 @@ pub async fn run<R: Runtime>(runtime: R, config: Config) -> Result<(), RunError>
     let peer_listeners = bind_peers(&config)?;
     let (log, kv) = oxetcd_storage::open(&config.data_dir)
         .map_err(|e| RunError::DataDir(format!("{}: {e}", config.data_dir.display())))?;
+    if is_fresh(&log, &config.data_dir)? {
+        if let Some(cluster) = discovery::initial_cluster(&runtime, &config)
+            .await
+            .map_err(RunError::Discovery)?
+        {
+            config
+                .discovered(&cluster)
+                .map_err(|e| RunError::Discovery(e.to_string()))?;
+        }
+    }
     let metrics = Arc::new(metrics::Metrics::new(
         &metrics::MetricsSettings::from_config(&config),
     ));
@@ -323,6 +338,16 @@ fn stored_cluster_id(log: &impl LogStore, data_dir: &std::path::Path) -> Result<
     };
     log.store_cluster_id(id).map_err(storage)?;
     Ok(id)
+}
+
+/// Whether this member starts for the first time: nothing in its log yet,
+/// so it learns its cluster (from the flags, or by discovery). A restarted
+/// member has its cluster in its log and never discovers again.
+fn is_fresh(log: &impl LogStore, data_dir: &std::path::Path) -> Result<bool, RunError> {
+    let state = log
+        .state()
+        .map_err(|e| RunError::DataDir(format!("{}: {e}", data_dir.display())))?;
+    Ok(state.last_index == 0 && state.hard_state.term == 0)
 }
 
 /// Binds every peer URL (`--listen-peer-urls`).

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::socket::{BoundSocket, Remote, SocketAddress};
 
 /// What the server needs from an async runtime.
-pub trait Runtime: Clone + Send + Sync + 'static {
+pub trait Runtime: Clone + Send + Sync + Unpin + 'static {
     /// A listening socket registered with the runtime's reactor.
     type Listener: Send + Sync + 'static;
     /// An accepted or connected stream, readable and writable by hyper.
@@ -132,4 +132,18 @@ pub(crate) async fn timeout<R: Runtime, F: Future>(
         futures_util::future::Either::Left((output, _)) => Some(output),
         futures_util::future::Either::Right(_) => None,
     }
+}
+
+/// Runs `work` on a blocking thread of `runtime` and waits for its result.
+pub(crate) async fn blocking<R: Runtime, T: Send + 'static>(
+    runtime: &R,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<T> {
+    let (done, result) = futures_channel::oneshot::channel();
+    runtime.spawn_blocking(move || {
+        let _ = done.send(work());
+    });
+    result
+        .await
+        .map_err(|_| io::Error::other("blocking work was abandoned"))
 }

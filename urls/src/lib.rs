@@ -15,13 +15,18 @@
 //!   member's own advertised peer URLs as etcd checks it at bootstrap, and
 //!   the IDs of its members and of the cluster.
 //!
-//! Everything here is a pure function of its arguments. A bad value is an
-//! [`InvalidValue`] that names the flag, the value and what is wrong.
+//! - [`srv`]: DNS SRV lookups, where `--discovery-srv` finds members and
+//!   oxetcdctl's `--discovery-srv` its endpoints.
+//!
+//! Everything but [`srv`]'s lookups is a pure function of its arguments.
+//! A bad value is an [`InvalidValue`] that names the flag, the value and
+//! what is wrong.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod initial_cluster;
+pub mod srv;
 pub mod url;
 
 use std::fmt;

@@ -72,11 +72,22 @@ fn build(
         "initial-advertise-peer-urls",
         &value("initial-advertise-peer-urls"),
     )?;
-    let initial_cluster = parse_initial_cluster(
-        &name,
-        &initial_advertise_peer_urls,
-        &value("initial-cluster"),
-    )?;
+    let discovery = super::discovery::parse(&settings, settings.is_given("initial-cluster"))?;
+    // Until discovery answers, the initial cluster is this member alone.
+    let initial_cluster_value = match discovery {
+        None => value("initial-cluster"),
+        Some(_) => initial_advertise_peer_urls
+            .iter()
+            .map(|url| format!("{name}={url}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    let initial_cluster =
+        parse_initial_cluster(&name, &initial_advertise_peer_urls, &initial_cluster_value)?;
+    let initial_cluster_token = match &discovery {
+        Some(super::Discovery::V3(v3)) => v3.token.clone(),
+        _ => settings.text("initial-cluster-token"),
+    };
     let peer_tls = parse_peer_tls(
         &tls_given,
         &listen_peer_urls,
@@ -103,8 +114,9 @@ fn build(
         advertise_client_urls,
         listen_peer_urls,
         initial_advertise_peer_urls,
-        initial_cluster_token: settings.text("initial-cluster-token"),
+        initial_cluster_token,
         initial_cluster,
+        discovery,
         initial_cluster_state: match settings.text("initial-cluster-state").as_str() {
             "existing" => ClusterState::Existing,
             _ => ClusterState::New,

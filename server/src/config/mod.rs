@@ -24,6 +24,7 @@
 
 mod build;
 mod cluster;
+mod discovery;
 mod file;
 mod flags;
 mod help;
@@ -42,6 +43,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cluster::{ClusterState, InitialMember};
+pub use discovery::{Discovery, V3Discovery};
 pub use help::{usage, version};
 pub use logging::{LogFormat, LogLevel, LogOutput, Logging};
 pub use parse::parse;
@@ -80,6 +82,10 @@ pub struct Config {
     pub initial_cluster: Vec<InitialMember>,
     /// `--initial-cluster-state`.
     pub initial_cluster_state: ClusterState,
+    /// Where a new member learns its initial cluster instead, if anywhere
+    /// (v3 discovery or DNS SRV); until then `initial_cluster` is this
+    /// member alone.
+    pub discovery: Option<Discovery>,
     /// `--heartbeat-interval`, in milliseconds.
     pub heartbeat_interval_ms: u64,
     /// `--election-timeout`, in milliseconds; at least five heartbeats.
@@ -142,6 +148,18 @@ impl Config {
             &self.initial_advertise_peer_urls,
             &self.initial_cluster_token,
         )
+    }
+
+    /// Replaces the initial cluster with the one discovery found
+    /// (`name=url,…`), which must hold this member with its advertised
+    /// peer URLs.
+    pub fn discovered(&mut self, initial_cluster: &str) -> Result<(), ConfigError> {
+        self.initial_cluster = cluster::parse_initial_cluster(
+            &self.name,
+            &self.initial_advertise_peer_urls,
+            initial_cluster,
+        )?;
+        Ok(())
     }
 
     /// The ID of the cluster `--initial-cluster` describes, derived from

@@ -632,17 +632,3 @@ impl fmt::Display for Id {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
-
-/// Runs `work` on a blocking thread and waits for its result.
-async fn blocking<R: Runtime, T: Send + 'static>(
-    runtime: &R,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> io::Result<T> {
-    let (done, result) = oneshot::channel();
-    runtime.spawn_blocking(move || {
-        let _ = done.send(work());
-    });
-    result
-        .await
-        .map_err(|_| io::Error::other("blocking work was abandoned"))
-}

@@ -6,7 +6,6 @@
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,7 +13,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 use hyper::rt::Write as _;
-use oxetcd_tls::rustls::pki_types::ServerName;
 use protobuf::Message as _;
 use tracing::{debug, info, warn};
 
@@ -25,12 +23,11 @@ use super::wire::{
     FRAME_HEADER_BYTES, PROTOCOL_VERSION,
 };
 use super::{
-    blocking, lock, Id, Peer, PeerEvent, Shared, CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT,
-    RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, STALL_TIMEOUT, WRITE_BATCH_MESSAGES_MAX,
+    lock, Id, Peer, PeerEvent, Shared, CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT, RECONNECT_BACKOFF_MAX,
+    RECONNECT_BACKOFF_MIN, STALL_TIMEOUT, WRITE_BATCH_MESSAGES_MAX,
 };
+use crate::dial::resolve;
 use crate::runtime::{deadline_after, timeout, Runtime};
-use crate::socket::SocketAddress;
-use oxetcd_urls::Target as UrlTarget;
 
 /// Keeps peer `peer`'s messages stream up until the peer is removed or the
 /// transport stops.
@@ -329,7 +326,9 @@ pub(super) async fn dial<R: Runtime>(
     urls: &[String],
     kind: StreamKind,
 ) -> Result<PeerIo<R::Io>, DialError> {
-    let targets = resolve(&shared.runtime, urls).await?;
+    let targets = resolve(&shared.runtime, urls)
+        .await
+        .map_err(DialError::NoAddress)?;
     let mut last = None;
     for target in targets {
         let tls = match &target.tls {
@@ -449,86 +448,6 @@ async fn handshake<R: Runtime>(
         )),
         Some(reason) => Err(DialError::Rejected(reason)),
     }
-}
-
-/// One address to dial, and for an `https://` URL the name its
-/// certificate must be valid for (the URL's host; for `unixs://`, the
-/// socket file's name, as etcd's clients take it).
-struct Target {
-    addr: SocketAddress,
-    tls: Option<ServerName<'static>>,
-}
-
-/// The addresses of `urls`, in order. Host names are resolved on a
-/// blocking thread (the system resolver blocks).
-async fn resolve<R: Runtime>(runtime: &R, urls: &[String]) -> Result<Vec<Target>, DialError> {
-    let mut literal = Vec::new();
-    let mut named = Vec::new();
-    for url in urls {
-        let bad = || DialError::NoAddress(format!("bad peer URL {url:?}"));
-        let parsed = oxetcd_urls::parse_url("peer-urls", url).map_err(|_| bad())?;
-        let name = |name: &str| ServerName::try_from(name.to_owned()).map_err(|_| bad());
-        let (host, port) = match parsed.target {
-            UrlTarget::Unix(path) => {
-                let path = std::path::PathBuf::from(path);
-                let tls = match parsed.secure {
-                    false => None,
-                    true => Some(name(
-                        &path.file_name().unwrap_or_default().to_string_lossy(),
-                    )?),
-                };
-                literal.push(Target {
-                    addr: SocketAddress::Unix(path),
-                    tls,
-                });
-                continue;
-            }
-            UrlTarget::Tcp { host, port } => (host, port),
-        };
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let tls = if parsed.secure {
-            Some(name(bare)?)
-        } else {
-            None
-        };
-        match bare.parse::<IpAddr>() {
-            Ok(ip) => literal.push(Target {
-                addr: SocketAddress::Tcp(SocketAddr::new(ip, port)),
-                tls,
-            }),
-            Err(_) => named.push((host, port, tls)),
-        }
-    }
-    if named.is_empty() {
-        return if literal.is_empty() {
-            Err(DialError::NoAddress("no peer URLs".into()))
-        } else {
-            Ok(literal)
-        };
-    }
-    let resolved = blocking(runtime, move || {
-        let mut targets = Vec::new();
-        let mut last = None;
-        for (host, port, tls) in named {
-            match (host.as_str(), port).to_socket_addrs() {
-                Ok(found) => targets.extend(found.map(|addr| Target {
-                    addr: SocketAddress::Tcp(addr),
-                    tls: tls.clone(),
-                })),
-                Err(e) => last = Some(format!("{host}: {e}")),
-            }
-        }
-        (targets, last)
-    })
-    .await
-    .map_err(|e| DialError::NoAddress(e.to_string()))?;
-    literal.extend(resolved.0);
-    if literal.is_empty() {
-        return Err(DialError::NoAddress(
-            resolved.1.unwrap_or_else(|| "nothing resolved".into()),
-        ));
-    }
-    Ok(literal)
 }
 
 /// Exponential redial delays with jitter from a seeded generator, so two

@@ -25,10 +25,9 @@ use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
 use super::tls::PeerIo;
 use super::wire::{self, FrameKind, StreamKind, SNAPSHOT_ACK};
 use super::{
-    blocking, lock, Id, Peer, PeerEvent, Shared, SNAPSHOT_ACK_TIMEOUT, SNAPSHOT_CHUNK_BYTES,
-    STALL_TIMEOUT,
+    lock, Id, Peer, PeerEvent, Shared, SNAPSHOT_ACK_TIMEOUT, SNAPSHOT_CHUNK_BYTES, STALL_TIMEOUT,
 };
-use crate::runtime::{timeout, Runtime};
+use crate::runtime::{blocking, timeout, Runtime};
 
 /// A snapshot received in full and synced to a file. The file is deleted
 /// when this is dropped, unless [`ReceivedSnapshot::keep`] takes it.

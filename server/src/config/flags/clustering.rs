@@ -7,10 +7,10 @@ pub(super) const GROUP: Group = Group {
     flags: FLAGS,
 };
 
-/// Why discovery flags are refused rather than ignored: a member told to
+/// Why v2 discovery is refused rather than ignored: a member told to
 /// discover its cluster would otherwise bootstrap a cluster of its own.
-const NO_DISCOVERY: &str = "discovery is not yet supported by oxetcd; give the members with \
-                            --initial-cluster";
+const NO_V2_DISCOVERY: &str = "v2 discovery (--discovery URL) is not supported, as in etcd 3.6; \
+                               use --discovery-token and --discovery-endpoints (v3 discovery)";
 
 const FLAGS: &[Flag] = &[
     wired(
@@ -49,7 +49,7 @@ const FLAGS: &[Flag] = &[
         Kind::Text,
         "",
         "Discovery URL used to bootstrap the cluster (v2 discovery).",
-        NO_DISCOVERY,
+        NO_V2_DISCOVERY,
     ),
     not_yet(
         "discovery-fallback",
@@ -63,95 +63,91 @@ const FLAGS: &[Flag] = &[
         "",
         "HTTP proxy to use for traffic to discovery service.",
     ),
-    refused(
+    wired(
         "discovery-srv",
         Kind::Text,
         "",
         "DNS srv domain used to bootstrap the cluster.",
-        NO_DISCOVERY,
     ),
-    refused(
+    wired(
         "discovery-srv-name",
         Kind::Text,
         "",
         "Suffix to the dns srv name queried when bootstrapping.",
-        NO_DISCOVERY,
     ),
-    refused(
+    wired(
         "discovery-endpoints",
         Kind::List,
         "",
         "V3 discovery: List of gRPC endpoints of the discovery service.",
-        NO_DISCOVERY,
     ),
-    refused(
+    wired(
         "discovery-token",
         Kind::Text,
         "",
         "V3 discovery: discovery token for the etcd cluster to be bootstrapped.",
-        NO_DISCOVERY,
     ),
-    not_yet(
+    wired(
         "discovery-dial-timeout",
         Kind::Duration,
         "2s",
         "V3 discovery: dial timeout for client connections.",
     ),
-    not_yet(
+    wired(
         "discovery-request-timeout",
         Kind::Duration,
         "5s",
         "V3 discovery: timeout for discovery requests (excluding dial timeout).",
     ),
-    not_yet(
+    wired(
         "discovery-keepalive-time",
         Kind::Duration,
         "2s",
         "V3 discovery: keepalive time for client connections.",
     ),
-    not_yet(
+    wired(
         "discovery-keepalive-timeout",
         Kind::Duration,
         "6s",
         "V3 discovery: keepalive timeout for client connections.",
     ),
-    not_yet(
+    wired(
         "discovery-insecure-transport",
         Kind::Switch,
         "true",
         "V3 discovery: disable transport security for client connections.",
     ),
-    not_yet(
+    wired(
         "discovery-insecure-skip-tls-verify",
         Kind::Switch,
         "false",
         "V3 discovery: skip server certificate verification.",
     ),
-    not_yet(
+    wired(
         "discovery-cert",
         Kind::Text,
         "",
         "V3 discovery: identify secure client using this TLS certificate file.",
     ),
-    not_yet(
+    wired(
         "discovery-key",
         Kind::Text,
         "",
         "V3 discovery: identify secure client using this TLS key file.",
     ),
-    not_yet(
+    wired(
         "discovery-cacert",
         Kind::Text,
         "",
         "V3 discovery: verify certificates of TLS-enabled secure servers using this CA bundle.",
     ),
-    not_yet(
+    wired(
         "discovery-user",
         Kind::Text,
         "",
         "V3 discovery: username[:password] for authentication.",
     ),
-    not_yet(
+    wired(
         "discovery-password",
         Kind::Text,
         "",

@@ -21,6 +21,8 @@ fn sample(flag: &Flag) -> Option<(String, Vec<(&'static str, &'static str)>)> {
             vec![("peer-trusted-ca-file", "/ca.pem")]
         }
         "initial-advertise-peer-urls" => vec![("initial-cluster", "default=http://127.0.0.1:2480")],
+        "discovery-endpoints" => vec![("discovery-token", "t")],
+        "discovery-token" => vec![("discovery-endpoints", "http://127.0.0.1:2999")],
         _ => vec![],
     };
     let text = match (flag.name, flag.kind) {
