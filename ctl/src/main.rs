@@ -181,6 +181,8 @@ enum Command {
     },
     /// Measure request throughput and latency
     Bench(BenchArgs),
+    /// Makes a mirror at the destination etcd cluster
+    MakeMirror(command::mirror::MakeMirrorArgs),
 }
 
 fn main() -> ExitCode {
@@ -265,6 +267,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Auth { command } => command::auth::auth(&ctx, command).await,
         Command::User { command } => command::user::user(&ctx, command).await,
         Command::Role { command } => command::role::role(&ctx, command).await,
+        Command::MakeMirror(a) => command::mirror::make_mirror(&ctx, a).await,
         Command::Version | Command::Bench(_) => unreachable!("handled above"),
     };
     match ctx.client.credentials_refused() {

@@ -10,6 +10,7 @@ pub mod kv;
 pub mod lease;
 pub mod maintenance;
 pub mod member;
+pub mod mirror;
 pub mod role;
 pub mod txn;
 pub mod user;
