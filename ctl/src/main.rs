@@ -183,6 +183,11 @@ enum Command {
     Bench(BenchArgs),
     /// Makes a mirror at the destination etcd cluster
     MakeMirror(command::mirror::MakeMirrorArgs),
+    /// Generates the autocompletion script for the specified shell
+    Completion {
+        /// bash, zsh, fish or powershell
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -233,6 +238,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         println!("API version: 3.6");
         return Ok(());
     }
+    if let Command::Completion { shell } = &cli.command {
+        use clap::CommandFactory;
+        let mut command = Cli::command();
+        let mut script = Vec::new();
+        clap_complete::generate(*shell, &mut command, "oxetcdctl", &mut script);
+        // A reader that stops early (`| head`) is not an error.
+        let _ = std::io::stdout().write_all(&script);
+        return Ok(());
+    }
     if let Command::Bench(args) = &cli.command {
         return bench(&g, args).await;
     }
@@ -268,7 +282,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::User { command } => command::user::user(&ctx, command).await,
         Command::Role { command } => command::role::role(&ctx, command).await,
         Command::MakeMirror(a) => command::mirror::make_mirror(&ctx, a).await,
-        Command::Version | Command::Bench(_) => unreachable!("handled above"),
+        Command::Version | Command::Bench(_) | Command::Completion { .. } => {
+            unreachable!("handled above")
+        }
     };
     match ctx.client.credentials_refused() {
         // etcdctl authenticates as it connects, before the command runs,

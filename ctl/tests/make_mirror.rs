@@ -87,9 +87,17 @@ fn make_mirror_copies_and_follows_a_prefix_as_etcdctl_does() {
 fn make_mirror_checks_its_arguments() {
     let oxetcdctl = binary_path("oxetcdctl").unwrap_or_else(|e| panic!("{e}"));
     for (args, message) in [
-        (&["make-mirror"][..], "make-mirror takes one destination argument"),
         (
-            &["make-mirror", "--dest-prefix=a", "--no-dest-prefix", "127.0.0.1:1"][..],
+            &["make-mirror"][..],
+            "make-mirror takes one destination argument",
+        ),
+        (
+            &[
+                "make-mirror",
+                "--dest-prefix=a",
+                "--no-dest-prefix",
+                "127.0.0.1:1",
+            ][..],
             "`--dest-prefix` and `--no-dest-prefix` cannot be set at the same time",
         ),
     ] {
