@@ -40,6 +40,7 @@
 //! ```
 
 use std::future::Future;
+use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -933,6 +934,84 @@ pub fn endpoint_url(endpoint: &str, secure: bool) -> String {
     } else {
         format!("http://{endpoint}")
     }
+}
+
+impl Client {
+    /// The text `endpoint` serves at `/metrics` (HTTP/1.1, over TLS as the
+    /// endpoint's gRPC calls are), bounded by the command timeout.
+    pub async fn metrics(&self, endpoint: &str) -> Result<String, Error> {
+        use http_body_util::BodyExt;
+        let secure = self.config.tls.secures(endpoint);
+        let (url, socket) = dial_target(endpoint, secure)?;
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| Error::BadEndpoint(format!("{endpoint}: {e}")))?;
+        let request = http::Request::get("/metrics")
+            .header(
+                http::header::HOST,
+                uri.authority().map_or("localhost", |a| a.as_str()),
+            )
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+        let fetch = async {
+            let response = match (secure, &self.tls) {
+                (true, Some(tls)) => {
+                    let io = tower_service::Service::call(
+                        &mut TlsConnector::new(tls.clone(), socket),
+                        uri,
+                    )
+                    .await?;
+                    // The TLS configuration offers h2 only (gRPC).
+                    get_h2(io, request).await?
+                }
+                _ => {
+                    let io = tower_service::Service::call(&mut PlainConnector(socket), uri).await?;
+                    get(io, request).await?
+                }
+            };
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(io::Error::other)?;
+            Ok::<_, io::Error>(String::from_utf8_lossy(&body.to_bytes()).into_owned())
+        };
+        tokio::time::timeout(self.config.command_timeout, fetch)
+            .await
+            .map_err(|_| Error::Protocol(format!("{endpoint}: /metrics timed out")))?
+            .map_err(|e| Error::Protocol(format!("{endpoint}: {e}")))
+    }
+}
+
+/// One HTTP/1.1 request over `io`.
+async fn get<IO>(
+    io: IO,
+    request: http::Request<http_body_util::Empty<bytes::Bytes>>,
+) -> io::Result<http::Response<hyper::body::Incoming>>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut send, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(io::Error::other)?;
+    tokio::spawn(connection);
+    send.send_request(request).await.map_err(io::Error::other)
+}
+
+/// One HTTP/2 request over `io`.
+async fn get_h2<IO>(
+    io: IO,
+    request: http::Request<http_body_util::Empty<bytes::Bytes>>,
+) -> io::Result<http::Response<hyper::body::Incoming>>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut send, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .map_err(io::Error::other)?;
+    tokio::spawn(connection);
+    send.send_request(request).await.map_err(io::Error::other)
 }
 
 /// Whether `endpoint` is a `unix:` or `unixs:` socket URL.

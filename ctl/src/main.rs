@@ -183,6 +183,11 @@ enum Command {
     Bench(BenchArgs),
     /// Makes a mirror at the destination etcd cluster
     MakeMirror(command::mirror::MakeMirrorArgs),
+    /// commands for checking properties of the etcd cluster
+    Check {
+        #[command(subcommand)]
+        command: command::check::CheckCommand,
+    },
     /// Generates the autocompletion script for the specified shell
     Completion {
         /// bash, zsh, fish or powershell
@@ -282,6 +287,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::User { command } => command::user::user(&ctx, command).await,
         Command::Role { command } => command::role::role(&ctx, command).await,
         Command::MakeMirror(a) => command::mirror::make_mirror(&ctx, a).await,
+        Command::Check { command } => command::check::check(&ctx, command).await,
         Command::Version | Command::Bench(_) | Command::Completion { .. } => {
             unreachable!("handled above")
         }

@@ -80,6 +80,8 @@ pub struct Options {
     pub total: u64,
     /// Run for this long instead of a count.
     pub duration: Option<Duration>,
+    /// Bytes every key starts with (before its `key_size` bytes).
+    pub key_prefix: Vec<u8>,
     /// Bytes per key.
     pub key_size: usize,
     /// Bytes per value.
@@ -103,6 +105,7 @@ impl Default for Options {
             clients: 1,
             total: 10_000,
             duration: None,
+            key_prefix: Vec::new(),
             key_size: 8,
             val_size: 8,
             key_space_size: 1,
@@ -203,7 +206,16 @@ impl Shared {
         } else {
             rng.next() % space
         };
-        key_bytes(number, self.options.key_size)
+        self.prefixed(key_bytes(number, self.options.key_size))
+    }
+
+    /// `key` after the run's key prefix.
+    fn prefixed(&self, key: Vec<u8>) -> Vec<u8> {
+        if self.options.key_prefix.is_empty() {
+            key
+        } else {
+            [self.options.key_prefix.as_slice(), &key].concat()
+        }
     }
 
     /// `message` as a request, with the run's token if it has one.
@@ -258,10 +270,10 @@ async fn kv_loop(channel: Channel, client: u64, shared: Arc<Shared>) -> Report {
                 let success = (0..ops.max(1) as u64)
                     .map(|i| RequestOp {
                         request: Some(Request::RequestPut(PutRequest {
-                            key: key_bytes(
+                            key: shared.prefixed(key_bytes(
                                 (n * ops as u64 + i) % shared.options.key_space_size.max(1),
                                 shared.options.key_size,
-                            ),
+                            )),
                             value: value.clone(),
                             ..Default::default()
                         })),
@@ -624,6 +636,7 @@ impl BenchArgs {
             clients: self.clients,
             total: self.total,
             duration: self.duration,
+            key_prefix: Vec::new(),
             key_size: self.key_size,
             val_size: self.val_size,
             key_space_size: self.key_space_size,

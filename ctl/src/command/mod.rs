@@ -5,6 +5,7 @@
 //! the process exit and the commands stay testable.
 
 pub mod auth;
+pub mod check;
 pub mod endpoint;
 pub mod kv;
 pub mod lease;
