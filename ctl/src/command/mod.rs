@@ -5,12 +5,16 @@
 //! the process exit and the commands stay testable.
 
 pub mod auth;
+pub mod elect;
 pub mod endpoint;
+pub mod interrupt;
 pub mod kv;
 pub mod lease;
+pub mod lock;
 pub mod maintenance;
 pub mod member;
 pub mod role;
+pub mod session;
 pub mod txn;
 pub mod user;
 pub mod watch;
