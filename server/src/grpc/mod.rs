@@ -10,7 +10,10 @@
 //! (`/etcdserverpb.KV/Range` → the KV server); an unknown service is
 //! answered as gRPC `Unimplemented`, never as an HTTP error.
 //! Core errors become gRPC statuses in exactly one place,
-//! [`status_from_error`], so clients see etcd's codes and messages.
+//! [`status_from_error`], so clients see etcd's codes and messages; the
+//! errors of the calls Election and Lock make for a client are answered
+//! as etcd's in-process client hands them back (`Unknown` with etcd's
+//! text), in `caller.rs`.
 
 /// Sends one request through the node and answers with the response kind
 /// it must come back as: `ask!(self, request => Put, "put")` sends the call's
