@@ -1,7 +1,8 @@
 //! The Election and Lock services on both binaries, against Debian's etcd
 //! 3.4: one sequence of calls — two lockers contending, a lease revoke
 //! releasing a lock and an election, a whole Campaign / Observe / Proclaim
-//! / Leader / Resign round, cancelled waiters, a stale `LeaderKey`, an
+//! / Leader / Resign round, a lease expiring under a lock and an
+//! election, cancelled waiters, a stale `LeaderKey`, an
 //! unknown lease, and a user without permission on the prefix — is run on
 //! each server and written down as a transcript (revisions, keys with
 //! lease IDs as `L1`, `L2`… in grant order, error codes and messages). The
@@ -48,6 +49,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// the run.
 const LEASE_TTL_S: i64 = 120;
 
+/// TTL of a lease left to expire: the shortest etcd grants by default.
+const EXPIRING_TTL_S: i64 = 2;
+
 /// A lease ID no server granted.
 const UNKNOWN_LEASE: i64 = 0x7777;
 
@@ -85,6 +89,7 @@ fn transcript(kind: ServerKind) -> Vec<String> {
         let mut run = Run::connect(server.endpoint()).await;
         run.lock_contention().await;
         run.revoke_releases().await;
+        run.expiry_releases().await;
         run.election_round().await;
         run.cancelled_waiters().await;
         run.unknown_lease_and_missing_leader().await;
@@ -369,6 +374,48 @@ impl Run {
         .await
         .expect("a leader");
         self.note(format!("leader re: {}", self.show_leader(now.get_ref())));
+    }
+
+    /// A lease left to expire hands on the lock and the election it held,
+    /// both at the revision of its expiry.
+    async fn expiry_releases(&mut self) {
+        let expiring = bounded(self.lease.lease_grant(LeaseGrantRequest {
+            ttl: EXPIRING_TTL_S,
+            id: 0,
+        }))
+        .await
+        .expect("lease granted")
+        .into_inner()
+        .id;
+        self.leases.push(expiring);
+        let waiter_lease = self.grant(None).await;
+        bounded(self.lock_call("xl", expiring))
+            .await
+            .expect("locked");
+        bounded(self.campaign_call("xe", expiring, "old"))
+            .await
+            .expect("elected");
+        let locker = tokio::spawn(bounded_owned(self.lock_call_owned("xl", waiter_lease)));
+        self.settle("xl/", 2).await;
+        let candidate = tokio::spawn(bounded_owned(self.campaign_call_owned(
+            "xe",
+            waiter_lease,
+            "new",
+        )));
+        self.settle("xe/", 2).await;
+        let (rev, key) = locker.await.expect("task").expect("locks after expiry");
+        self.note(format!(
+            "lock after expiry: rev {rev} key {}",
+            self.show_key(&key)
+        ));
+        let (rev, key) = candidate
+            .await
+            .expect("task")
+            .expect("elected after expiry");
+        self.note(format!(
+            "campaign after expiry: rev {rev} {}",
+            self.show_leader_key(&key)
+        ));
     }
 
     /// Campaign, Observe, Proclaim, Leader, a second candidate, Resign,
