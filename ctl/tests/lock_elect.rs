@@ -5,7 +5,7 @@
 //! must be the same once lease IDs in keys read `LEASE`. The scenes: a
 //! holder and a waiter that takes over when the holder is interrupted, a
 //! waiter interrupted while it waits, a locked command with the lock in
-//! its environment, an observer following two leaders, and the argument
+//! its environment, a holder whose lease is revoked under it, an observer following two leaders, and the argument
 //! errors. Every scene also asserts its own facts (the waiter waits, no
 //! key is left behind), so it would fail on both clients alike.
 
@@ -194,6 +194,18 @@ fn scenes(program: &Path) -> Vec<(String, Output)> {
     seen.push(("lock taker".to_owned(), taker.finish()));
     assert_eq!(keys_under(&address, "mutex/"), 0, "every lock key is gone");
 
+    // A holder whose lease is revoked under it: its session is lost.
+    let lost = run(&["lock", "--ttl", "3", "held"]);
+    lost.wait_lines(2);
+    let key = etcdctl::ctl_ok(&address, &["get", "--prefix", "--keys-only", "held/"]);
+    let lease = key
+        .trim()
+        .strip_prefix("held/")
+        .unwrap_or_else(|| panic!("no lock key: {key:?}"))
+        .to_owned();
+    etcdctl::ctl_ok(&address, &["lease", "revoke", &lease]);
+    seen.push(("lock whose lease is revoked".to_owned(), lost.finish()));
+
     // An election: an observer, a leader, a candidate that waits, then
     // leads once the leader resigns.
     let observer = run(&["elect", "-l", "vote"]);
@@ -252,6 +264,11 @@ fn lock_and_elect_print_as_etcdctl() {
     assert_eq!(find("lock job -- sh").stdout, "key=job/LEASE rev=2\n");
     assert_eq!(find("lock holder").stdout, "mutex/LEASE\n\n");
     assert_eq!(find("lock holder").code, 0);
+    let lost = find("lock whose lease is revoked");
+    assert_eq!(
+        (lost.stderr.as_str(), lost.code),
+        ("Error: session expired", 1)
+    );
     assert_eq!(find("leader").stdout, "vote/LEASE\np1\n");
     assert_eq!(find("observer").stdout, "vote/LEASE\np1\nvote/LEASE\np2\n");
 }
