@@ -6,7 +6,8 @@
 //! holder and a waiter that takes over when the holder is interrupted, a
 //! waiter interrupted while it waits, a locked command with the lock in
 //! its environment, a holder whose lease is revoked under it, an observer following two leaders, and the argument
-//! errors. Every scene also asserts its own facts (the waiter waits, no
+//! errors; and with auth on, a user allowed one prefix and refused
+//! another, and a client without a user. Every scene also asserts its own facts (the waiter waits, no
 //! key is left behind), so it would fail on both clients alike.
 
 use std::io::Read;
@@ -271,4 +272,70 @@ fn lock_and_elect_print_as_etcdctl() {
     );
     assert_eq!(find("leader").stdout, "vote/LEASE\np1\n");
     assert_eq!(find("observer").stdout, "vote/LEASE\np1\nvote/LEASE\np2\n");
+}
+
+/// With auth on: a user granted `ok/` locks and campaigns there, is
+/// refused elsewhere with etcd's message, and a client without a user is
+/// refused too; each client on its own fresh server, the same answers.
+fn auth_scenes(program: &Path) -> Vec<(String, Output)> {
+    let server = Server::start(ServerKind::Oxetcd).unwrap_or_else(|e| panic!("{e}"));
+    let address = server.address();
+    for args in [
+        &["user", "add", "root:rootpw", "--interactive=false"][..],
+        &["user", "grant-role", "root", "root"],
+        &["user", "add", "alice:alicepw", "--interactive=false"],
+        &["role", "add", "oks"],
+        &[
+            "role",
+            "grant-permission",
+            "oks",
+            "readwrite",
+            "ok/",
+            "--prefix=true",
+        ],
+        &["user", "grant-role", "alice", "oks"],
+        &["auth", "enable"],
+    ] {
+        etcdctl::ctl_ok(&address, args);
+    }
+    let scenes: [&[&str]; 5] = [
+        &[
+            "--user",
+            "alice:alicepw",
+            "lock",
+            "ok",
+            "--",
+            "sh",
+            "-c",
+            "echo $ETCD_LOCK_KEY",
+        ],
+        &["--user", "alice:alicepw", "lock", "no", "--", "true"],
+        &["lock", "ok", "--", "true"],
+        &["--user", "alice:alicepw", "elect", "no", "p"],
+        &["elect", "ok", "p"],
+    ];
+    scenes
+        .iter()
+        .map(|args| {
+            let done = Proc::spawn(program, &address, args).finish();
+            (args.join(" "), done)
+        })
+        .collect()
+}
+
+#[test]
+fn lock_and_elect_with_auth_answer_as_etcdctl() {
+    let reference = auth_scenes(&etcdctl::program().expect("etcdctl"));
+    let ours = auth_scenes(&oxetcdctl());
+    for ((scene, want), (_, got)) in reference.iter().zip(&ours) {
+        assert_eq!(want, got, "{scene}: etcdctl (left) and oxetcdctl (right)");
+    }
+    for (scene, done) in &ours {
+        assert_ne!(done.code, -1, "{scene}: never ended");
+    }
+    assert_eq!(ours[0].1.stdout, "ok/LEASE\n", "alice locks under ok/");
+    assert_eq!(
+        (ours[1].1.stderr.as_str(), ours[1].1.code),
+        ("Error: etcdserver: permission denied", 1)
+    );
 }
