@@ -5,10 +5,11 @@
 //! must be the same once lease IDs in keys read `LEASE`. The scenes: a
 //! holder and a waiter that takes over when the holder is interrupted, a
 //! waiter interrupted while it waits, a locked command with the lock in
-//! its environment, a holder whose lease is revoked under it, an observer following two leaders, and the argument
-//! errors; and with auth on, a user allowed one prefix and refused
-//! another, and a client without a user. Every scene also asserts its own facts (the waiter waits, no
-//! key is left behind), so it would fail on both clients alike.
+//! its environment, a holder whose lease is revoked under it, an observer
+//! following two leaders, and the argument errors; and with auth on, a
+//! user allowed one prefix and refused another, and a client without a
+//! user. Every scene also asserts its own facts (the waiter waits, no key
+//! is left behind), so it would fail on both clients alike.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
