@@ -8,7 +8,10 @@
 //! waiter, never the whole queue. A call whose client goes away while it
 //! waits must not leave its key queued: [`Abandon`] deletes it when the
 //! call is dropped unfinished, as etcd's client does on a cancelled
-//! context.
+//! context. It is armed only once the queuing txn has answered, as etcd's
+//! client cleans up only after it: armed earlier, a second `Lock` of a
+//! held lock (same lease, same key) whose client went away mid-txn would
+//! delete the key the first still holds.
 
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::Request;
