@@ -20,6 +20,13 @@ use oxetcd_proto::etcdserverpb::{
     RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
     WatchRequest, WatchResponse,
 };
+use oxetcd_proto::v3electionpb::election_client::ElectionClient;
+use oxetcd_proto::v3electionpb::{
+    CampaignRequest, CampaignResponse, LeaderRequest, LeaderResponse, ProclaimRequest,
+    ProclaimResponse, ResignRequest, ResignResponse,
+};
+use oxetcd_proto::v3lockpb::lock_client::LockClient;
+use oxetcd_proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
@@ -44,6 +51,8 @@ pub struct Grpc {
     maintenance: MaintenanceClient<Channel>,
     lease: LeaseClient<Channel>,
     watch: WatchClient<Channel>,
+    election: ElectionClient<Channel>,
+    lock: LockClient<Channel>,
     watch_streams: Vec<WatchStream>,
     // Dropped after the clients (field order), before the server.
     runtime: tokio::runtime::Runtime,
@@ -83,6 +92,8 @@ impl Grpc {
                         kv: KvClient::new(channel.clone()),
                         lease: LeaseClient::new(channel.clone()),
                         watch: WatchClient::new(channel.clone()),
+                        election: ElectionClient::new(channel.clone()),
+                        lock: LockClient::new(channel.clone()),
                         watch_streams: Vec::new(),
                         maintenance: MaintenanceClient::new(channel),
                         runtime,
@@ -228,6 +239,42 @@ impl Grpc {
     pub fn lease_leases(&mut self) -> Result<LeaseLeasesResponse, Failure> {
         let mut lease = self.lease.clone();
         self.block_on(async move { lease.lease_leases(LeaseLeasesRequest {}).await })
+    }
+
+    /// `Election.Campaign`.
+    pub fn campaign(&mut self, request: CampaignRequest) -> Result<CampaignResponse, Failure> {
+        let mut election = self.election.clone();
+        self.block_on(async move { election.campaign(request).await })
+    }
+
+    /// `Election.Proclaim`.
+    pub fn proclaim(&mut self, request: ProclaimRequest) -> Result<ProclaimResponse, Failure> {
+        let mut election = self.election.clone();
+        self.block_on(async move { election.proclaim(request).await })
+    }
+
+    /// `Election.Leader`.
+    pub fn leader(&mut self, request: LeaderRequest) -> Result<LeaderResponse, Failure> {
+        let mut election = self.election.clone();
+        self.block_on(async move { election.leader(request).await })
+    }
+
+    /// `Election.Resign`.
+    pub fn resign(&mut self, request: ResignRequest) -> Result<ResignResponse, Failure> {
+        let mut election = self.election.clone();
+        self.block_on(async move { election.resign(request).await })
+    }
+
+    /// `Lock.Lock`.
+    pub fn lock(&mut self, request: LockRequest) -> Result<LockResponse, Failure> {
+        let mut lock = self.lock.clone();
+        self.block_on(async move { lock.lock(request).await })
+    }
+
+    /// `Lock.Unlock`.
+    pub fn unlock(&mut self, request: UnlockRequest) -> Result<UnlockResponse, Failure> {
+        let mut lock = self.lock.clone();
+        self.block_on(async move { lock.unlock(request).await })
     }
 
     /// A new watch stream; the call starts with its first request (etcd

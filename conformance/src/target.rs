@@ -13,6 +13,12 @@ use oxetcd_proto::etcdserverpb::{
     WatchResponse,
 };
 
+use oxetcd_proto::v3electionpb::{
+    CampaignRequest, CampaignResponse, LeaderRequest, LeaderResponse, ProclaimRequest,
+    ProclaimResponse, ResignRequest, ResignResponse,
+};
+use oxetcd_proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
+
 use crate::grpc::Grpc;
 use crate::in_process::InProcess;
 use crate::launch::{Server, ServerKind};
@@ -225,6 +231,54 @@ impl Target {
         }
     }
 
+    /// `Election.Campaign` (a server's: the core has no Election service).
+    pub fn campaign(&mut self, request: CampaignRequest) -> Result<CampaignResponse, Failure> {
+        match self {
+            Self::InProcess(_) => Err(server_only("v3electionpb.Election")),
+            Self::Grpc(t) => t.campaign(request),
+        }
+    }
+
+    /// `Election.Proclaim`.
+    pub fn proclaim(&mut self, request: ProclaimRequest) -> Result<ProclaimResponse, Failure> {
+        match self {
+            Self::InProcess(_) => Err(server_only("v3electionpb.Election")),
+            Self::Grpc(t) => t.proclaim(request),
+        }
+    }
+
+    /// `Election.Leader`.
+    pub fn leader(&mut self, request: LeaderRequest) -> Result<LeaderResponse, Failure> {
+        match self {
+            Self::InProcess(_) => Err(server_only("v3electionpb.Election")),
+            Self::Grpc(t) => t.leader(request),
+        }
+    }
+
+    /// `Election.Resign`.
+    pub fn resign(&mut self, request: ResignRequest) -> Result<ResignResponse, Failure> {
+        match self {
+            Self::InProcess(_) => Err(server_only("v3electionpb.Election")),
+            Self::Grpc(t) => t.resign(request),
+        }
+    }
+
+    /// `Lock.Lock` (a server's: the core has no Lock service).
+    pub fn lock(&mut self, request: LockRequest) -> Result<LockResponse, Failure> {
+        match self {
+            Self::InProcess(_) => Err(server_only("v3lockpb.Lock")),
+            Self::Grpc(t) => t.lock(request),
+        }
+    }
+
+    /// `Lock.Unlock`.
+    pub fn unlock(&mut self, request: UnlockRequest) -> Result<UnlockResponse, Failure> {
+        match self {
+            Self::InProcess(_) => Err(server_only("v3lockpb.Lock")),
+            Self::Grpc(t) => t.unlock(request),
+        }
+    }
+
     /// Opens a `Watch` stream (lazily: the call starts with its first
     /// request); returns its number for [`Target::watch_send`].
     pub fn watch_open(&mut self) -> usize {
@@ -268,6 +322,13 @@ impl Target {
     pub fn is_server(&self) -> bool {
         matches!(self, Self::Grpc(_))
     }
+}
+
+/// What the in-process core answers for a service only the server has
+/// (the Election and Lock services are clients of the node, built in the
+/// server): gRPC's `Unimplemented`, as for any unknown service.
+fn server_only(service: &str) -> Failure {
+    Failure::new(12, format!("unknown service {service}"))
 }
 
 /// Longest an HTTP answer may take.

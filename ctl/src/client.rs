@@ -71,6 +71,13 @@ use oxetcd_proto::etcdserverpb::{
     PutResponse, RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest,
     TxnResponse,
 };
+use oxetcd_proto::v3electionpb::election_client::ElectionClient;
+use oxetcd_proto::v3electionpb::{
+    CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ResignRequest,
+    ResignResponse,
+};
+use oxetcd_proto::v3lockpb::lock_client::LockClient;
+use oxetcd_proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
 use oxetcd_tls::rustls::ClientConfig;
 use oxetcd_tls::ClientSettings;
 use tokio::sync::OnceCell;
@@ -79,6 +86,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint};
+use tonic::Streaming;
 
 use crate::connector::{PlainConnector, Socket, TlsConnector};
 use crate::error::{Error, AUTH_NOT_ENABLED, INVALID_AUTH_TOKEN};
@@ -871,6 +879,88 @@ impl Client {
         .await
     }
 
+    /// `Lock.Lock`: waits for as long as others hold the lock (no command
+    /// timeout, as etcdctl's `lock`); dropping the future cancels the
+    /// call, and the server then removes the queued key.
+    pub async fn lock(&self, request: LockRequest) -> Result<LockResponse, Error> {
+        self.waiting(|t| {
+            let request = request.clone();
+            async move { lock(t).lock(request).await }
+        })
+        .await
+    }
+
+    /// `Lock.Unlock`: deletes the lock's key (repeatable: a second delete
+    /// changes nothing).
+    pub async fn unlock(&self, key: Vec<u8>) -> Result<UnlockResponse, Error> {
+        self.unary(true, |t| {
+            let key = key.clone();
+            async move { lock(t).unlock(UnlockRequest { key }).await }
+        })
+        .await
+    }
+
+    /// `Election.Campaign`: waits until elected, like [`Client::lock`].
+    pub async fn campaign(&self, request: CampaignRequest) -> Result<CampaignResponse, Error> {
+        self.waiting(|t| {
+            let request = request.clone();
+            async move { election(t).campaign(request).await }
+        })
+        .await
+    }
+
+    /// `Election.Resign` (repeatable: it deletes only the key it names).
+    pub async fn resign(&self, leader: LeaderKey) -> Result<ResignResponse, Error> {
+        self.unary(true, |t| {
+            let leader = leader.clone();
+            async move {
+                election(t)
+                    .resign(ResignRequest {
+                        leader: Some(leader),
+                    })
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// `Election.Observe`: the stream of the election's leaders.
+    pub async fn observe(&self, name: Vec<u8>) -> Result<Streaming<LeaderResponse>, Error> {
+        self.waiting(|t| {
+            let name = name.clone();
+            async move { election(t).observe(LeaderRequest { name }).await }
+        })
+        .await
+    }
+
+    /// Runs a call that may wait without bound: only the connection is
+    /// bounded by the command timeout. A call refused for a stale token is
+    /// sent once more after authenticating again.
+    async fn waiting<T, F, Fut>(&self, mut call: F) -> Result<T, Error>
+    where
+        F: FnMut(Transport) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut token_refreshed = false;
+        loop {
+            let deadline = Instant::now() + self.config.command_timeout;
+            let (index, transport) = self.transport(deadline).await?;
+            match call(transport).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) if !token_refreshed && self.token_refused(&status) => {
+                    token_refreshed = true;
+                    self.refresh_token(index).await?;
+                }
+                Err(status) => {
+                    if endpoint_failed(&status) {
+                        self.failed(index);
+                    }
+                    return Err(Error::from_status(&status));
+                }
+            }
+        }
+    }
+
     auth_calls! {
         auth_enable(AuthEnableRequest) -> AuthEnableResponse, false;
         auth_disable(AuthDisableRequest) -> AuthDisableResponse, false;
@@ -914,6 +1004,16 @@ pub fn maintenance(transport: Transport) -> MaintenanceClient<Transport> {
 /// An Auth client over `transport`.
 pub fn auth(transport: Transport) -> AuthClient<Transport> {
     AuthClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
+}
+
+/// An Election client over `transport`.
+pub fn election(transport: Transport) -> ElectionClient<Transport> {
+    ElectionClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
+}
+
+/// A Lock client over `transport`.
+pub fn lock(transport: Transport) -> LockClient<Transport> {
+    LockClient::new(transport).max_decoding_message_size(RESPONSE_BYTES_MAX)
 }
 
 /// A Watch client over `transport`.

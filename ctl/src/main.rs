@@ -9,9 +9,11 @@ use clap::{ArgAction, Parser, Subcommand};
 use oxetcd_ctl::bench::BenchArgs;
 use oxetcd_ctl::client::{Client, Config, Credentials, Tls};
 use oxetcd_ctl::command::auth::AuthCommand;
+use oxetcd_ctl::command::elect::ElectArgs;
 use oxetcd_ctl::command::endpoint::EndpointArgs;
 use oxetcd_ctl::command::kv::{CompactionArgs, DelArgs, GetArgs, PutArgs};
 use oxetcd_ctl::command::lease::LeaseCommand;
+use oxetcd_ctl::command::lock::LockArgs;
 use oxetcd_ctl::command::maintenance::{
     AlarmCommand, DefragArgs, DowngradeCommand, SnapshotCommand,
 };
@@ -142,6 +144,10 @@ enum Command {
     },
     /// Watches events stream on keys or prefixes
     Watch(WatchArgs),
+    /// Acquires a named lock
+    Lock(LockArgs),
+    /// Observes and participates in leader election
+    Elect(ElectArgs),
     /// Prints the version of oxetcdctl
     Version,
     /// Lease related commands
@@ -279,6 +285,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Endpoint(a) => command::endpoint::endpoint(&ctx, a).await,
         Command::MoveLeader { args } => command::maintenance::move_leader(&ctx, args).await,
         Command::Watch(a) => command::watch::watch(&ctx, a).await,
+        Command::Lock(a) => command::lock::lock(&ctx, a).await,
+        Command::Elect(a) => command::elect::elect(&ctx, a).await,
         Command::Lease { command } => command::lease::lease_command(&ctx, command).await,
         Command::Member { command } => command::member::member(&ctx, command).await,
         Command::Snapshot { command } => command::maintenance::snapshot(&ctx, command).await,

@@ -408,6 +408,20 @@ fn single_member(kind: ServerKind) {
         assert_eq!(moved("grpc_server_handled_total", &ok), 2.0);
         let out_of_range = [("grpc_method", "Range"), ("grpc_code", "OutOfRange")];
         assert_eq!(moved("grpc_server_handled_total", &out_of_range), 1.0);
+        // Election and Lock are served, so counted from the start, as
+        // go-grpc-prometheus registers every service's methods.
+        for (service, method, kind) in [
+            ("v3electionpb.Election", "Campaign", "unary"),
+            ("v3electionpb.Election", "Observe", "server_stream"),
+            ("v3lockpb.Lock", "Lock", "unary"),
+        ] {
+            let labels = [
+                ("grpc_service", service),
+                ("grpc_method", method),
+                ("grpc_type", kind),
+            ];
+            assert_eq!(after.value("grpc_server_started_total", &labels), 0.0);
+        }
         let unary = [("type", "unary"), ("client_api_version", "3.4")];
         assert!(after.value("etcd_server_client_requests_total", &unary) >= 6.0);
         assert!(moved("etcd_disk_wal_fsync_duration_seconds", &[]) >= 1.0);

@@ -18,6 +18,7 @@
 
 mod alarm;
 mod compaction;
+mod election;
 mod hash;
 mod health;
 mod kv;
@@ -104,6 +105,10 @@ pub const ALL: &[Scenario] = scenarios![
     alarm::alarm_quota_fill_then_recover,
     hash::hash_follows_the_data,
     health::health_follows_alarms,
+    election::election_campaign_proclaim_resign,
+    election::election_leader_is_the_oldest_key,
+    election::election_errors,
+    election::lock_and_unlock,
 ];
 
 /// Compares the rendering of `actual` with `expected`, naming the caller's

@@ -9,6 +9,10 @@ use oxetcd_proto::etcdserverpb::{
     PutResponse, RangeResponse, ResponseHeader, TxnResponse, WatchResponse,
 };
 use oxetcd_proto::mvccpb::{Event, KeyValue};
+use oxetcd_proto::v3electionpb::{
+    CampaignResponse, LeaderResponse, ProclaimResponse, ResignResponse,
+};
+use oxetcd_proto::v3lockpb::{LockResponse, UnlockResponse};
 
 use crate::target::Failure;
 
@@ -214,6 +218,57 @@ impl Render for LeaseLeasesResponse {
             header(self.header.as_ref()),
             ids.join(", ")
         )
+    }
+}
+
+/// `rev R leader NAME KEY cCREATE lLEASE`: the answer's header and the
+/// leader key it names.
+impl Render for CampaignResponse {
+    fn render(&self) -> String {
+        match &self.leader {
+            Some(l) => format!(
+                "{} leader {} {} c{} l{}",
+                header(self.header.as_ref()),
+                bytes(&l.name),
+                bytes(&l.key),
+                l.rev,
+                l.lease
+            ),
+            None => format!("{} no leader key", header(self.header.as_ref())),
+        }
+    }
+}
+
+impl Render for ProclaimResponse {
+    fn render(&self) -> String {
+        header(self.header.as_ref())
+    }
+}
+
+impl Render for ResignResponse {
+    fn render(&self) -> String {
+        header(self.header.as_ref())
+    }
+}
+
+impl Render for LeaderResponse {
+    fn render(&self) -> String {
+        match &self.kv {
+            Some(found) => format!("{} {}", header(self.header.as_ref()), kv(found)),
+            None => format!("{} no kv", header(self.header.as_ref())),
+        }
+    }
+}
+
+impl Render for LockResponse {
+    fn render(&self) -> String {
+        format!("{} key {}", header(self.header.as_ref()), bytes(&self.key))
+    }
+}
+
+impl Render for UnlockResponse {
+    fn render(&self) -> String {
+        header(self.header.as_ref())
     }
 }
 

@@ -6,13 +6,17 @@
 
 pub mod auth;
 pub mod check;
+pub mod elect;
 pub mod endpoint;
+pub mod interrupt;
 pub mod kv;
 pub mod lease;
+pub mod lock;
 pub mod maintenance;
 pub mod member;
 pub mod mirror;
 pub mod role;
+pub mod session;
 pub mod txn;
 pub mod user;
 pub mod watch;

@@ -373,7 +373,7 @@ fn handle(ctx: &Context, response: &WatchResponse, exec: &[String]) -> bool {
 
 /// Go's text for a command that ran and failed (`*exec.ExitError`):
 /// `exit status 1`, `signal: killed`.
-fn go_exit_status(status: std::process::ExitStatus) -> String {
+pub(crate) fn go_exit_status(status: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     if let Some(code) = status.code() {
         return format!("exit status {code}");
@@ -412,7 +412,7 @@ fn go_exit_status(status: std::process::ExitStatus) -> String {
 /// in `$PATH` first (`exec: "x": executable file not found in $PATH`), a
 /// path fails in the exec itself (`fork/exec /x: no such file or
 /// directory`).
-fn go_spawn_error(program: &str, error: &std::io::Error) -> String {
+pub(crate) fn go_spawn_error(program: &str, error: &std::io::Error) -> String {
     use std::io::ErrorKind;
     if !program.contains('/')
         && matches!(

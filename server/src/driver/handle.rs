@@ -106,6 +106,18 @@ impl<K: KvStore> Handle<K> {
         }
     }
 
+    /// Sends one client request through the node without waiting for its
+    /// answer: the clean-up a call owes after its client went away (a
+    /// waiting `Campaign` or `Lock` deletes its key). It is not admitted
+    /// against the in-flight bound: each cancelled call sends at most one,
+    /// and refusing it would leave the key behind.
+    pub(crate) fn request_detached(&self, credentials: Credentials, request: Request) {
+        let (reply, _answer) = oneshot::channel();
+        let _ = self
+            .commands
+            .send(Command::Client(request, credentials, reply));
+    }
+
     /// The backend's meta record (revision, applied index), read on a
     /// blocking thread.
     pub async fn meta(&self) -> Result<KvMeta, Error> {

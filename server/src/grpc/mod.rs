@@ -3,12 +3,17 @@
 //! Design: tonic's generated `*Server` types do the gRPC framing (Watch has
 //! its own [`WatchServer`], which writes live events from their shared
 //! encoding); our service structs turn each call into a core
-//! [`Request`](oxetcd_core::Request) sent through the driver [`Handle`]. A
+//! [`Request`](oxetcd_core::Request) sent through the driver [`Handle`].
+//! Election and Lock are clients of the others: each of their calls is a
+//! sequence of KV calls and watches made as the caller (see `caller.rs`). A
 //! small router of our own dispatches by the path's service name
 //! (`/etcdserverpb.KV/Range` → the KV server); an unknown service is
 //! answered as gRPC `Unimplemented`, never as an HTTP error.
 //! Core errors become gRPC statuses in exactly one place,
-//! [`status_from_error`], so clients see etcd's codes and messages.
+//! [`status_from_error`], so clients see etcd's codes and messages; the
+//! errors of the calls Election and Lock make for a client are answered
+//! as etcd's in-process client hands them back (`Unknown` with etcd's
+//! text), in `caller.rs`.
 
 /// Sends one request through the node and answers with the response kind
 /// it must come back as: `ask!(self, request => Put, "put")` sends the call's
@@ -34,10 +39,15 @@ macro_rules! ask {
 }
 
 mod auth;
+mod caller;
 mod cluster;
 mod credentials;
+mod election;
+mod key_queue;
+mod key_watch;
 mod kv;
 mod lease;
+mod lock;
 mod maintenance;
 mod range_stream;
 mod watch;
@@ -57,13 +67,17 @@ use oxetcd_proto::etcdserverpb::cluster_server::ClusterServer;
 use oxetcd_proto::etcdserverpb::kv_server::KvServer;
 use oxetcd_proto::etcdserverpb::lease_server::LeaseServer;
 use oxetcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use oxetcd_proto::v3electionpb::election_server::ElectionServer;
+use oxetcd_proto::v3lockpb::lock_server::LockServer;
 use tonic::body::Body;
 use tonic::codegen::Service;
 
 pub use auth::AuthService;
 pub use cluster::ClusterService;
+pub use election::ElectionService;
 pub use kv::KvService;
 pub use lease::{KeepAliveStream, LeaseService};
+pub use lock::LockService;
 pub use maintenance::MaintenanceService;
 pub use watch::{WatchCodec, WatchMessage, WatchResponses, WatchServer, WatchService};
 
@@ -103,6 +117,8 @@ pub struct GrpcRouter<K: KvStore> {
     lease: LeaseServer<LeaseService<K>>,
     cluster: ClusterServer<ClusterService<K>>,
     auth: AuthServer<AuthService<K>>,
+    election: ElectionServer<ElectionService<K>>,
+    lock: LockServer<LockService<K>>,
 }
 
 impl<K: KvStore> GrpcRouter<K> {
@@ -141,6 +157,12 @@ impl<K: KvStore> GrpcRouter<K> {
             auth: AuthServer::new(AuthService::new(handle.clone(), gate.clone(), bcrypt_cost))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
+            election: ElectionServer::new(ElectionService::new(handle.clone(), gate.clone()))
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
+            lock: LockServer::new(LockService::new(handle.clone(), gate.clone()))
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
             maintenance: MaintenanceServer::new(MaintenanceService::new(handle, gate, member))
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
@@ -176,6 +198,8 @@ impl<K: KvStore> GrpcRouter<K> {
             "etcdserverpb.Lease" => call(self.lease.clone(), request),
             "etcdserverpb.Cluster" => call(self.cluster.clone(), request),
             "etcdserverpb.Auth" => call(self.auth.clone(), request),
+            "v3electionpb.Election" => call(self.election.clone(), request),
+            "v3lockpb.Lock" => call(self.lock.clone(), request),
             _ => {
                 let status = tonic::Status::unimplemented(format!("unknown service {service}"));
                 return Either::Right(ready(status.into_http()));

@@ -94,6 +94,13 @@ const METHODS: &[(&str, &str, Kind)] = &[
     ("etcdserverpb.Auth", "RoleDelete", Kind::Unary),
     ("etcdserverpb.Auth", "RoleGrantPermission", Kind::Unary),
     ("etcdserverpb.Auth", "RoleRevokePermission", Kind::Unary),
+    ("v3electionpb.Election", "Campaign", Kind::Unary),
+    ("v3electionpb.Election", "Proclaim", Kind::Unary),
+    ("v3electionpb.Election", "Leader", Kind::Unary),
+    ("v3electionpb.Election", "Observe", Kind::ServerStream),
+    ("v3electionpb.Election", "Resign", Kind::Unary),
+    ("v3lockpb.Lock", "Lock", Kind::Unary),
+    ("v3lockpb.Lock", "Unlock", Kind::Unary),
 ];
 
 /// gRPC's codes by number, spelled as gRPC-Go's `Code.String()`.
