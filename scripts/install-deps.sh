@@ -2,7 +2,8 @@
 # Installs what the tests and benchmarks need beyond a Rust toolchain, only
 # what is missing, from Debian's packages:
 #   - always: the reference etcd (etcd-server for /usr/bin/etcd, etcd-client
-#     for /usr/bin/etcdctl);
+#     for /usr/bin/etcdctl), and protoc (protobuf-compiler), which the Rust
+#     etcd-client crate the tests drive oxetcd with needs to build;
 #   - with the argument `e2e`: what etcd's own end-to-end suite needs
 #     (golang-go, and golang-etcd-server-dev for the suite's Go source and
 #     its dependencies; scripts/etcd-e2e.sh).
@@ -12,6 +13,7 @@ set -euo pipefail
 missing=()
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 [ -x /usr/bin/etcdctl ] || missing+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 if [ "${1:-}" = e2e ]; then
     command -v go >/dev/null 2>&1 || missing+=(golang-go)
     [ -d /usr/share/gocode/src/go.etcd.io/etcd/tests/e2e ] || missing+=(golang-etcd-server-dev)
