@@ -61,8 +61,9 @@ async fn check(kind: ServerKind) {
         let ops: Vec<TxnOp> = (0..PUTS_PER_TXN)
             .map(|i| {
                 let n = batch * PUTS_PER_TXN + i;
-                let options =
-                    (n % 7 == 0).then(|| etcd_client::PutOptions::new().with_lease(lease));
+                let options = n
+                    .is_multiple_of(7)
+                    .then(|| etcd_client::PutOptions::new().with_lease(lease));
                 TxnOp::put(format!("key/{n:06}"), format!("value-{n}"), options)
             })
             .collect();
