@@ -49,6 +49,7 @@ mod kv;
 mod lease;
 mod lock;
 mod maintenance;
+mod range;
 mod range_stream;
 mod watch;
 
@@ -112,6 +113,7 @@ pub struct Member {
 pub struct GrpcRouter<K: KvStore> {
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     kv: KvServer<KvService<K>>,
+    range: range::RangeServer<K>,
     maintenance: MaintenanceServer<MaintenanceService<K>>,
     watch: WatchServer<K>,
     lease: LeaseServer<LeaseService<K>>,
@@ -135,15 +137,17 @@ impl<K: KvStore> GrpcRouter<K> {
         let gate = Gate::new(tokens);
         // Responses are as large as the data asked for, as in etcd.
         let encode_max = usize::MAX;
+        let kv = std::sync::Arc::new(KvService::new(
+            handle.clone(),
+            gate.clone(),
+            max_request_bytes,
+        ));
         Self {
             metrics: handle.metrics().clone(),
-            kv: KvServer::new(KvService::new(
-                handle.clone(),
-                gate.clone(),
-                max_request_bytes,
-            ))
-            .max_decoding_message_size(decode_max)
-            .max_encoding_message_size(encode_max),
+            range: range::RangeServer::new(kv.clone(), decode_max),
+            kv: KvServer::from_arc(kv)
+                .max_decoding_message_size(decode_max)
+                .max_encoding_message_size(encode_max),
             watch: WatchServer::new(
                 WatchService::new(handle.clone(), gate.clone(), decode_max),
                 decode_max,
@@ -192,6 +196,7 @@ impl<K: KvStore> GrpcRouter<K> {
             .and_then(|rest| rest.split_once('/'))
             .map_or(path, |(service, _method)| service);
         let call = match service {
+            "etcdserverpb.KV" if path == range::RANGE_PATH => call(self.range.clone(), request),
             "etcdserverpb.KV" => call(self.kv.clone(), request),
             "etcdserverpb.Maintenance" => call(self.maintenance.clone(), request),
             "etcdserverpb.Watch" => call(self.watch.clone(), request),
