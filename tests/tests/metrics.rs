@@ -543,14 +543,18 @@ fn cluster_members_count_peers_and_leader_changes() {
     let witness = (leader + 1) % 3;
     let target = (leader + 2) % 3;
 
-    // Heartbeats have gone round a few times by now.
+    // Once heartbeats have gone round both ways, every peer family has a
+    // series per peer (a family appears with its first series).
     let deadline = Instant::now() + CLUSTER_DEADLINE;
     let before = loop {
         let metrics = Metrics::get(&address(leader));
         let answered = metrics
             .samples("etcd_network_peer_round_trip_time_seconds")
             .len();
-        if answered == 2 || Instant::now() > deadline {
+        let peers_counted = PEER_FAMILIES
+            .iter()
+            .all(|&(family, _, _)| metrics.samples(family).len() >= 2);
+        if (answered == 2 && peers_counted) || Instant::now() > deadline {
             break metrics;
         }
         std::thread::sleep(Duration::from_millis(100));
