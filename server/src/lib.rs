@@ -35,6 +35,7 @@ pub mod compact_hash_check;
 pub mod config;
 pub mod corruption;
 pub mod driver;
+pub mod gateway;
 pub mod grpc;
 pub mod http;
 mod log_budget;
