@@ -106,7 +106,11 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         config.bcrypt_cost,
         tokens,
     ));
-    let gateway = Gateway::new(grpc.clone(), config.max_request_bytes);
+    let gateway = Gateway::new(
+        grpc.clone(),
+        config.max_request_bytes,
+        config.max_concurrent_streams,
+    );
     let app = Arc::new(App {
         runtime: runtime.clone(),
         grpc,

@@ -43,15 +43,32 @@ pub(crate) async fn unary(
         return error::response(&Status::internal("empty response"));
     };
     match codec(&message) {
-        Ok(json) => error::json_response(StatusCode::OK, Bytes::from(json)),
+        Ok(json) => {
+            let mut response = error::json_response(StatusCode::OK, Bytes::from(json));
+            forward_metadata(&parts.headers, response.headers_mut());
+            response
+        }
         Err(e) => error::response(&Status::internal(e)),
     }
 }
 
-/// The answer to a streaming call: newline-delimited results.
+/// The gRPC answer's headers, as grpc-gateway passes them on:
+/// `Grpc-Metadata-<name>`.
+fn forward_metadata(grpc: &http::HeaderMap, http: &mut http::HeaderMap) {
+    for (name, value) in grpc {
+        let forwarded = format!("grpc-metadata-{name}");
+        if let Ok(forwarded) = http::HeaderName::from_bytes(forwarded.as_bytes()) {
+            http.append(forwarded, value.clone());
+        }
+    }
+}
+
+/// The answer to a streaming call: newline-delimited results. `permit`
+/// is held until the stream ends.
 pub(crate) async fn stream(
     response: http::Response<Body>,
     codec: ResponseCodec,
+    permit: async_lock::SemaphoreGuardArc,
 ) -> http::Response<Body> {
     let (parts, body) = response.into_parts();
     if let Some(status) = failed(&parts.headers) {
@@ -61,6 +78,7 @@ pub(crate) async fn stream(
         body,
         deframer: Deframer::default(),
         codec,
+        _permit: permit,
     };
     let first = match results.next().await {
         None => Bytes::new(),
@@ -80,6 +98,7 @@ pub(crate) async fn stream(
         |chunk| Ok::<_, Infallible>(Frame::data(chunk)),
     );
     let mut response = error::json_response(StatusCode::OK, Bytes::new());
+    forward_metadata(&parts.headers, response.headers_mut());
     *response.body_mut() = Body::new(StreamBody::new(chunks));
     response
 }
@@ -103,6 +122,8 @@ struct Results {
     body: Body,
     deframer: Deframer,
     codec: ResponseCodec,
+    /// The call's place among the gateway's calls in flight.
+    _permit: async_lock::SemaphoreGuardArc,
 }
 
 impl Results {

@@ -15,6 +15,13 @@
 //! plain `404 Not Found`, another method `405`. Nothing a client sends
 //! here can panic the server or cost more than its own call.
 //!
+//! Gateway calls in flight at once are bounded by
+//! `--max-concurrent-streams`, as etcd's are: its gateway multiplexes
+//! every call over one gRPC connection to the server, so a call beyond
+//! the bound (a watch held open counts) waits until one ends.
+//!
+//! Every answer carries etcd's CORS headers (`--cors` defaults to `*`).
+//!
 //! Election and Lock are in the table like every other service; they
 //! answer here as soon as the gRPC router serves them (in
 //! [`GrpcRouter::route`]'s service match), with no change to the gateway.
@@ -45,6 +52,19 @@ use routes::{Route, Shape};
 /// costs a third more, and field names and quoting cost more again.
 const JSON_PER_PROTO_BYTES: usize = 4;
 
+/// etcd's CORS headers for `--cors '*'`, its default.
+const CORS: &[(&str, &str)] = &[
+    (
+        "access-control-allow-methods",
+        "POST, GET, OPTIONS, PUT, DELETE",
+    ),
+    ("access-control-allow-origin", "*"),
+    (
+        "access-control-allow-headers",
+        "accept, content-type, authorization",
+    ),
+];
+
 /// Metadata a gateway request may carry with this header prefix, forwarded
 /// without it (grpc-gateway's `MetadataHeaderPrefix`).
 const METADATA_PREFIX: &str = "grpc-metadata-";
@@ -52,16 +72,25 @@ const METADATA_PREFIX: &str = "grpc-metadata-";
 /// Serves the JSON gateway through the gRPC router.
 pub struct Gateway<K: KvStore> {
     grpc: Arc<GrpcRouter<K>>,
+    /// One permit per call in flight (`--max-concurrent-streams`).
+    calls: Arc<async_lock::Semaphore>,
     /// Bytes a request body (or one request of a stream) may have.
     body_bytes_max: usize,
 }
 
 impl<K: KvStore> Gateway<K> {
     /// A gateway calling `grpc`, whose messages are limited by
-    /// `--max-request-bytes`.
-    pub fn new(grpc: Arc<GrpcRouter<K>>, max_request_bytes: usize) -> Self {
+    /// `--max-request-bytes`, with at most `max_concurrent_streams` calls
+    /// in flight.
+    pub fn new(
+        grpc: Arc<GrpcRouter<K>>,
+        max_request_bytes: usize,
+        max_concurrent_streams: u32,
+    ) -> Self {
+        let calls = usize::try_from(max_concurrent_streams).unwrap_or(usize::MAX);
         Self {
             grpc,
+            calls: Arc::new(async_lock::Semaphore::new(calls)),
             body_bytes_max: oxetcd_core::grpc_message_bytes(max_request_bytes)
                 .saturating_mul(JSON_PER_PROTO_BYTES),
         }
@@ -74,6 +103,19 @@ impl<K: KvStore> Gateway<K> {
 
     /// Answers one gateway request.
     pub async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+        let mut response = self.answer(request).await;
+        let headers = response.headers_mut();
+        for (name, value) in CORS {
+            headers.insert(*name, HeaderValue::from_static(value));
+        }
+        response
+    }
+
+    async fn answer(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+        if request.method() == Method::OPTIONS {
+            // A browser's preflight, answered as etcd does.
+            return http::Response::new(Body::empty());
+        }
         let route = match routes::find(request.uri().path()) {
             Some(Some(route)) => route,
             Some(None) | None => return error::plain(StatusCode::NOT_FOUND),
@@ -95,12 +137,13 @@ impl<K: KvStore> Gateway<K> {
                 Ok(first) => stream_body(first, requests, ends_with_body),
             },
         };
+        let permit = self.calls.acquire_arc().await;
         let call = self.grpc.route(grpc_request(&parts, route, body));
         let response = call.await;
         match route.shape {
             Shape::Unary => answer::unary(response, route.response).await,
             Shape::ServerStream | Shape::Bidi { .. } => {
-                answer::stream(response, route.response).await
+                answer::stream(response, route.response, permit).await
             }
         }
     }
