@@ -7,6 +7,7 @@
 //! bytes each), so percentiles are exact and the raw data can be written as
 //! CSV or drawn as SVG or PNG ([`plot`]).
 
+mod gateway;
 pub mod plot;
 pub mod report;
 
@@ -94,6 +95,9 @@ pub struct Options {
     pub progress: bool,
     /// The auth token every request carries (`--user`), if any.
     pub token: Option<AsciiMetadataValue>,
+    /// Send the KV workloads to the JSON gateway at this `host:port`
+    /// instead of over gRPC.
+    pub gateway: Option<String>,
 }
 
 impl Default for Options {
@@ -110,6 +114,7 @@ impl Default for Options {
             rate: None,
             progress: false,
             token: None,
+            gateway: None,
         }
     }
 }
@@ -141,7 +146,9 @@ pub async fn run(channels: Vec<Channel>, options: Options) -> Report {
                 let channel = channels[client % channels.len()].clone();
                 let shared = Arc::clone(&shared);
                 tasks.push(tokio::spawn(async move {
-                    if shared.options.workload == Workload::LeaseKeepalive {
+                    if let Some(address) = shared.options.gateway.clone() {
+                        gateway::kv_loop(address, client as u64, shared).await
+                    } else if shared.options.workload == Workload::LeaseKeepalive {
                         keepalive_loop(channel, shared).await
                     } else {
                         kv_loop(channel, client as u64, shared).await
@@ -571,6 +578,10 @@ pub struct BenchArgs {
     /// PNG if the file name ends in `.png`.
     #[arg(long, global = true)]
     pub plot: Option<std::path::PathBuf>,
+    /// Send put, range and txn-put to the first endpoint's JSON gateway
+    /// (HTTP/1.1, one connection per client) instead of over gRPC.
+    #[arg(long, global = true)]
+    pub gateway: bool,
 }
 
 /// The workloads.
@@ -631,6 +642,7 @@ impl BenchArgs {
             rate: (self.rate > 0.0).then_some(self.rate),
             progress: std::io::stderr().is_terminal(),
             token: None,
+            gateway: None,
         })
     }
 
@@ -645,8 +657,9 @@ impl BenchArgs {
             }
             BenchWorkload::LeaseKeepalive => "lease-keepalive".to_owned(),
         };
+        let over = if self.gateway { " --gateway" } else { "" };
         format!(
-            "oxetcdctl bench {name} --clients {} --conns {}",
+            "oxetcdctl bench {name} --clients {} --conns {}{over}",
             self.clients, self.conns
         )
     }

@@ -215,3 +215,54 @@ fn grpc_request(parts: &http::request::Parts, route: &Route, body: Body) -> http
     }
     request
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(headers: &[(&str, &str)]) -> http::request::Parts {
+        let mut request = http::Request::builder().method("POST").uri("/v3/kv/range");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn the_token_travels_as_etcds_gateway_forwards_it() {
+        let route = routes::find("/v3/kv/range").unwrap().unwrap();
+        let parts = parts(&[
+            ("Grpc-Metadata-Token", "simple-token"),
+            ("Authorization", "other-token"),
+            ("Grpc-Metadata-Content-Type", "text/plain"),
+            ("Grpc-Metadata-Grpc-Timeout", "1n"),
+            ("X-Other", "dropped"),
+        ]);
+        let request = grpc_request(&parts, route, Body::empty());
+        assert_eq!(request.uri().path(), "/etcdserverpb.KV/Range");
+        let headers = request.headers();
+        assert_eq!(headers["token"], "simple-token");
+        assert_eq!(headers["authorization"], "other-token");
+        assert_eq!(
+            headers
+                .get_all(header::CONTENT_TYPE)
+                .iter()
+                .collect::<Vec<_>>(),
+            ["application/grpc"]
+        );
+        assert!(headers.get("grpc-timeout").is_none());
+        assert!(headers.get("x-other").is_none());
+    }
+
+    #[test]
+    fn a_client_certificates_name_comes_along() {
+        let route = routes::find("/v3/kv/put").unwrap().unwrap();
+        let mut parts = parts(&[]);
+        parts
+            .extensions
+            .insert(ClientCommonName("alice".to_owned()));
+        let request = grpc_request(&parts, route, Body::empty());
+        let name = request.extensions().get::<ClientCommonName>().unwrap();
+        assert_eq!(name.0, "alice");
+    }
+}
