@@ -6,7 +6,8 @@
 //! prefixes, errors (a malformed body is a 400 that costs only itself,
 //! an unknown path a 404, another method a 405), Election routed, and
 //! last auth: enable, authenticate, the token in `Grpc-Metadata-Token`
-//! and in `Authorization`, a call without one and one denied.
+//! and in `Authorization`, a call without one and one denied. The calls
+//! show in the server's gRPC metrics: they went through its gRPC services.
 
 use std::time::Duration;
 
@@ -311,6 +312,31 @@ fn gateway(kind: ServerKind) {
             "code": 7
         })
     );
+
+    let handled = |method: &str, code: &str| {
+        metric(
+            &client,
+            &format!(r#"grpc_server_handled_total{{grpc_code="{code}",grpc_method="{method}","#),
+        )
+    };
+    assert!(handled("Put", "OK") >= 5);
+    assert!(handled("Range", "PermissionDenied") >= 1);
+    assert!(handled("LeaseKeepAlive", "OK") >= 1);
+    assert!(metric(&client, r#"grpc_server_started_total{grpc_method="Watch","#) >= 1);
+}
+
+/// The sum of the server's metric lines that start with `prefix`. The
+/// gateway's calls are gRPC calls to the server's own services, so they
+/// are in its gRPC metrics, by method and code.
+fn metric(client: &JsonClient, prefix: &str) -> u64 {
+    let metrics = client.request("GET", "/metrics", "", &[]);
+    assert_eq!(metrics.status, 200);
+    metrics
+        .body
+        .lines()
+        .filter(|line| line.starts_with(prefix))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 #[test]

@@ -172,6 +172,19 @@ const STEPS: &[Step] = &[
     // Served by oxetcd only (see KNOWN_DIFFERENCES).
     Step::Post("/v3alpha/kv/range", r#"{"key":"Zm9v"}"#),
     Step::Post("/v3/auth/status", r#"{}"#),
+    // Streams that fail or find nothing.
+    Step::Stream {
+        path: "/v3/watch",
+        body: r#"{"create_request": foo}"#,
+        puts: &[],
+        lines: 1,
+    },
+    Step::Stream {
+        path: "/v3/lease/keepalive",
+        body: r#"{"ID":"999"}"#,
+        puts: &[],
+        lines: 1,
+    },
 ];
 
 /// Answers that differ from etcd 3.4's on purpose: the answer's index
@@ -201,6 +214,14 @@ const KNOWN_DIFFERENCES: &[(usize, u16, u16, &str, &str)] = &[
         r#""authRevision":"#,
         "/v3/auth/status is served, as etcd 3.5 and later serve it; \
          etcd 3.4's gateway has no such path (404)",
+    ),
+    (
+        68,
+        500,
+        500,
+        r#""code":2"#,
+        "a watch's malformed first request: grpc-gateway's 500 with code \
+         Unknown, but the message is serde_json's words, not Go's",
     ),
     (
         39,
