@@ -35,6 +35,7 @@ mod routes;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -176,7 +177,6 @@ fn stream_body(first: Option<Bytes>, requests: JsonRequests, ends_with_body: boo
             }
         }
     });
-    use futures_util::StreamExt;
     let messages = first.chain(rest);
     let frames = |proto: Bytes| Ok::<_, std::convert::Infallible>(Frame::data(frame(&proto)));
     if ends_with_body {
