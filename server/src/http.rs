@@ -88,7 +88,12 @@ fn text(status: StatusCode, body: &'static str) -> http::Response<Body> {
     )
 }
 
-fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> http::Response<Body> {
+/// An answer with `status`, `content_type` and the whole `body`.
+pub(crate) fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Bytes,
+) -> http::Response<Body> {
     let mut response = http::Response::new(Body::new(Full::new(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 
-use super::{key_bytes, Report, Shared, Workload, XorShift};
+use super::{Report, Shared, Workload, XorShift};
 
 /// One client's loop against the gateway at `address` (`host:port`).
 pub(super) async fn kv_loop(address: String, client: u64, shared: Arc<Shared>) -> Report {
@@ -25,8 +25,7 @@ pub(super) async fn kv_loop(address: String, client: u64, shared: Arc<Shared>) -
             return report;
         }
     };
-    let mut rng =
-        XorShift(0x9E37_79B9_7F4A_7C15 ^ (client + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    let mut rng = XorShift::for_client(client);
     let value = STANDARD.encode(vec![b'v'; shared.options.val_size]);
     while let Some(n) = shared.claim().await {
         let key = STANDARD.encode(shared.key(n, &mut rng));
@@ -40,16 +39,11 @@ pub(super) async fn kv_loop(address: String, client: u64, shared: Arc<Shared>) -
                 format!(r#"{{"key":"{key}","serializable":{serializable}}}"#),
             ),
             Workload::TxnPut { ops } => {
-                let puts: Vec<String> = (0..ops.max(1) as u64)
-                    .map(|i| {
-                        let key = key_bytes(
-                            (n * ops as u64 + i) % shared.options.key_space_size.max(1),
-                            shared.options.key_size,
-                        );
-                        format!(
-                            r#"{{"request_put":{{"key":"{}","value":"{value}"}}}}"#,
-                            STANDARD.encode(key)
-                        )
+                let puts: Vec<String> = shared
+                    .txn_keys(n, ops)
+                    .map(|key| {
+                        let key = STANDARD.encode(key);
+                        format!(r#"{{"request_put":{{"key":"{key}","value":"{value}"}}}}"#)
                     })
                     .collect();
                 (

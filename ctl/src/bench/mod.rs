@@ -213,6 +213,17 @@ impl Shared {
         key_bytes(number, self.options.key_size)
     }
 
+    /// The keys of transaction `n` of `ops` puts: consecutive, wrapping
+    /// around the key space.
+    fn txn_keys(&self, n: u64, ops: usize) -> impl Iterator<Item = Vec<u8>> + '_ {
+        (0..ops.max(1) as u64).map(move |i| {
+            key_bytes(
+                (n * ops as u64 + i) % self.options.key_space_size.max(1),
+                self.options.key_size,
+            )
+        })
+    }
+
     /// `message` as a request, with the run's token if it has one.
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
@@ -237,8 +248,7 @@ impl Shared {
 
 async fn kv_loop(channel: Channel, client: u64, shared: Arc<Shared>) -> Report {
     let mut kv = KvClient::new(channel).max_decoding_message_size(usize::MAX);
-    let mut rng =
-        XorShift(0x9E37_79B9_7F4A_7C15 ^ (client + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    let mut rng = XorShift::for_client(client);
     let value = vec![b'v'; shared.options.val_size];
     let mut report = Report::default();
     while let Some(n) = shared.claim().await {
@@ -262,13 +272,11 @@ async fn kv_loop(channel: Channel, client: u64, shared: Arc<Shared>) -> Report {
                 .await
                 .map(drop),
             Workload::TxnPut { ops } => {
-                let success = (0..ops.max(1) as u64)
-                    .map(|i| RequestOp {
+                let success = shared
+                    .txn_keys(n, ops)
+                    .map(|key| RequestOp {
                         request: Some(Request::RequestPut(PutRequest {
-                            key: key_bytes(
-                                (n * ops as u64 + i) % shared.options.key_space_size.max(1),
-                                shared.options.key_size,
-                            ),
+                            key,
                             value: value.clone(),
                             ..Default::default()
                         })),
@@ -528,6 +536,11 @@ pub fn key_bytes(number: u64, size: usize) -> Vec<u8> {
 struct XorShift(u64);
 
 impl XorShift {
+    /// Client `client`'s generator: each client its own sequence.
+    fn for_client(client: u64) -> Self {
+        Self(0x9E37_79B9_7F4A_7C15 ^ (client + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+    }
+
     fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;

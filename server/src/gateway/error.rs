@@ -92,29 +92,15 @@ pub(crate) fn stream_chunk(status: &tonic::Status) -> Bytes {
 
 /// A JSON answer with `status`, as grpc-gateway's marshaler labels it.
 pub(crate) fn json_response(status: StatusCode, body: Bytes) -> http::Response<tonic::body::Body> {
-    let mut response = http::Response::new(tonic::body::Body::new(http_body_util::Full::new(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    crate::http::respond(status, "application/json", body)
 }
 
 /// grpc-gateway's answer for a path or method it does not route: Go's
 /// `http.Error`, plain text.
 pub(crate) fn plain(status: StatusCode) -> http::Response<tonic::body::Body> {
     let text = format!("{}\n", status.canonical_reason().unwrap_or(""));
-    let mut response = http::Response::new(tonic::body::Body::new(http_body_util::Full::new(
-        Bytes::from(text),
-    )));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
+    let mut response = crate::http::respond(status, "text/plain; charset=utf-8", Bytes::from(text));
+    response.headers_mut().insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
