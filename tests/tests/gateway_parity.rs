@@ -185,6 +185,12 @@ const STEPS: &[Step] = &[
         puts: &[],
         lines: 1,
     },
+    // null is a field's default in protobuf's JSON mapping.
+    Step::Post(
+        "/v3/kv/put",
+        r#"{"key":"bnVsbA==","value":null,"lease":null,"prev_kv":null}"#,
+    ),
+    Step::Post("/v3/kv/range", r#"{"key":"bnVsbA==","range_end":null}"#),
 ];
 
 /// Answers that differ from etcd 3.4's on purpose: the answer's index

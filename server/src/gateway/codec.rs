@@ -43,7 +43,49 @@ pub(crate) fn request_json<T: DeserializeOwned + Message>(buffer: &[u8]) -> Pars
             used: values.byte_offset(),
         },
         Some(Err(e)) if e.is_eof() => Parsed::Incomplete,
-        Some(Err(e)) => Parsed::Invalid(e.to_string()),
+        Some(Err(e)) => without_nulls::<T>(buffer).unwrap_or(Parsed::Invalid(e.to_string())),
+    }
+}
+
+/// The first value of `buffer` parsed again with its `null` fields left
+/// out: protobuf's JSON mapping (and so grpc-gateway) reads `null` as the
+/// field's default, which the generated deserializers accept only for
+/// message fields. Tried only when the direct parse failed, so the usual
+/// request is parsed once.
+fn without_nulls<T: DeserializeOwned + Message>(buffer: &[u8]) -> Option<Parsed> {
+    let mut values = serde_json::Deserializer::from_slice(buffer).into_iter::<serde_json::Value>();
+    let mut value = values.next()?.ok()?;
+    if !drop_nulls(&mut value) {
+        return None;
+    }
+    let message = T::deserialize(value).ok()?;
+    Some(Parsed::Message {
+        proto: Bytes::from(message.encode_to_vec()),
+        used: values.byte_offset(),
+    })
+}
+
+/// Removes every object member whose value is `null`, at any depth;
+/// whether it removed any.
+fn drop_nulls(value: &mut serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Object(members) => {
+            let before = members.len();
+            members.retain(|_, member| !member.is_null());
+            let mut dropped = members.len() != before;
+            for member in members.values_mut() {
+                dropped |= drop_nulls(member);
+            }
+            dropped
+        }
+        serde_json::Value::Array(items) => {
+            let mut dropped = false;
+            for item in items {
+                dropped |= drop_nulls(item);
+            }
+            dropped
+        }
+        _ => false,
     }
 }
 
@@ -134,6 +176,30 @@ mod tests {
         };
         assert_eq!(snake, expected);
         assert_eq!(camel, expected);
+    }
+
+    #[test]
+    fn null_is_the_default_as_in_protobufs_json_mapping() {
+        let (request, used) = put(request_json::<PutRequest>(
+            br#"{"key":"Zm9v","value":null,"lease":null,"prev_kv":null} {"key":"YQ=="}"#,
+        ));
+        assert_eq!(
+            request,
+            PutRequest {
+                key: b"foo".to_vec(),
+                ..Default::default()
+            }
+        );
+        assert_eq!(used, 55);
+        let txn = request_json::<oxetcd_proto::etcdserverpb::TxnRequest>(
+            br#"{"success":[{"request_put":{"key":"Zm9v","lease":null}}]}"#,
+        );
+        assert!(matches!(txn, Parsed::Message { .. }), "{txn:?}");
+        // A null that is not what breaks the parse changes nothing.
+        assert!(matches!(
+            request_json::<PutRequest>(br#"{"key":5,"value":null}"#),
+            Parsed::Invalid(_)
+        ));
     }
 
     #[test]
