@@ -25,7 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let fds = protox::compile(PROTOS, [&root])?;
-    fs::write(out_dir.join("file_descriptor_set.bin"), fds.encode_to_vec())?;
+    let fds_bytes = fds.encode_to_vec();
+    fs::write(out_dir.join("file_descriptor_set.bin"), &fds_bytes)?;
 
     // Services need tonic; a crate that only handles messages asks for
     // none and links none of it. Transport helpers (`XClient::connect`)
@@ -37,5 +38,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_transport(feature("TRANSPORT"))
         .emit_rerun_if_changed(false)
         .compile_fds(fds)?;
+
+    // The JSON gateway's mapping is grpc-gateway v1's with etcd's
+    // marshaler (`JSONPb{OrigName: true}`, defaults omitted) and its
+    // decoder (`AllowUnknownFields: true`). Only the client API gets it.
+    if feature("JSON") {
+        pbjson_build::Builder::new()
+            .register_descriptors(&fds_bytes)?
+            .out_dir(&out_dir)
+            .preserve_proto_field_names()
+            .ignore_unknown_fields()
+            .build(&[
+                ".mvccpb",
+                ".authpb",
+                ".etcdserverpb",
+                ".v3electionpb",
+                ".v3lockpb",
+            ])?;
+    }
     Ok(())
 }

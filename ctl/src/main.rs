@@ -402,6 +402,7 @@ async fn bench(g: &Global, args: &BenchArgs) -> Result<(), Failure> {
         .options()
         .map_err(|e| Failure::new(exit::BAD_FEATURE, e))?;
     let config = config(g)?;
+    let first_endpoint = config.endpoints.first().cloned().unwrap_or_default();
     let channels = oxetcd_ctl::connect(&config, args.conns)
         .await
         .map_err(Failure::error)?;
@@ -412,6 +413,19 @@ async fn bench(g: &Global, args: &BenchArgs) -> Result<(), Failure> {
             .token_for(&channels[0])
             .await
             .map_err(Failure::error)?;
+    }
+    if args.gateway {
+        let address = first_endpoint
+            .strip_prefix("http://")
+            .unwrap_or(&first_endpoint)
+            .trim_end_matches('/');
+        if address.starts_with("https://") {
+            return Err(Failure::new(
+                exit::BAD_FEATURE,
+                "bench --gateway speaks plaintext HTTP only".to_owned(),
+            ));
+        }
+        options.gateway = Some(address.to_owned());
     }
     let report = oxetcd_ctl::bench::run(channels, options).await;
     print!("{}", report.summary());

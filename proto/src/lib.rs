@@ -10,6 +10,12 @@
 //! * The replicated log payload: [`oxetcdpb::Proposal`].
 //! * Raft peer messages: [`eraftpb`], re-exported from `raft-proto`.
 //!
+//! With the `json` feature, the client API's messages also implement
+//! serde's `Serialize` and `Deserialize` in the proto3 JSON mapping etcd's
+//! JSON gateway speaks (proto field names, base64 bytes, 64-bit integers
+//! as strings, defaults omitted; camelCase names and numbers as integers
+//! accepted too).
+//!
 //! Everything here is generated at build time from the `.proto` files in
 //! this crate's `proto/` folder.
 
@@ -19,18 +25,24 @@ pub use raft_proto::eraftpb;
 #[allow(clippy::all, clippy::pedantic)]
 pub mod mvccpb {
     include!(concat!(env!("OUT_DIR"), "/mvccpb.rs"));
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/mvccpb.serde.rs"));
 }
 
 /// Users, roles and key permissions.
 #[allow(clippy::all, clippy::pedantic)]
 pub mod authpb {
     include!(concat!(env!("OUT_DIR"), "/authpb.rs"));
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/authpb.serde.rs"));
 }
 
 /// The main client API: KV, Watch, Lease, Cluster, Maintenance and Auth.
 #[allow(clippy::all, clippy::pedantic)]
 pub mod etcdserverpb {
     include!(concat!(env!("OUT_DIR"), "/etcdserverpb.rs"));
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/etcdserverpb.serde.rs"));
 }
 
 /// oxetcd's own replicated-log payloads.
@@ -43,12 +55,16 @@ pub mod oxetcdpb {
 #[allow(clippy::all, clippy::pedantic)]
 pub mod v3electionpb {
     include!(concat!(env!("OUT_DIR"), "/v3electionpb.rs"));
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/v3electionpb.serde.rs"));
 }
 
 /// The distributed-lock service.
 #[allow(clippy::all, clippy::pedantic)]
 pub mod v3lockpb {
     include!(concat!(env!("OUT_DIR"), "/v3lockpb.rs"));
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/v3lockpb.serde.rs"));
 }
 
 /// Encoded `google.protobuf.FileDescriptorSet` of every `.proto` file in this

@@ -2,8 +2,9 @@
 //!
 //! The health probes (`/health`, `/livez`, `/readyz`) are module
 //! [`health`]'s; `GET /version` reports the API version; `GET /metrics` is
-//! [`crate::metrics`]'s; anything else is 404. The endpoints only read:
-//! they never change state.
+//! [`crate::metrics`]'s; on the client port, the JSON gateway's paths
+//! (`/v3/…`) are [`crate::gateway`]'s; anything else is 404. The
+//! endpoints other than the gateway only read: they never change state.
 
 mod health;
 
@@ -17,24 +18,40 @@ use oxetcd_core::storage::KvStore;
 use tonic::body::Body;
 
 use crate::driver::Handle;
+use crate::gateway::Gateway;
 use crate::grpc::ETCD_VERSION;
 use crate::runtime::Runtime;
 
 /// Serves the HTTP endpoints.
-pub struct HttpEndpoints<R, K> {
+pub struct HttpEndpoints<R, K: KvStore> {
     runtime: R,
     handle: Handle<K>,
+    /// The JSON gateway, on the client port only.
+    gateway: Option<Gateway<K>>,
 }
 
 impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
     /// Endpoints answering through `handle`.
     pub fn new(runtime: R, handle: Handle<K>) -> Self {
-        Self { runtime, handle }
+        Self {
+            runtime,
+            handle,
+            gateway: None,
+        }
+    }
+
+    /// The same endpoints, serving the JSON gateway's paths too.
+    pub fn with_gateway(mut self, gateway: Gateway<K>) -> Self {
+        self.gateway = Some(gateway);
+        self
     }
 
     /// Answers one HTTP request.
     pub async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
         let path = request.uri().path();
+        if let Some(gateway) = self.gateway.as_ref().filter(|_| Gateway::<K>::serves(path)) {
+            return gateway.route(request).await;
+        }
         if health::is_probe(path) {
             let query = request.uri().query();
             return health::answer(&self.runtime, &self.handle, request.method(), path, query)
@@ -71,7 +88,12 @@ fn text(status: StatusCode, body: &'static str) -> http::Response<Body> {
     )
 }
 
-fn respond(status: StatusCode, content_type: &'static str, body: Bytes) -> http::Response<Body> {
+/// An answer with `status`, `content_type` and the whole `body`.
+pub(crate) fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Bytes,
+) -> http::Response<Body> {
     let mut response = http::Response::new(Body::new(Full::new(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(

@@ -37,6 +37,7 @@ pub mod corruption;
 mod dial;
 mod discovery;
 pub mod driver;
+pub mod gateway;
 pub mod grpc;
 pub mod http;
 mod log_budget;

@@ -6,7 +6,8 @@
 //! by hyper's auto builder, which speaks HTTP/1.1 and HTTP/2 with prior
 //! knowledge (h2c) on the same port. Each request goes to gRPC when its
 //! content type is `application/grpc*`, otherwise to the plain HTTP
-//! endpoints. A connection's errors end that connection only. Inbound
+//! endpoints, which include the JSON gateway (itself a client of the same
+//! gRPC router). A connection's errors end that connection only. Inbound
 //! HTTP/2 passes through `authority::AuthorityRewrite` first, which
 //! repairs the `:authority` etcdctl 3.4 sends for `http://` endpoints,
 //! and writes go through [`WriteCoalesce`], which gathers the
@@ -31,6 +32,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ListenUrl};
 use crate::driver::Handle;
+use crate::gateway::Gateway;
 use crate::grpc::{GrpcRouter, Member};
 use crate::http::HttpEndpoints;
 use crate::runtime::{deadline_after, HyperExecutor, HyperTimer, Runtime};
@@ -96,16 +98,22 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         // Clients multiplex many calls and watches over one connection;
         // the driver's in-flight bound still caps the work they can queue.
         .max_concurrent_streams(config.max_concurrent_streams);
+    let grpc = Arc::new(GrpcRouter::new(
+        handle.clone(),
+        member,
+        config.max_request_bytes,
+        config.bcrypt_cost,
+        tokens,
+    ));
+    let gateway = Gateway::new(
+        grpc.clone(),
+        config.max_request_bytes,
+        config.max_concurrent_streams,
+    );
     let app = Arc::new(App {
         runtime: runtime.clone(),
-        grpc: GrpcRouter::new(
-            handle.clone(),
-            member,
-            config.max_request_bytes,
-            config.bcrypt_cost,
-            tokens,
-        ),
-        http: HttpEndpoints::new(runtime.clone(), handle),
+        grpc,
+        http: HttpEndpoints::new(runtime.clone(), handle).with_gateway(gateway),
         builder,
     });
     for bound in listeners {
@@ -148,7 +156,8 @@ pub(crate) struct ClientCommonName(pub(crate) String);
 /// What every connection shares.
 struct App<R: Runtime, K: KvStore> {
     runtime: R,
-    grpc: GrpcRouter<K>,
+    /// Shared with the JSON gateway, which calls through it.
+    grpc: Arc<GrpcRouter<K>>,
     http: HttpEndpoints<R, K>,
     builder: auto::Builder<HyperExecutor<R>>,
 }

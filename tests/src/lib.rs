@@ -12,10 +12,12 @@
 //! - [`etcdctl`]: running Debian's `etcdctl` (or `oxetcdctl`) and
 //!   normalising its output so answers from etcd and oxetcd compare byte
 //!   for byte; [`session`] compares whole command sequences.
+//! - [`gateway`]: a client of the JSON gateway ([`gateway::JsonClient`]).
 //! - [`probe`]: what members say through etcdctl: leader, IDs, values.
 
 pub mod cluster;
 pub mod etcdctl;
+pub mod gateway;
 pub mod launch;
 pub mod pki;
 pub mod ports;

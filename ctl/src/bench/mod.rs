@@ -7,6 +7,7 @@
 //! bytes each), so percentiles are exact and the raw data can be written as
 //! CSV or drawn as SVG or PNG ([`plot`]).
 
+mod gateway;
 pub mod plot;
 pub mod report;
 
@@ -96,6 +97,9 @@ pub struct Options {
     pub progress: bool,
     /// The auth token every request carries (`--user`), if any.
     pub token: Option<AsciiMetadataValue>,
+    /// Send the KV workloads to the JSON gateway at this `host:port`
+    /// instead of over gRPC.
+    pub gateway: Option<String>,
 }
 
 impl Default for Options {
@@ -113,6 +117,7 @@ impl Default for Options {
             rate: None,
             progress: false,
             token: None,
+            gateway: None,
         }
     }
 }
@@ -144,7 +149,9 @@ pub async fn run(channels: Vec<Channel>, options: Options) -> Report {
                 let channel = channels[client % channels.len()].clone();
                 let shared = Arc::clone(&shared);
                 tasks.push(tokio::spawn(async move {
-                    if shared.options.workload == Workload::LeaseKeepalive {
+                    if let Some(address) = shared.options.gateway.clone() {
+                        gateway::kv_loop(address, client as u64, shared).await
+                    } else if shared.options.workload == Workload::LeaseKeepalive {
                         keepalive_loop(channel, shared).await
                     } else {
                         kv_loop(channel, client as u64, shared).await
@@ -218,6 +225,17 @@ impl Shared {
         }
     }
 
+    /// The keys of transaction `n` of `ops` puts: consecutive, wrapping
+    /// around the key space.
+    fn txn_keys(&self, n: u64, ops: usize) -> impl Iterator<Item = Vec<u8>> + '_ {
+        (0..ops.max(1) as u64).map(move |i| {
+            self.prefixed(key_bytes(
+                (n * ops as u64 + i) % self.options.key_space_size.max(1),
+                self.options.key_size,
+            ))
+        })
+    }
+
     /// `message` as a request, with the run's token if it has one.
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
@@ -242,8 +260,7 @@ impl Shared {
 
 async fn kv_loop(channel: Channel, client: u64, shared: Arc<Shared>) -> Report {
     let mut kv = KvClient::new(channel).max_decoding_message_size(usize::MAX);
-    let mut rng =
-        XorShift(0x9E37_79B9_7F4A_7C15 ^ (client + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    let mut rng = XorShift::for_client(client);
     let value = vec![b'v'; shared.options.val_size];
     let mut report = Report::default();
     while let Some(n) = shared.claim().await {
@@ -267,13 +284,11 @@ async fn kv_loop(channel: Channel, client: u64, shared: Arc<Shared>) -> Report {
                 .await
                 .map(drop),
             Workload::TxnPut { ops } => {
-                let success = (0..ops.max(1) as u64)
-                    .map(|i| RequestOp {
+                let success = shared
+                    .txn_keys(n, ops)
+                    .map(|key| RequestOp {
                         request: Some(Request::RequestPut(PutRequest {
-                            key: shared.prefixed(key_bytes(
-                                (n * ops as u64 + i) % shared.options.key_space_size.max(1),
-                                shared.options.key_size,
-                            )),
+                            key,
                             value: value.clone(),
                             ..Default::default()
                         })),
@@ -533,6 +548,11 @@ pub fn key_bytes(number: u64, size: usize) -> Vec<u8> {
 struct XorShift(u64);
 
 impl XorShift {
+    /// Client `client`'s generator: each client its own sequence.
+    fn for_client(client: u64) -> Self {
+        Self(0x9E37_79B9_7F4A_7C15 ^ (client + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+    }
+
     fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
@@ -583,6 +603,10 @@ pub struct BenchArgs {
     /// PNG if the file name ends in `.png`.
     #[arg(long, global = true)]
     pub plot: Option<std::path::PathBuf>,
+    /// Send put, range and txn-put to the first endpoint's JSON gateway
+    /// (HTTP/1.1, one connection per client) instead of over gRPC.
+    #[arg(long, global = true)]
+    pub gateway: bool,
 }
 
 /// The workloads.
@@ -644,6 +668,7 @@ impl BenchArgs {
             rate: (self.rate > 0.0).then_some(self.rate),
             progress: std::io::stderr().is_terminal(),
             token: None,
+            gateway: None,
         })
     }
 
@@ -658,8 +683,9 @@ impl BenchArgs {
             }
             BenchWorkload::LeaseKeepalive => "lease-keepalive".to_owned(),
         };
+        let over = if self.gateway { " --gateway" } else { "" };
         format!(
-            "oxetcdctl bench {name} --clients {} --conns {}",
+            "oxetcdctl bench {name} --clients {} --conns {}{over}",
             self.clients, self.conns
         )
     }

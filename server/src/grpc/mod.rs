@@ -60,7 +60,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use futures_util::future::{poll_fn, Either};
-use hyper::body::Incoming;
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::Error;
 use oxetcd_proto::etcdserverpb::auth_server::AuthServer;
@@ -177,10 +176,18 @@ impl<K: KvStore> GrpcRouter<K> {
     /// the future returned holds only the service's boxed call: it is
     /// kept inside hyper's per-stream task, which is moved and cleared
     /// whole, so its size is paid on every request.
-    pub fn route(
+    ///
+    /// The body is the connection's ([`hyper::body::Incoming`]) for calls from the
+    /// wire, or the JSON gateway's ([`Body`]) for the calls it transcodes:
+    /// both take this same path, so auth, metrics and errors are one.
+    pub fn route<B>(
         &self,
-        request: http::Request<Incoming>,
-    ) -> impl Future<Output = http::Response<Body>> + Send + 'static {
+        request: http::Request<B>,
+    ) -> impl Future<Output = http::Response<Body>> + Send + 'static
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Unpin + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    {
         // The call is recorded from here to its last frame (or its drop).
         let recorded = self
             .metrics
@@ -256,7 +263,7 @@ fn parse_oversized(rest: Option<&str>) -> Option<(u64, u64)> {
 }
 
 /// A call's request body, its messages counted for the metrics.
-type RequestBody = crate::metrics::Received<Incoming>;
+type RequestBody<B> = crate::metrics::Received<B>;
 
 /// What a generated server's call returns (tonic boxes every call).
 type CallFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
@@ -264,12 +271,13 @@ type CallFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infal
 /// Starts `request` on `service`. tonic's generated servers are always
 /// ready, so the call starts at once; were one ever not, the call waits
 /// for readiness inside its own boxed future.
-fn call<S>(mut service: S, request: http::Request<RequestBody>) -> CallFuture
+fn call<S, B>(mut service: S, request: http::Request<RequestBody<B>>) -> CallFuture
 where
-    S: Service<http::Request<RequestBody>, Response = http::Response<Body>, Error = Infallible>
+    S: Service<http::Request<RequestBody<B>>, Response = http::Response<Body>, Error = Infallible>
         + Send
         + 'static,
     S::Future: Send + 'static,
+    B: Send + 'static,
 {
     match service.poll_ready(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(Ok(())) => Box::pin(service.call(request)),
