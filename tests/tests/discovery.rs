@@ -192,6 +192,54 @@ fn three_members_bootstrap_through_v3_discovery() {
     assert!(error.contains("discovery: size key not found"), "{error}");
 }
 
+/// The registry served over TLS with auth on: members given its CA and a
+/// user (`--discovery-cacert`, `--discovery-user`) bootstrap through it.
+#[test]
+fn v3_discovery_through_a_tls_registry_with_auth() {
+    let pki = oxetcd_tests::pki::pki();
+    let root = tempfile::tempdir().unwrap();
+    let url = Ports::BELOW_EPHEMERAL.https_url();
+    let registry = Launch::new(
+        ServerKind::OxetcdSmol,
+        "registry",
+        &root.path().join("registry"),
+        vec![url.clone()],
+        Ports::BELOW_EPHEMERAL.http_url(),
+    )
+    .flags(&[
+        oxetcd_tests::pki::path_arg("cert-file", &pki.server_cert),
+        oxetcd_tests::pki::path_arg("key-file", &pki.server_key),
+    ]);
+    let _registry = registry.start().unwrap_or_else(|e| panic!("{e}"));
+    let cacert = oxetcd_tests::pki::path_arg("cacert", &pki.ca);
+    let admin = |args: &[&str]| {
+        let mut all = vec![cacert.as_str()];
+        all.extend_from_slice(args);
+        let out = ctl(&url, &all);
+        assert_eq!(out.code, 0, "{args:?}: {out:?}");
+    };
+    admin(&["user", "add", "root:rootpw"]);
+    admin(&["user", "grant-role", "root", "root"]);
+    admin(&["auth", "enable"]);
+    admin(&[
+        "--user=root:rootpw",
+        "put",
+        "/_etcd/registry/secure/_config/size",
+        "3",
+    ]);
+    let flags = vec![
+        "--discovery-token=secure".to_owned(),
+        format!("--discovery-endpoints={url}"),
+        oxetcd_tests::pki::path_arg("discovery-cacert", &pki.ca),
+        "--discovery-user=root:rootpw".to_owned(),
+    ];
+    let launches: Vec<Launch> = (0..3)
+        .map(|i| planned(KINDS[i], &format!("t{i}"), root.path(), "127.0.0.1", &flags))
+        .collect();
+    let _servers = start_cluster(&launches);
+    check_cluster(&launches, "127.0.0.1");
+}
+
 #[test]
 fn discovery_flags_are_checked_as_etcd_checks_them() {
     let root = tempfile::tempdir().unwrap();
