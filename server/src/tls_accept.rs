@@ -94,6 +94,12 @@ pub(crate) fn handshake_error(error: &std::io::Error) -> String {
 /// refusal: Go calls it a remote error.
 fn go_reason(error: &rustls::Error) -> String {
     let go = match error {
+        // On a listener a certificate is checked against a name only by
+        // `--peer-cert-allowed-cn`/`-hostname`; etcd refuses it in these
+        // words, which its e2e tests and runbooks look for.
+        rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
+            return "client certificate authentication failed".to_owned()
+        }
         rustls::Error::NoCertificatesPresented => "tls: client didn't provide a certificate",
         rustls::Error::InvalidCertificate(CertificateError::Revoked) => {
             "tls: bad certificate: certificate revoked"
@@ -117,6 +123,12 @@ fn go_reason(error: &rustls::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_peer_name_is_told_in_etcds_words() {
+        let refused = rustls::Error::InvalidCertificate(CertificateError::NotValidForName);
+        assert_eq!(go_reason(&refused), "client certificate authentication failed");
+    }
 
     #[test]
     fn reasons_use_gos_words_for_certificates() {
