@@ -5,6 +5,13 @@
 # bench-out/.
 #
 #   scripts/bench.sh [TOTAL]      # TOTAL puts per measurement (default 20000)
+#   BENCH_BIN=dir scripts/bench.sh  # use the binaries in dir, build nothing
+#                                   # (to measure another build in the same sitting)
+#
+# First it prints the fdatasync floor of the file system the data dirs are
+# on: the median time of a 400-byte write + fdatasync into a preallocated
+# file (zero-filled, as oxetcd's WAL; fallocated, as etcd's). A
+# single-client put cannot be faster than the first.
 #
 # Each server gets a fresh data dir and its own 127.0.0.1 port. For every
 # server: puts with 1, 16 and 256 clients, single-client p50/p99 latency, CPU
@@ -23,8 +30,12 @@ TOTAL=${1:-20000}
 OUT=bench-out
 mkdir -p "$OUT"
 command -v etcd >/dev/null || scripts/install-deps.sh
-cargo build --release --bins -q
-BIN=${CARGO_TARGET_DIR:-target}/release
+if [ -n "${BENCH_BIN:-}" ]; then
+  BIN=$BENCH_BIN
+else
+  cargo build --release --bins -q
+  BIN=${CARGO_TARGET_DIR:-target}/release
+fi
 
 clk=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -94,6 +105,8 @@ ctl_ms() { # port [flags]
   awk -v ns="$((end - start))" 'BEGIN {printf "%.1f", ns / 10 / 1e6}'
 }
 
+FLOOR_WRITES=${FLOOR_WRITES:-2000}
+echo "fdatasync floor, 400 B x $FLOOR_WRITES in $OUT: p50 $(fsync_floor_ms "$OUT" 400 "$FLOOR_WRITES" zero) ms zero-filled, $(fsync_floor_ms "$OUT" 400 "$FLOOR_WRITES" fallocate) ms fallocated"
 printf '%-12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %10s %10s %10s %8s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "256: s/1k" "range l" "range s" "rss MiB" "auth root" "auth user" "authn ms"
 for kind in oxetcd oxetcd-smol etcd; do
   name=$kind
