@@ -7,6 +7,7 @@
 #   scripts/bench.sh [TOTAL]      # TOTAL puts per measurement (default 20000)
 #   BENCH_BIN=dir scripts/bench.sh  # use the binaries in dir, build nothing
 #                                   # (to measure another build in the same sitting)
+#   BENCH_KINDS="oxetcd etcd" scripts/bench.sh   # only these servers
 #
 # First it prints the fdatasync floor of the file system the data dirs are
 # on: the median time of a 400-byte write + fdatasync into a preallocated
@@ -108,7 +109,7 @@ ctl_ms() { # port [flags]
 FLOOR_WRITES=${FLOOR_WRITES:-2000}
 echo "fdatasync floor, 400 B x $FLOOR_WRITES in $OUT: p50 $(fsync_floor_ms "$OUT" 400 "$FLOOR_WRITES" zero) ms zero-filled, $(fsync_floor_ms "$OUT" 400 "$FLOOR_WRITES" fallocate) ms fallocated"
 printf '%-12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %10s %10s %10s %8s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "256: s/1k" "range l" "range s" "rss MiB" "auth root" "auth user" "authn ms"
-for kind in oxetcd oxetcd-smol etcd; do
+for kind in ${BENCH_KINDS:-oxetcd oxetcd-smol etcd}; do
   name=$kind
   port=$(free_port)
   pid=$(start_server "$name" "$kind" "$port" "$OUT/$name.data")

@@ -122,7 +122,17 @@ impl WalLog {
         options: WalOptions,
         initial: Image,
     ) -> Result<Self, OpenError> {
-        fs::create_dir_all(dir).map_err(|e| OpenError::from_io(dir, e))?;
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(|e| OpenError::from_io(dir, e))?;
+            // The new directory's name, and its parent's (`member/` is
+            // usually made just before), must last as the log does.
+            for ancestor in dir.ancestors().skip(1).take(2) {
+                if ancestor.as_os_str().is_empty() {
+                    break;
+                }
+                sync_dir(ancestor).map_err(|e| OpenError::from_io(ancestor, e))?;
+            }
+        }
         let lock = File::open(dir).map_err(|e| OpenError::from_io(dir, e))?;
         lock.try_lock().map_err(|e| match e {
             fs::TryLockError::WouldBlock => OpenError::AlreadyOpen {
