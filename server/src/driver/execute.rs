@@ -137,3 +137,73 @@ impl<K: KvStore> Executor<K> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use oxetcd_core::memory::MemoryKv;
+    use oxetcd_core::raft::PersistId;
+
+    use super::*;
+
+    fn persist(id: u64) -> Persist {
+        Persist {
+            id: PersistId(id),
+            snapshot: None,
+            entries: Vec::new(),
+            hard_state: None,
+        }
+    }
+
+    fn executor() -> (Executor<MemoryKv>, mpsc::Receiver<LogJob>) {
+        let (log, jobs) = mpsc::channel();
+        let counter = prometheus::IntCounter::new("failures", "heartbeat send failures")
+            .expect("a valid counter");
+        let executor = Executor {
+            pending: Slab::new(),
+            log,
+            log_jobs: Arc::new(AtomicUsize::new(0)),
+            held: None,
+            routes: WatchRoutes::default(),
+            links: ClusterLinks::new(MemoryKv::default(), None, 1, counter),
+        };
+        (executor, jobs)
+    }
+
+    fn job_name(job: LogJob) -> String {
+        match job {
+            LogJob::Persist(p, _) => format!("persist {}", p.id.0),
+            LogJob::Compact(index) => format!("compact {index}"),
+            LogJob::ClusterId(id) => format!("cluster id {id}"),
+        }
+    }
+
+    /// A held persist goes to the log writer before any later log job, and
+    /// is appended in place only when the writer has nothing queued.
+    #[test]
+    fn a_held_persist_keeps_the_log_writes_in_order() {
+        let (mut executor, jobs) = executor();
+        assert!(executor.execute(Output::Persist(persist(1))).is_empty());
+        assert!(jobs.try_recv().is_err(), "held, not sent");
+        executor.execute(Output::CompactLog { index: 5 });
+        executor.execute(Output::StoreClusterId(9));
+        let sent: Vec<_> = jobs.try_iter().map(job_name).collect();
+        assert_eq!(sent, ["persist 1", "compact 5", "cluster id 9"]);
+        assert_eq!(executor.log_jobs.load(Ordering::Acquire), 3);
+
+        // The writer is busy: the next persist goes to it too.
+        executor.execute(Output::Persist(persist(2)));
+        assert!(executor.take_held_if_writer_idle().is_none());
+        executor.release_held();
+        let sent: Vec<_> = jobs.try_iter().map(job_name).collect();
+        assert_eq!(sent, ["persist 2"]);
+
+        // Idle: the driver takes it.
+        executor.log_jobs.store(0, Ordering::Release);
+        executor.execute(Output::Persist(persist(3)));
+        assert_eq!(executor.take_held_if_writer_idle().map(|p| p.id.0), Some(3));
+        executor.release_held();
+        assert!(jobs.try_recv().is_err());
+    }
+}
