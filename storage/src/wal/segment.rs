@@ -105,10 +105,11 @@ pub(crate) enum ReadError {
 
 /// Reads every frame of the segment at `path`.
 pub(crate) fn read_segment(path: &Path) -> Result<SegmentRead, ReadError> {
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(ReadError::Io)?;
+    let mut file = File::open(path).map_err(ReadError::Io)?;
+    let len = file.metadata().map_err(ReadError::Io)?.len();
+    // Sized up front: a segment is read whole, once, at open.
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.read_to_end(&mut bytes).map_err(ReadError::Io)?;
     let mut frames = Vec::new();
     let mut at = 0usize;
     let mut header_end = 0;

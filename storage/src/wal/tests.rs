@@ -478,3 +478,25 @@ fn an_interrupted_import_starts_over_or_finishes() {
     assert_eq!(log.state().unwrap(), state);
     assert_eq!(log.entries(1200, 2501).unwrap(), entries);
 }
+
+#[test]
+fn a_newer_wal_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(WalLog::open(dir.path()).unwrap());
+    let path = segments(dir.path()).pop().unwrap();
+    let mut bytes = fs::read(&path).unwrap();
+    // Frame header (8), item type and length (5), magic (4), then the version.
+    bytes[17..21].copy_from_slice(&2u32.to_le_bytes());
+    let len = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+    let mut crc = crate::crc32c::Crc32c::default();
+    crc.update(&bytes[..4]);
+    crc.update(&bytes[8..8 + len]);
+    bytes[4..8].copy_from_slice(&crc.sum().to_le_bytes());
+    fs::write(&path, &bytes).unwrap();
+    let error = WalLog::open(dir.path()).unwrap_err();
+    assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
+    assert!(
+        error.to_string().contains("WAL format version 2"),
+        "{error}"
+    );
+}
