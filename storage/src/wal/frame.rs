@@ -150,9 +150,12 @@ pub(crate) fn decode_frame(bytes: &[u8]) -> Result<(&[u8], usize), FrameError> {
         return Err(FrameError::BadLength(len as u64));
     }
     let end = FRAME_HEADER_BYTES + len;
-    let payload = bytes
-        .get(FRAME_HEADER_BYTES..end)
-        .ok_or(FrameError::Truncated)?;
+    // The padding is part of the same write: a frame cut short in it is
+    // torn like any other.
+    if end.next_multiple_of(FRAME_ALIGN) > bytes.len() {
+        return Err(FrameError::Truncated);
+    }
+    let payload = &bytes[FRAME_HEADER_BYTES..end];
     let mut crc = Crc32c::default();
     crc.update(&len_bytes);
     crc.update(payload);
@@ -418,5 +421,27 @@ mod tests {
         }
         assert_eq!(decode_frame(&buf[..20]), Err(FrameError::Truncated));
         assert_eq!(decode_frame(&buf[..5]), Err(FrameError::Truncated));
+    }
+
+    #[test]
+    fn a_frame_cut_in_its_padding_is_truncated() {
+        // Some entry size leaves padding; bounded by the alignment.
+        let padded = (0..FRAME_ALIGN).find_map(|extra| {
+            let e = Entry {
+                index: 1,
+                data: vec![1; 100 + extra].into(),
+                ..Entry::default()
+            };
+            let mut buf = Vec::new();
+            encode_frame(&[ItemRef::Entry(&e)], &mut buf).unwrap();
+            let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+            (FRAME_HEADER_BYTES + len < buf.len()).then_some(buf)
+        });
+        let buf = padded.expect("some size needs padding");
+        assert!(decode_frame(&buf).is_ok());
+        assert_eq!(
+            decode_frame(&buf[..buf.len() - 1]),
+            Err(FrameError::Truncated)
+        );
     }
 }

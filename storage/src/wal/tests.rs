@@ -500,3 +500,22 @@ fn a_newer_wal_format_is_refused() {
         "{error}"
     );
 }
+
+#[test]
+fn a_file_cut_at_any_point_of_its_last_record_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = WalLog::open(dir.path()).unwrap();
+    for i in 1..=3 {
+        append(&log, i, i + 1, 1);
+    }
+    drop(log);
+    let path = segments(dir.path()).pop().unwrap();
+    let saved = fs::read(&path).unwrap();
+    let offsets = frame_offsets(&path);
+    let (last, end) = (offsets[offsets.len() - 2], offsets[offsets.len() - 1]);
+    for cut in [end - 1, end - 4, last + 9, last + 1, last] {
+        fs::write(&path, &saved[..cut]).unwrap();
+        let log = WalLog::open(dir.path()).unwrap();
+        assert_eq!(indexes(&log), vec![1, 2], "cut at {cut}");
+    }
+}
