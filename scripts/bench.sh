@@ -5,6 +5,14 @@
 # bench-out/.
 #
 #   scripts/bench.sh [TOTAL]      # TOTAL puts per measurement (default 20000)
+#   BENCH_BIN=dir scripts/bench.sh  # use the binaries in dir, build nothing
+#                                   # (to measure another build in the same sitting)
+#   BENCH_KINDS="oxetcd etcd" scripts/bench.sh   # only these servers
+#
+# First it prints the fdatasync floor of the file system the data dirs are
+# on: the median time of a 400-byte write + fdatasync into a preallocated
+# file (zero-filled, as oxetcd's WAL; fallocated, as etcd's). A
+# single-client put cannot be faster than the first.
 #
 # Each server gets a fresh data dir and its own 127.0.0.1 port. For every
 # server: puts with 1, 16 and 256 clients, single-client p50/p99 latency, CPU
@@ -23,8 +31,12 @@ TOTAL=${1:-20000}
 OUT=bench-out
 mkdir -p "$OUT"
 command -v etcd >/dev/null || scripts/install-deps.sh
-cargo build --release --bins -q
-BIN=${CARGO_TARGET_DIR:-target}/release
+if [ -n "${BENCH_BIN:-}" ]; then
+  BIN=$BENCH_BIN
+else
+  cargo build --release --bins -q
+  BIN=${CARGO_TARGET_DIR:-target}/release
+fi
 
 clk=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -68,6 +80,9 @@ range_bench() { # port consistency total plot -> summary text (256 clients, 16 c
 
 field() { awk -v k="$1" -F'\t' '$1 ~ k {print $2}' | head -1 | awk '{print $1}'; }
 pct() { awk -v k="  $1% in" 'index($0, k) == 1 {printf "%.2f", $3 * 1000}'; }
+# Percentile $1 of the latencies in a bench --csv file $2, in ms to the µs
+# (the summary's percentiles are rounded to 0.1 ms).
+csv_pct() { tail -n +2 "$2" | cut -d, -f2 | sort -n | awk -v p="$1" '{v[NR] = $1} END {i = int(NR * p / 100); if (i < 1) i = 1; printf "%.3f", v[i] / 1000}'; }
 
 # Turns auth on: root (role root) and a user "bench" whose role reads and
 # writes every key. Both passwords are the user name.
@@ -94,15 +109,17 @@ ctl_ms() { # port [flags]
   awk -v ns="$((end - start))" 'BEGIN {printf "%.1f", ns / 10 / 1e6}'
 }
 
+FLOOR_WRITES=${FLOOR_WRITES:-2000}
+echo "fdatasync floor, 400 B x $FLOOR_WRITES in $OUT: p50 $(fsync_floor_ms "$OUT" 400 "$FLOOR_WRITES" zero) ms zero-filled, $(fsync_floor_ms "$OUT" 400 "$FLOOR_WRITES" fallocate) ms fallocated"
 printf '%-12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %10s %10s %10s %8s\n' server "1 client" "16" "256" "p50 ms" "p99 ms" "cpu s/1k" "256: s/1k" "range l" "range s" "rss MiB" "auth root" "auth user" "authn ms"
-for kind in oxetcd oxetcd-smol etcd; do
+for kind in ${BENCH_KINDS:-oxetcd oxetcd-smol etcd}; do
   name=$kind
   port=$(free_port)
   pid=$(start_server "$name" "$kind" "$port" "$OUT/$name.data")
   trap 'kill $pid 2>/dev/null || true' EXIT
   wait_ready "$port"
   before=$(cpu_ticks "$pid")
-  one=$(bench "$port" 1 1 "$((TOTAL / 4))"); echo "$one" >"$OUT/$name-1.txt"
+  one=$(bench "$port" 1 1 "$((TOTAL / 4))" --csv "$OUT/$name-1.csv"); echo "$one" >"$OUT/$name-1.txt"
   sixteen=$(bench "$port" 16 4 "$TOTAL"); echo "$sixteen" >"$OUT/$name-16.txt"
   before_many=$(cpu_ticks "$pid")
   many=$(bench "$port" 256 16 "$TOTAL" --plot "$OUT/$name-put-256.svg"); echo "$many" >"$OUT/$name-256.txt"
@@ -123,7 +140,7 @@ for kind in oxetcd oxetcd-smol etcd; do
   auth_user=$(bench "$port" 256 16 "$TOTAL" --user bench:bench); echo "$auth_user" >"$OUT/$name-auth-user.txt"
   printf '%-12s %10.0f %10.0f %10.0f %10s %10s %12s %12s %10.0f %10.0f %10s %10.0f %10.0f %8s\n' "$name" \
     "$(echo "$one" | field 'Requests/sec')" "$(echo "$sixteen" | field 'Requests/sec')" \
-    "$(echo "$many" | field 'Requests/sec')" "$(echo "$one" | pct 50)" "$(echo "$one" | pct 99)" "$cpu" "$cpu_many" \
+    "$(echo "$many" | field 'Requests/sec')" "$(csv_pct 50 "$OUT/$name-1.csv")" "$(csv_pct 99 "$OUT/$name-1.csv")" "$cpu" "$cpu_many" \
     "$(echo "$range_l" | field 'Requests/sec')" "$(echo "$range_s" | field 'Requests/sec')" "$rss" \
     "$(echo "$auth_root" | field 'Requests/sec')" "$(echo "$auth_user" | field 'Requests/sec')" "$authn_ms"
   kill "$pid"; wait "$pid" 2>/dev/null || true

@@ -1,8 +1,9 @@
 //! Offline defragmentation of a stopped member's data directory
-//! (`oxetcdctl defrag --data-dir`): each database is opened (its format
+//! (`oxetcdctl defrag --data-dir`): the backend is opened (its format
 //! checked as at any open) and compacted by redb, which moves pages down and
 //! truncates the file, so space freed by compactions and deletions goes
-//! back to the file system.
+//! back to the file system. The raft log's WAL needs none: compaction
+//! removes its segments whole.
 //!
 //! A member that runs holds both files; the open then fails with
 //! [`OpenError::AlreadyOpen`] at once rather than waiting for it to stop.
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use redb::Database;
 
 use crate::format::open_database;
-use crate::{OpenError, KV_FILE, LOG_FILE, MEMBER_DIR};
+use crate::{OpenError, KV_FILE, MEMBER_DIR};
 
 /// redb compacts in passes and says whether a pass moved anything; a few
 /// passes reach the fixed point, this many bound a file that never does.
@@ -29,15 +30,12 @@ pub struct Defragmented {
     pub after_bytes: u64,
 }
 
-/// Compacts the backend and the raft log of the data directory `data_dir`,
-/// which no member may be running on. Both files must exist: a directory
-/// without them is not a member's data directory, and nothing is created.
+/// Compacts the backend of the data directory `data_dir`, which no member
+/// may be running on. The file must exist: a directory without it is not a
+/// member's data directory, and nothing is created.
 pub fn defragment(data_dir: &Path) -> Result<Vec<Defragmented>, OpenError> {
     let member = data_dir.join(MEMBER_DIR);
-    let files = [
-        (KV_FILE, crate::kv::CONTENTS),
-        (LOG_FILE, crate::log::CONTENTS),
-    ];
+    let files = [(KV_FILE, crate::kv::CONTENTS)];
     for (file, _) in files {
         let path = member.join(file);
         if !path.is_file() {

@@ -1,16 +1,18 @@
-//! oxetcd-storage: core's storage interfaces on redb.
+//! oxetcd-storage: core's storage interfaces on a write-ahead log and redb.
 //!
-//! A member's data directory holds two redb databases:
+//! A member's data directory holds:
 //!
 //! ```text
-//! <data-dir>/member/log.redb   raft log and hard state      RedbLog: LogStore
+//! <data-dir>/member/wal/       raft log and hard state      WalLog:  LogStore
 //! <data-dir>/member/kv.redb    MVCC backend and its meta    RedbKv:  KvStore
 //! ```
 //!
-//! They are two files on purpose. redb allows one write transaction per
-//! database at a time; the runtime's log thread appends and fsyncs
-//! ([`redb::Durability::Immediate`]) while the apply step commits the backend
-//! on another thread, and neither waits for the other.
+//! The raft log is a segmented, preallocated, append-only WAL ([`wal`]): an
+//! append is one write and one `fdatasync`, which is all a put has to wait
+//! for. The runtime's log thread appends while the apply step commits the
+//! backend on another thread, and neither waits for the other. Data
+//! directories from before the WAL hold the log in `log.redb` ([`RedbLog`]);
+//! [`open`] imports it into the WAL once and removes it.
 //!
 //! # Durability and recovery
 //!
@@ -33,10 +35,10 @@
 //!
 //! # Formats
 //!
-//! Each database stores a format version and what it holds in its `meta`
-//! table. [`open`] refuses a file written by a newer format version, and one
-//! that holds the other database's contents, with an [`OpenError`] naming the
-//! file.
+//! Each redb database stores a format version and what it holds in its
+//! `meta` table; each WAL segment starts with the WAL's own format version.
+//! [`open`] refuses a file written by a newer format version, and one that
+//! holds another file's contents, with an [`OpenError`] naming the file.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -52,6 +54,7 @@ pub mod kv;
 pub mod log;
 pub mod snapshot;
 pub mod snapshot_file;
+pub mod wal;
 
 use std::fs;
 use std::io;
@@ -60,26 +63,34 @@ use std::path::{Path, PathBuf};
 pub use error::OpenError;
 pub use kv::{RedbKv, RedbKvRead, RedbKvWrite};
 pub use log::RedbLog;
+pub use wal::{WalLog, WalOptions};
 
 /// Name of the folder inside the data directory that holds the databases.
 pub const MEMBER_DIR: &str = "member";
-/// File name of the raft log database inside [`MEMBER_DIR`].
+/// File name of the raft log database inside [`MEMBER_DIR`] before the WAL:
+/// imported into [`WAL_DIR`] at [`open`], then removed.
 pub const LOG_FILE: &str = "log.redb";
+/// Directory of the raft log's WAL segments inside [`MEMBER_DIR`].
+pub const WAL_DIR: &str = "wal";
 /// File name of the MVCC backend database inside [`MEMBER_DIR`].
 pub const KV_FILE: &str = "kv.redb";
 
 /// Opens the member's storage in `data_dir`, creating the directory, its
-/// `member/` folder and both databases if they are missing.
+/// `member/` folder, the WAL and the backend if they are missing, and
+/// importing a `log.redb` from before the WAL.
 ///
 /// An unusable directory (a file in its place, no permission, another process
-/// holding the files, a corrupt or newer-format database) is an [`OpenError`]
+/// holding the files, a corrupt or newer-format file) is an [`OpenError`]
 /// that says which path and why.
-pub fn open(data_dir: &Path) -> Result<(RedbLog, RedbKv), OpenError> {
+pub fn open(data_dir: &Path) -> Result<(WalLog, RedbKv), OpenError> {
     ensure_dir(data_dir)?;
     let member = data_dir.join(MEMBER_DIR);
     ensure_dir(&member)?;
-    let log = RedbLog::open(&member.join(LOG_FILE))?;
+    // The backend first: it refuses a directory another process holds
+    // before anything in the log is touched.
     let kv = RedbKv::open(&member.join(KV_FILE))?;
+    wal::import::import_legacy_log(&member, LOG_FILE, WAL_DIR, WalOptions::default())?;
+    let log = WalLog::open(&member.join(WAL_DIR))?;
     Ok((log, kv))
 }
 
@@ -130,10 +141,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let data_dir = dir.path().join("a/b/data");
         let (log, kv) = open(&data_dir).unwrap();
-        assert!(data_dir.join("member/log.redb").is_file());
+        assert!(data_dir.join("member/wal").is_dir());
+        assert!(!data_dir.join("member/log.redb").exists());
         assert!(data_dir.join("member/kv.redb").is_file());
         assert!(kv.size_bytes().unwrap() > 0);
-        assert!(log.size_bytes().unwrap() > 0);
+        assert_eq!(log.segment_count(), 1);
     }
 
     #[test]
@@ -168,10 +180,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let member = dir.path().join(MEMBER_DIR);
         fs::create_dir(&member).unwrap();
-        fs::write(member.join(LOG_FILE), vec![0x5a; 8192]).unwrap();
-        let error = open(dir.path()).unwrap_err();
-        assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
-        assert!(error.to_string().contains("log.redb"), "{error}");
+        for file in [LOG_FILE, KV_FILE] {
+            fs::write(member.join(file), vec![0x5a; 8192]).unwrap();
+            let error = open(dir.path()).unwrap_err();
+            assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
+            assert!(error.to_string().contains(file), "{error}");
+            fs::remove_file(member.join(file)).unwrap();
+        }
     }
 
     #[test]
@@ -179,9 +194,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         drop(open(dir.path()).unwrap());
         let member = dir.path().join(MEMBER_DIR);
-        fs::rename(member.join(LOG_FILE), member.join("tmp")).unwrap();
-        fs::rename(member.join(KV_FILE), member.join(LOG_FILE)).unwrap();
-        fs::rename(member.join("tmp"), member.join(KV_FILE)).unwrap();
+        // A backend where the log to import should be.
+        fs::remove_dir_all(member.join(WAL_DIR)).unwrap();
+        fs::copy(member.join(KV_FILE), member.join(LOG_FILE)).unwrap();
+        let error = open(dir.path()).unwrap_err();
+        assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
+        assert!(error.to_string().contains("log.redb"), "{error}");
+        // A log where the backend should be.
+        fs::remove_file(member.join(KV_FILE)).unwrap();
+        drop(RedbLog::open(&member.join(KV_FILE)).unwrap());
         let error = open(dir.path()).unwrap_err();
         assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
     }
@@ -198,18 +219,16 @@ mod tests {
     fn newer_format_version_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         drop(open(dir.path()).unwrap());
-        for file in [LOG_FILE, KV_FILE] {
-            let path = dir.path().join(MEMBER_DIR).join(file);
-            format::tests::set_format_version(&path, format::FORMAT_VERSION + 1);
-            let error = open(dir.path()).unwrap_err();
-            assert!(
-                matches!(&error, OpenError::NewerFormat { path: p, found, .. }
-                    if *p == path && *found == format::FORMAT_VERSION + 1),
-                "{error}"
-            );
-            assert!(error.to_string().contains("newer"), "{error}");
-            format::tests::set_format_version(&path, format::FORMAT_VERSION);
-        }
+        let path = dir.path().join(MEMBER_DIR).join(KV_FILE);
+        format::tests::set_format_version(&path, format::FORMAT_VERSION + 1);
+        let error = open(dir.path()).unwrap_err();
+        assert!(
+            matches!(&error, OpenError::NewerFormat { path: p, found, .. }
+                if *p == path && *found == format::FORMAT_VERSION + 1),
+            "{error}"
+        );
+        assert!(error.to_string().contains("newer"), "{error}");
+        format::tests::set_format_version(&path, format::FORMAT_VERSION);
         open(dir.path()).unwrap();
     }
 

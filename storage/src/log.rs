@@ -1,4 +1,7 @@
-//! The raft log and hard state on redb ([`RedbLog`]).
+//! The raft log and hard state on redb ([`RedbLog`]): the format before
+//! the WAL ([`crate::wal`]). [`crate::open`] imports a member's `log.redb`
+//! into the WAL once; this store remains for that import and as a second
+//! implementation of [`LogStore`] the tests compare with.
 //!
 //! Tables in `log.redb`:
 //!

@@ -9,7 +9,7 @@ use oxetcd_core::memory::{MemoryKv, MemoryLog};
 use oxetcd_core::storage::{
     KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LogStore, RangeEnd, Revision,
 };
-use oxetcd_storage::{RedbKv, RedbLog};
+use oxetcd_storage::{RedbKv, RedbLog, WalLog, WalOptions};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use raft_proto::eraftpb::{Entry, HardState};
 
@@ -372,7 +372,23 @@ impl Arbitrary for LogOp {
 fn log_matches_model(ops: Vec<LogOp>) -> TestResult {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.redb");
-    let redb = RedbLog::open(&path).unwrap();
+    store_matches_model(ops, || RedbLog::open(&path).unwrap())
+}
+
+/// Small segments, so that the operations rotate and release segments.
+const SMALL_SEGMENTS: WalOptions = WalOptions { segment_bytes: 512 };
+
+fn wal_matches_model(ops: Vec<LogOp>) -> TestResult {
+    let dir = tempfile::tempdir().unwrap();
+    store_matches_model(ops, || {
+        WalLog::open_with(dir.path(), SMALL_SEGMENTS).unwrap()
+    })
+}
+
+/// Runs `ops` on the store `open` opens and on the memory log, comparing
+/// every answer, then reopens the store and compares again.
+fn store_matches_model<L: LogStore>(ops: Vec<LogOp>, open: impl Fn() -> L) -> TestResult {
+    let redb = open();
     let model = MemoryLog::default();
     for op in &ops {
         match *op {
@@ -425,7 +441,7 @@ fn log_matches_model(ops: Vec<LogOp>) -> TestResult {
         }
     }
     drop(redb);
-    let reopened = RedbLog::open(&path).unwrap();
+    let reopened = open();
     let state = model.state().unwrap();
     if reopened.state().unwrap() != state {
         return TestResult::error("state differs after reopen");
@@ -444,4 +460,11 @@ fn redb_log_matches_memory_log() {
     QuickCheck::new()
         .tests(150)
         .quickcheck(log_matches_model as fn(Vec<LogOp>) -> TestResult);
+}
+
+#[test]
+fn wal_log_matches_memory_log() {
+    QuickCheck::new()
+        .tests(150)
+        .quickcheck(wal_matches_model as fn(Vec<LogOp>) -> TestResult);
 }

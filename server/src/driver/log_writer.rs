@@ -2,6 +2,7 @@
 //! `Persist` in order, installs received snapshots into the backend, and
 //! compacts the log, answering the driver once each write is durable.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Instant;
 
@@ -15,15 +16,19 @@ use crate::metrics::Metrics;
 use crate::peer::ReceivedSnapshot;
 
 /// The log writer thread's body: one fsynced append per persist,
-/// acknowledged in order; compactions after a backend sync.
+/// acknowledged in order; compactions after a backend sync. `pending`
+/// counts the jobs sent and not yet done: each is counted off before it is
+/// acknowledged.
 pub(super) fn write_log<L: LogStore, K: KvStore>(
     log: L,
     kv: K,
     jobs: Receiver<LogJob>,
     commands: Sender<Command>,
+    pending: &AtomicUsize,
     metrics: &Metrics,
 ) {
     for job in jobs {
+        let done = || pending.fetch_sub(1, Ordering::AcqRel);
         match job {
             LogJob::Persist(persist, data) => {
                 if let Some(snapshot) = &persist.snapshot {
@@ -44,6 +49,7 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
                     fatal("appending to the raft log", &e);
                 }
                 metrics.wal_fsync.observe(started.elapsed().as_secs_f64());
+                done();
                 if commands.send(Command::Persisted(persist.id)).is_err() {
                     break;
                 }
@@ -52,6 +58,7 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
                 if let Err(e) = log.store_cluster_id(id) {
                     fatal("storing the cluster ID", &e);
                 }
+                done();
             }
             LogJob::Compact(index) => {
                 // The log is the durable record of what the backend holds
@@ -62,6 +69,7 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
                 if let Err(e) = log.compact(index + 1) {
                     fatal("compacting the raft log", &e);
                 }
+                done();
             }
         }
     }

@@ -7,6 +7,7 @@
 //! removed member's exit end the loop; the log writer then finishes what
 //! it was given and the backend is synced.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -78,9 +79,10 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         node,
         writer,
         log_jobs,
+        pending_log_jobs,
     } = match start(
         config,
-        log,
+        log.clone(),
         kv.clone(),
         commands.clone(),
         &clock,
@@ -104,9 +106,12 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         synced_at: node.applied_index(),
         node,
         clock,
+        log,
         executor: Executor {
             pending: Slab::new(),
             log: log_jobs,
+            log_jobs: pending_log_jobs,
+            held: None,
             routes: WatchRoutes::default(),
             links,
         },
@@ -150,6 +155,8 @@ struct Started<L: LogStore, K: KvStore> {
     writer: thread::JoinHandle<()>,
     /// The log writer's queue.
     log_jobs: Sender<LogJob>,
+    /// Jobs queued at the log writer and not yet done.
+    pending_log_jobs: Arc<AtomicUsize>,
 }
 
 /// Builds the node and starts the log writer thread on its stores.
@@ -163,9 +170,11 @@ fn start<L: LogStore, K: KvStore>(
 ) -> Result<Started<L, K>, Error> {
     let node = Node::new(config, log.clone(), kv.clone(), clock.now())?;
     let (log_jobs, jobs) = mpsc::channel();
+    let pending_log_jobs = Arc::new(AtomicUsize::new(0));
+    let pending = pending_log_jobs.clone();
     let writer = thread::Builder::new()
         .name("oxetcd-log".into())
-        .spawn(move || write_log(log, kv, jobs, commands, &metrics))
+        .spawn(move || write_log(log, kv, jobs, commands, &pending, &metrics))
         .map_err(|e| {
             Error::Storage(StorageError::Io {
                 during: "spawning the log writer".into(),
@@ -176,12 +185,15 @@ fn start<L: LogStore, K: KvStore>(
         node,
         writer,
         log_jobs,
+        pending_log_jobs,
     })
 }
 
 /// The driver thread's state between rounds.
 struct Driver<L: LogStore, K: KvStore> {
     node: Node<L, K>,
+    /// The log, for the appends the driver makes itself.
+    log: L,
     clock: Clock,
     executor: Executor<K>,
     /// The applied index the peer links' member list was last synced at.
@@ -310,12 +322,12 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
         None
     }
 
-    /// Carries out every output, feeding back what the world answers at
+    /// Drains the node's outputs, feeding back what the world answers at
     /// once, until the node has nothing more to do. Each poll is timed:
     /// applying committed entries happens inside it, so a slow one is a
     /// slow apply (etcd's `slow_apply_total`), and one that compacted
     /// times the compaction.
-    fn carry_out(&mut self, now: Instant) {
+    fn carry_out_once(&mut self, now: Instant) {
         loop {
             let compactions = self.node.compactions();
             // Entries are applied inside a poll: a poll that moved the
@@ -343,6 +355,36 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
             }
         }
         self.publisher.publish(self.node.metrics());
+    }
+
+    /// Carries out every output, as [`Self::carry_out_once`], and after
+    /// each drain the held persist: appended here when the log writer has
+    /// nothing queued (no thread hand-off either way), else sent to it.
+    /// Commands that arrive during the append wait in the inbox and share
+    /// the next one, as they would wait for the log writer.
+    fn carry_out(&mut self, mut now: Instant) {
+        // Bounded: each pass either ends the loop or makes one append the
+        // node asked for, and it asks for the next only once this one is
+        // acknowledged; a round's work is finite.
+        loop {
+            self.carry_out_once(now);
+            let Some(persist) = self.executor.take_held_if_writer_idle() else {
+                self.executor.release_held();
+                return;
+            };
+            let started = std::time::Instant::now();
+            if let Err(e) = self
+                .log
+                .append(&persist.entries, persist.hard_state.as_ref())
+            {
+                fatal("appending to the raft log", &e);
+            }
+            self.metrics
+                .wal_fsync
+                .observe(started.elapsed().as_secs_f64());
+            now = self.clock.now();
+            self.node.handle(now, Input::Persisted { id: persist.id });
+        }
     }
 
     /// What follows a round: the peer links' member list, readiness, and
