@@ -8,8 +8,9 @@
 #   3. runs every test of the workspace: unit tests, the conformance suite
 #      against the core, both binaries and etcd, and the etcdctl and crash
 #      tests;
-#   4. runs etcd's own e2e TestCtlV3* tests (tests/e2e/ctlv3.txt) and its
-#      JSON gateway tests (tests/e2e/gateway.txt) against both binaries; a
+#   4. runs etcd's own e2e TestCtlV3* tests (tests/e2e/ctlv3.txt) and the
+#      others that pass (tests/e2e/more.txt: JSON gateway, unix peers, peer
+#      certificate names) against both binaries; a
 #      failure not in tests/e2e/expected-failures.txt, or a listed test
 #      that passes, fails the run.
 set -euo pipefail
@@ -21,6 +22,6 @@ cargo test --workspace --no-fail-fast
 for bin in oxetcd oxetcd-smol; do
     scripts/etcd-e2e.sh --bin "target/debug/$bin" --list tests/e2e/ctlv3.txt \
         --expect tests/e2e/expected-failures.txt --out "target/e2e/logs-$bin"
-    scripts/etcd-e2e.sh --bin "target/debug/$bin" --list tests/e2e/gateway.txt \
-        --expect tests/e2e/expected-failures.txt --out "target/e2e/logs-gateway-$bin"
+    scripts/etcd-e2e.sh --bin "target/debug/$bin" --list tests/e2e/more.txt \
+        --expect tests/e2e/expected-failures.txt --out "target/e2e/logs-more-$bin"
 done
