@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use oxetcd_proto::etcdserverpb::{PutRequest, RangeRequest, WatchCreateRequest};
 use oxetcd_proto::mvccpb::KeyValue;
+use oxetcd_proto::prefix_end;
 
 /// etcd's prefix of every discovery registry.
 pub const REGISTRY_PREFIX: &str = "/_etcd/registry";
@@ -347,18 +348,6 @@ fn parse_size(kvs: &[KeyValue]) -> Result<usize, DiscoveryError> {
         Ok(size) if size > 0 => Ok(size),
         _ => Err(DiscoveryError::BadSizeKey),
     }
-}
-
-/// The end of the range of keys starting with `key`.
-fn prefix_end(key: &[u8]) -> Vec<u8> {
-    let mut end = key.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 #[cfg(test)]

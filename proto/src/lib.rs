@@ -17,7 +17,8 @@
 //! accepted too).
 //!
 //! Everything here is generated at build time from the `.proto` files in
-//! this crate's `proto/` folder.
+//! this crate's `proto/` folder, but for [`prefix_end`], the one rule of
+//! the key space every client and server side shares.
 
 pub use raft_proto::eraftpb;
 
@@ -167,4 +168,19 @@ mod tests {
             .map(|f| f.name)
             .collect()
     }
+}
+
+/// The end of the range holding every key that starts with `prefix`, as
+/// etcd's clients compute it (`GetPrefixRangeEnd`): the prefix with its
+/// last byte below 0xff incremented and what follows dropped; `\0` (every
+/// key from `prefix` on) when no such byte exists.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
 }

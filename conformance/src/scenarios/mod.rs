@@ -148,18 +148,7 @@ pub(crate) fn ok<T>(answer: Result<T, Failure>) -> Result<T, String> {
 
 // ---------------------------------------------------------------- requests
 
-/// The end of the range holding every key that starts with `prefix`
-/// (etcd's `GetPrefixRangeEnd`): "\0" when no such end exists.
-pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
+pub(crate) use oxetcd_proto::prefix_end;
 
 /// A range of the single key `key`.
 pub(crate) fn get(key: impl AsRef<[u8]>) -> RangeRequest {

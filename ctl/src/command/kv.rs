@@ -96,19 +96,7 @@ pub struct CompactionArgs {
     pub args: Vec<String>,
 }
 
-/// The range end that covers every key starting with `key`; `\0` (all
-/// keys from `key` on) when no such bound exists.
-pub fn prefix_end(key: &[u8]) -> Vec<u8> {
-    let mut end = key.to_vec();
-    while let Some(&last) = end.last() {
-        if last < 0xff {
-            *end.last_mut().expect("non-empty") += 1;
-            return end;
-        }
-        end.pop();
-    }
-    vec![0]
-}
+pub use oxetcd_proto::prefix_end;
 
 /// Widens `key`..`range_end` as `--prefix` and `--from-key` do; with an
 /// empty key, either means every key (`\0`..`\0`).

@@ -39,18 +39,7 @@ pub(crate) fn queue_key(prefix: &[u8], lease: i64) -> Vec<u8> {
     key
 }
 
-/// The end of the range of every key that starts with `prefix`, as etcd's
-/// client computes it (`\0` when no key is greater).
-pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
+pub(crate) use oxetcd_proto::prefix_end;
 
 /// The range of the oldest key under `prefix`: its owner.
 pub(crate) fn owner_range(prefix: &[u8]) -> RangeRequest {
