@@ -73,6 +73,21 @@ pub mod v3lockpb {
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
 
+/// The end of the range holding every key that starts with `prefix`, as
+/// etcd's clients compute it (`GetPrefixRangeEnd`): the prefix with its
+/// last byte below 0xff incremented and what follows dropped; `\0` (every
+/// key from `prefix` on) when no such byte exists.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;
@@ -168,19 +183,4 @@ mod tests {
             .map(|f| f.name)
             .collect()
     }
-}
-
-/// The end of the range holding every key that starts with `prefix`, as
-/// etcd's clients compute it (`GetPrefixRangeEnd`): the prefix with its
-/// last byte below 0xff incremented and what follows dropped; `\0` (every
-/// key from `prefix` on) when no such byte exists.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
