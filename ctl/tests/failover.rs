@@ -32,14 +32,23 @@ async fn client_moves_to_the_next_endpoint_when_the_first_dies() {
     let mut config = Config::new(endpoints.clone());
     config.command_timeout = Duration::from_secs(10);
     let client = Client::new(config).expect("client");
+    // Which endpoint serves: the first, unless it was slow to answer and
+    // a hedged dial to another won (a loaded machine).
+    let serving = |client: &Client| {
+        let current = client.current_endpoint();
+        endpoints
+            .iter()
+            .position(|e| *e == current)
+            .unwrap_or_else(|| panic!("{current} is not one of {endpoints:?}"))
+    };
 
     client
         .put(put("k", "on the first"))
         .await
         .expect("first put");
-    assert_eq!(client.current_endpoint(), endpoints[0]);
+    let first = serving(&client);
 
-    servers[0].kill();
+    servers[first].kill();
 
     // A read is retried on the next endpoint transparently.
     let range = client
@@ -52,7 +61,8 @@ async fn client_moves_to_the_next_endpoint_when_the_first_dies() {
     // Each server is its own cluster, so the second one has not seen `k`:
     // this proves the answer came from elsewhere.
     assert_eq!(range.count, 0);
-    assert_eq!(client.current_endpoint(), endpoints[1]);
+    let second = serving(&client);
+    assert_ne!(second, first);
 
     // Writes go on to the second endpoint too.
     for i in 0..20 {
@@ -75,7 +85,7 @@ async fn client_moves_to_the_next_endpoint_when_the_first_dies() {
     // a connection that breaks under it may or may not have been applied,
     // so it is not resent (etcd's rule): it fails, and the client moves on.
     // A write that could not even connect is provably unsent and retried.
-    servers[1].kill();
+    servers[second].kill();
     if let Err(e) = client.put(put("maybe", "x")).await {
         assert!(!e.to_string().starts_with("etcdserver:"), "{e}");
     }
@@ -83,13 +93,21 @@ async fn client_moves_to_the_next_endpoint_when_the_first_dies() {
         .put(put("last", "x"))
         .await
         .expect("put on the third");
-    assert_eq!(client.current_endpoint(), endpoints[2]);
+    let third = serving(&client);
+    assert!(
+        third != first && third != second,
+        "{first} {second} {third}"
+    );
 }
 
 #[test]
 fn command_line_skips_a_dead_first_endpoint() {
     let mut servers = servers();
-    let endpoints: Vec<String> = servers.iter().map(Server::address).collect();
+    // A dead endpoint and one live one: each server is a cluster of its
+    // own, so a put and a get agree only if both reach the same member
+    // (with two live ones, a slow dial on a loaded machine may hedge to
+    // either).
+    let endpoints: Vec<String> = servers[..2].iter().map(Server::address).collect();
     servers[0].kill();
     let run = |args: &[&str]| {
         let output = Command::new(env!("CARGO_BIN_EXE_oxetcdctl"))

@@ -19,6 +19,10 @@ use super::{exit, Context, Failure};
 use crate::bench::{self, Options, Report, Workload};
 use crate::client::Client;
 
+/// Longest the clean-up's deletion, compaction and defragmentation may
+/// each take.
+const CLEAN_UP_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// `check perf` and `check datascale`.
 #[derive(Subcommand, Debug)]
 pub enum CheckCommand {
@@ -257,8 +261,13 @@ async fn load(ctx: &Context, mut options: Options, connections: usize) -> Result
     Ok(bench::run(channels, options).await)
 }
 
-/// Deletes the check's keys; then compacts and defragments if asked.
+/// Deletes the check's keys; then compacts and defragments if asked. Not
+/// bounded by the command timeout: deleting many keys takes what it
+/// takes (etcdctl gives it no deadline either).
 async fn clean_up(client: &Client, prefix: &str, a: &CheckArgs) -> Result<(), Failure> {
+    let mut config = client.config().clone();
+    config.command_timeout = config.command_timeout.max(CLEAN_UP_TIMEOUT);
+    let client = &Client::new(config).map_err(Failure::error)?;
     let deleted = client
         .delete_range(DeleteRangeRequest {
             key: prefix.as_bytes().to_vec(),
