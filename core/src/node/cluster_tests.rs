@@ -696,6 +696,12 @@ fn a_learner_catches_up_by_snapshot_refuses_clients_and_is_promoted() {
     // Not started yet: it cannot be promoted.
     let promote = Request::MemberPromote(MemberPromoteRequest { id: learner.id });
     assert_eq!(c.call(leader, promote.clone()), Err(Error::LearnerNotReady));
+    // A follower asks the leader, which alone knows, and relays its answer.
+    let follower = c.followers()[0];
+    assert_eq!(
+        c.call(follower, promote.clone()),
+        Err(Error::LearnerNotReady)
+    );
 
     let mut config = config(learner.id, &[1, 2, 3], ClusterState::Existing);
     config.snapshot_count = 20;
@@ -725,11 +731,21 @@ fn a_learner_catches_up_by_snapshot_refuses_clients_and_is_promoted() {
     assert!(status.is_learner);
     assert_eq!(status.leader, leader);
 
-    let Ok(Response::MemberPromote(promoted)) = c.call(leader, promote.clone()) else {
-        panic!("promote failed");
+    // Promoted through a follower, as etcdctl pointed at any member does.
+    let Ok(Response::MemberPromote(promoted)) = c.call(follower, promote.clone()) else {
+        panic!("promote through a follower failed");
     };
     assert!(promoted.members.iter().all(|m| !m.is_learner));
-    assert_eq!(c.call(leader, promote), Err(Error::MemberNotLearner));
+    assert_eq!(
+        promoted.header.as_ref().map(|h| h.member_id),
+        Some(follower),
+        "the header is the asked member's, as etcd's"
+    );
+    assert_eq!(
+        c.call(leader, promote.clone()),
+        Err(Error::MemberNotLearner)
+    );
+    assert_eq!(c.call(follower, promote), Err(Error::MemberNotLearner));
     c.run_for(Duration::from_millis(500));
     assert!(!c.node(learner.id).is_learner());
     assert_eq!(values(c.call(learner.id, get("k00", false))), vec!["v"]);
@@ -763,10 +779,16 @@ fn member_updates_go_through_the_log_and_bad_input_gets_etcds_errors() {
         is_learner: false,
     });
     assert_eq!(c.call(leader, bad), Err(Error::MemberBadUrls));
-    let missing = Request::MemberPromote(MemberPromoteRequest { id: 0x99 });
-    assert_eq!(c.call(leader, missing), Err(Error::MemberNotFound));
+    let missing_again = || Request::MemberPromote(MemberPromoteRequest { id: 0x99 });
+    assert_eq!(c.call(leader, missing_again()), Err(Error::MemberNotFound));
     let voter = Request::MemberPromote(MemberPromoteRequest { id: follower });
-    assert_eq!(c.call(leader, voter), Err(Error::MemberNotLearner));
+    assert_eq!(c.call(leader, voter.clone()), Err(Error::MemberNotLearner));
+    // The same answers through a follower, which asks the leader.
+    assert_eq!(
+        c.call(follower, missing_again()),
+        Err(Error::MemberNotFound)
+    );
+    assert_eq!(c.call(follower, voter), Err(Error::MemberNotLearner));
     // With one of three down, adding a voter would leave two running of
     // four: etcd refuses.
     let down = c.followers().into_iter().find(|&f| f != follower).unwrap();

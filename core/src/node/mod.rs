@@ -636,9 +636,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Request::MemberRemove(r) => {
                 self.member_change(ticket, ConfChangeType::RemoveNode, r.id, Bytes::new())
             }
-            Request::MemberPromote(r) => {
-                self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new())
-            }
+            // Only the leader knows whether a learner is in sync with it.
+            Request::MemberPromote(r) => match self.raft.leader() {
+                Some(leader) if leader != self.config.member_id => {
+                    self.forward_lease(ticket, leader, Request::MemberPromote(r), who)
+                }
+                _ => self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new()),
+            },
             Request::MoveLeader(r) => self.move_leader(ticket, r.target_id),
             other => {
                 debug!(?other, "request kind not dispatched");
