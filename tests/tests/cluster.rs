@@ -372,6 +372,43 @@ fn etcd_promotes_through_a_follower_with_the_same_words() {
     assert_eq!(errors, etcd_promote_errors());
 }
 
+/// `--feature-gates=LearnerAutoPromote=true`: a learner added with
+/// etcdctl becomes a voter once it caught up, with no `member promote`.
+#[test]
+fn learner_auto_promote_turns_an_in_sync_learner_into_a_voter() {
+    let started = Instant::now();
+    let mut cluster = Cluster::start(
+        options(&["--feature-gates=LearnerAutoPromote=true"]),
+        &MIXED,
+    );
+    let leader = cluster.wait_leader();
+    let leader_address = cluster.members[leader].address();
+    ctl_ok(&leader_address, &["put", "k", "v"]);
+    let learner = cluster.add_member(leader, "m3", ServerKind::OxetcdSmol, true);
+    let until = Instant::now() + CATCH_UP_DEADLINE;
+    let mut list = ctl_ok(&leader_address, &["member", "list"]);
+    while (list.lines().count() != 4 || list.contains(", true")) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        list = ctl_ok(&leader_address, &["member", "list"]);
+    }
+    assert_eq!(list.lines().count(), 4, "{list}");
+    assert!(
+        !list.contains(", true"),
+        "still a learner: {list}\n{}",
+        learner.log_tail()
+    );
+    assert!(
+        cluster.members.iter().any(|m| m
+            .log()
+            .contains("promoting a learner in sync with the leader")),
+        "no member said it promoted the learner"
+    );
+    cluster.members.push(learner);
+    ctl_ok(&leader_address, &["put", "after", "promote"]);
+    cluster.wait_value(3, "after", "promote", false);
+    eprintln!("auto-promote test took {:?}", started.elapsed());
+}
+
 /// Every member publishes its name and client URLs through the log, so
 /// `member list` shows them and etcdctl's `--cluster` flag reaches every
 /// member from one endpoint.

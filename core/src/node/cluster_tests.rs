@@ -1107,3 +1107,66 @@ fn followers_forward_lease_requests_to_the_leader() {
 
 #[path = "alarm_tests.rs"]
 mod alarm_tests;
+
+/// `LearnerAutoPromote`: the leader promotes a learner once it is in sync,
+/// and not before it has started.
+#[test]
+fn with_auto_promote_an_in_sync_learner_becomes_a_voter_by_itself() {
+    let mut c = Cluster::with(3, |config| config.learner_auto_promote = true);
+    let leader = c.leader().unwrap();
+    for i in 0..10 {
+        c.call(leader, put(&format!("k{i}"), "v")).unwrap();
+    }
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(4)],
+        is_learner: true,
+    });
+    let Ok(Response::MemberAdd(added)) = c.call(leader, add) else {
+        panic!("learner add failed");
+    };
+    let learner = added.member.unwrap();
+    // Not started: it stays a learner.
+    c.run_for(Duration::from_secs(1));
+    let listed = |c: &Cluster| {
+        c.node(leader)
+            .members()
+            .into_iter()
+            .find(|m| m.id == learner.id)
+            .map(|m| m.is_learner)
+    };
+    assert_eq!(listed(&c), Some(true));
+    let mut config = config(learner.id, &[1, 2, 3], ClusterState::Existing);
+    config.learner_auto_promote = true;
+    c.start(learner.id, config);
+    assert!(
+        c.run_until(Duration::from_secs(5), |c| listed(c) == Some(false)),
+        "the learner was not promoted"
+    );
+    c.run_for(Duration::from_millis(500));
+    assert!(!c.node(learner.id).is_learner());
+    assert_eq!(c.node(leader).members().len(), 4);
+}
+
+/// Without the gate a learner in sync stays a learner.
+#[test]
+fn without_auto_promote_a_learner_stays_one() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(4)],
+        is_learner: true,
+    });
+    let Ok(Response::MemberAdd(added)) = c.call(leader, add) else {
+        panic!("learner add failed");
+    };
+    let learner = added.member.unwrap();
+    c.start(
+        learner.id,
+        config(learner.id, &[1, 2, 3], ClusterState::Existing),
+    );
+    assert!(c.run_until(Duration::from_secs(5), |c| {
+        c.node(learner.id).applied_index() >= c.node(leader).applied_index()
+    }));
+    c.run_for(Duration::from_secs(1));
+    assert!(c.node(learner.id).is_learner());
+}

@@ -74,6 +74,9 @@ pub struct Config {
     /// Refuse membership changes that would leave fewer started voters
     /// than a quorum (`--strict-reconfig-check`, on by default).
     pub strict_reconfig_check: bool,
+    /// The leader promotes a learner once it is in sync
+    /// (`--feature-gates=LearnerAutoPromote=true`, off by default).
+    pub learner_auto_promote: bool,
     /// `--initial-cluster-token`: a member added at run time gets the ID
     /// its peer URLs and this token give, the ID it computes for itself
     /// when it starts with `--initial-cluster-state existing` (there is no
@@ -139,6 +142,7 @@ impl Config {
             snapshot_catch_up_entries: 5_000,
             max_learners: 1,
             strict_reconfig_check: true,
+            learner_auto_promote: false,
             cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: Duration::from_secs(300),

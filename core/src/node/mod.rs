@@ -68,6 +68,7 @@
 mod access;
 mod alarms;
 mod apply;
+mod auto_promote;
 mod io;
 mod leadership;
 mod lease_forward;
@@ -423,6 +424,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         self.raft.handle_timeout(self.now);
         self.handle_lease_timers();
+        self.auto_promote_learners();
         self.run_compactor();
         self.expire_requests();
         self.with_watches(|watches, cx| watches.handle_timeout(cx));

@@ -85,8 +85,8 @@ pub const FEATURE_GATES: &[Gate] = &[
     gate("FastLeaseKeepAlive", Stage::Beta, true, false),
     gate("PriorityRequest", Stage::Alpha, false, false),
     // oxetcd's: a learner in sync with the leader is promoted without
-    // `member promote` (not acted on yet).
-    gate("LearnerAutoPromote", Stage::Alpha, false, false),
+    // `member promote`.
+    gate("LearnerAutoPromote", Stage::Alpha, false, true),
     gate(ALL_ALPHA, Stage::Alpha, false, true),
     gate(ALL_BETA, Stage::Beta, false, true),
 ];
@@ -344,7 +344,7 @@ mod tests {
         );
         assert!(gates
             .not_acted_on()
-            .contains(&"--feature-gates=LearnerAutoPromote=true".to_owned()));
+            .contains(&"--feature-gates=PriorityRequest=true".to_owned()));
         let given = parse_gates(FEATURE_GATES, "AllBeta=false").unwrap();
         let gates = FeatureGates::resolve(FEATURE_GATES, &given);
         assert!(!gates.enabled("FastLeaseKeepAlive"));

@@ -290,6 +290,7 @@ impl Config {
             snapshot_catch_up_entries: self.snapshot_catchup_entries,
             max_learners: self.max_learners,
             strict_reconfig_check: self.strict_reconfig_check,
+            learner_auto_promote: self.feature_gates().enabled("LearnerAutoPromote"),
             cluster_token: self.initial_cluster_token.clone(),
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
