@@ -31,7 +31,10 @@
 //!
 //! Membership. Member add, remove and promote become raft membership
 //! entries whose context carries the member's record; a peer URL update is
-//! a normal entry. Once a leader is known, a member publishes its own name
+//! a normal entry. A follower forwards a promote to the leader, which alone
+//! knows whether the learner is in sync ([`lease_forward`]); with
+//! `learner_auto_promote` the leader promotes an in-sync learner itself
+//! ([`auto_promote`]). Once a leader is known, a member publishes its own name
 //! and client URLs through the log (as etcd's publish after start), again
 //! every election timeout until its record shows them. A member that
 //! applies its own removal reports it ([`Node::is_removed`]); the runtime
