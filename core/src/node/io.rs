@@ -77,6 +77,10 @@ pub struct Config {
     /// The leader promotes a learner once it is in sync
     /// (`--feature-gates=LearnerAutoPromote=true`, off by default).
     pub learner_auto_promote: bool,
+    /// A lease revoke is proposed up to twice the usual gap between the
+    /// last and the applied index (`--feature-gates=PriorityRequest=true`,
+    /// etcd 3.7's, off by default).
+    pub priority_request: bool,
     /// `--initial-cluster-token`: a member added at run time gets the ID
     /// its peer URLs and this token give, the ID it computes for itself
     /// when it starts with `--initial-cluster-state existing` (there is no
@@ -143,6 +147,7 @@ impl Config {
             max_learners: 1,
             strict_reconfig_check: true,
             learner_auto_promote: false,
+            priority_request: false,
             cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: Duration::from_secs(300),

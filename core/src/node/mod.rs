@@ -133,6 +133,11 @@ pub type RequestId = u64;
 /// between commit and apply.
 const UNAPPLIED_ENTRIES_MAX: u64 = 5_000;
 
+/// With `priority_request` (etcd 3.7's `PriorityRequest` gate), a client's
+/// lease revoke is still proposed up to this gap, so that leases can be
+/// revoked, and their keys freed, while a write burst is applied.
+const UNAPPLIED_PRIORITY_MAX: u64 = 10_000;
+
 /// Requests held while no leader is known, at most; beyond it they fail at
 /// once with `etcdserver: no leader`. Each holds a decoded request, so the
 /// bound is the runtime's own in-flight bound.

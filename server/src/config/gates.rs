@@ -83,7 +83,7 @@ pub const FEATURE_GATES: &[Gate] = &[
     gate("LeaseCheckpointPersist", Stage::Alpha, false, true),
     gate("SetMemberLocalAddr", Stage::Alpha, false, false),
     gate("FastLeaseKeepAlive", Stage::Beta, true, false),
-    gate("PriorityRequest", Stage::Alpha, false, false),
+    gate("PriorityRequest", Stage::Alpha, false, true),
     // oxetcd's: a learner in sync with the leader is promoted without
     // `member promote`.
     gate("LearnerAutoPromote", Stage::Alpha, false, true),
@@ -344,7 +344,7 @@ mod tests {
         );
         assert!(gates
             .not_acted_on()
-            .contains(&"--feature-gates=PriorityRequest=true".to_owned()));
+            .contains(&"--feature-gates=StopGRPCServiceOnDefrag=true".to_owned()));
         let given = parse_gates(FEATURE_GATES, "AllBeta=false").unwrap();
         let gates = FeatureGates::resolve(FEATURE_GATES, &given);
         assert!(!gates.enabled("FastLeaseKeepAlive"));
