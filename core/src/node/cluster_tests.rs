@@ -1170,3 +1170,36 @@ fn without_auto_promote_a_learner_stays_one() {
     c.run_for(Duration::from_secs(1));
     assert!(c.node(learner.id).is_learner());
 }
+
+/// With `fast_lease_keep_alive` (the default) the leader renews a lease it
+/// holds at once; without it the keep-alive waits for a read-index round,
+/// a heartbeat to the followers and their answers.
+fn keep_alive_answered_without_a_round(fast: bool) -> bool {
+    let mut c = Cluster::with(3, |config| config.fast_lease_keep_alive = fast);
+    let leader = c.leader().unwrap();
+    let grant = c.call(
+        leader,
+        Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 0 }),
+    );
+    let Ok(Response::LeaseGrant(grant)) = grant else {
+        panic!("{grant:?}");
+    };
+    let keep_alive = c.send(leader, keep_alive(grant.id));
+    c.drain(leader);
+    let at_once = c.members[&leader].answers.contains_key(&keep_alive);
+    let answered = c.run_until(CALL_TIME_MAX, |c| {
+        c.members[&leader].answers.contains_key(&keep_alive)
+    });
+    assert!(answered, "keep-alive never answered");
+    let Some(Ok(Response::LeaseKeepAlive(renewed))) = c.take_answer(leader, keep_alive) else {
+        panic!("keep-alive failed");
+    };
+    assert_eq!(renewed.ttl, 60);
+    at_once
+}
+
+#[test]
+fn a_fast_keep_alive_skips_the_read_index_round() {
+    assert!(keep_alive_answered_without_a_round(true));
+    assert!(!keep_alive_answered_without_a_round(false));
+}

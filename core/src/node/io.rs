@@ -81,6 +81,10 @@ pub struct Config {
     /// last and the applied index (`--feature-gates=PriorityRequest=true`,
     /// etcd 3.7's, off by default).
     pub priority_request: bool,
+    /// The leader answers a keep-alive for a lease it holds without a
+    /// read-index round (`--feature-gates=FastLeaseKeepAlive`, etcd 3.7's,
+    /// on by default).
+    pub fast_lease_keep_alive: bool,
     /// `--initial-cluster-token`: a member added at run time gets the ID
     /// its peer URLs and this token give, the ID it computes for itself
     /// when it starts with `--initial-cluster-state existing` (there is no
@@ -148,6 +152,7 @@ impl Config {
             strict_reconfig_check: true,
             learner_auto_promote: false,
             priority_request: false,
+            fast_lease_keep_alive: true,
             cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: Duration::from_secs(300),

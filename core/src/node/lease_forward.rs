@@ -221,7 +221,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Request::MemberPromote(r) => {
                 self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new())
             }
-            request => self.queue_read(ticket, ReadKind::Lease(request)),
+            request => self.serve_lease_as_leader(ticket, request),
         }
     }
 

@@ -639,7 +639,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     Some(leader) if leader != self.config.member_id => {
                         self.forward_lease(ticket, leader, request, who)
                     }
-                    _ => self.queue_read(ticket, ReadKind::Lease(request)),
+                    _ => self.serve_lease_as_leader(ticket, request),
                 }
             }
             Request::MemberAdd(r) => self.member_add(ticket, r),

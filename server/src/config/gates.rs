@@ -82,7 +82,7 @@ pub const FEATURE_GATES: &[Gate] = &[
     gate("LeaseCheckpoint", Stage::Alpha, false, true),
     gate("LeaseCheckpointPersist", Stage::Alpha, false, true),
     gate("SetMemberLocalAddr", Stage::Alpha, false, false),
-    gate("FastLeaseKeepAlive", Stage::Beta, true, false),
+    gate("FastLeaseKeepAlive", Stage::Beta, true, true),
     gate("PriorityRequest", Stage::Alpha, false, true),
     // oxetcd's: a learner in sync with the leader is promoted without
     // `member promote`.

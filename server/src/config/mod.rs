@@ -292,6 +292,7 @@ impl Config {
             strict_reconfig_check: self.strict_reconfig_check,
             learner_auto_promote: self.feature_gates().enabled("LearnerAutoPromote"),
             priority_request: self.feature_gates().enabled("PriorityRequest"),
+            fast_lease_keep_alive: self.feature_gates().enabled("FastLeaseKeepAlive"),
             cluster_token: self.initial_cluster_token.clone(),
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
