@@ -227,6 +227,188 @@ fn etcdctl_drives_membership_with_a_snapshot_catch_up() {
     eprintln!("membership test took {:?}", started.elapsed());
 }
 
+/// What `etcdctl member promote` said on a follower, for each case.
+#[derive(Debug, PartialEq, Eq)]
+struct PromoteErrors {
+    not_in_sync: String,
+    voter: String,
+    unknown: String,
+}
+
+/// The `Error: ...` line etcdctl printed.
+fn error_line(out: &etcdctl::Output) -> String {
+    out.stderr
+        .lines()
+        .find(|line| line.starts_with("Error:"))
+        .unwrap_or_else(|| panic!("no error from etcdctl: {out:?}"))
+        .to_owned()
+}
+
+/// Longest a refused promote may take: the follower relays the leader's
+/// answer, it does not wait out its request timeout.
+const PROMOTE_ANSWER_DEADLINE: Duration = Duration::from_secs(4);
+
+/// `etcdctl member promote` sent to a follower: a learner not yet started
+/// (so not in sync), a voter and an unknown member are refused with
+/// etcd's words, promptly; once the learner caught up, the promote
+/// succeeds and every member lists it as a voter.
+fn promote_through_a_follower(kinds: [ServerKind; 3], learner_kind: ServerKind) -> PromoteErrors {
+    let started = Instant::now();
+    let options = ClusterOptions::new("promote-test").deadlines(LEADER_DEADLINE, CATCH_UP_DEADLINE);
+    let mut cluster = Cluster::start(options, &kinds);
+    let leader = cluster.wait_leader();
+    let follower = (leader + 1) % 3;
+    let follower_address = cluster.members[follower].address();
+    ctl_ok(&follower_address, &["put", "k", "v"]);
+
+    let mut learner = cluster.new_member("m3", learner_kind);
+    let peer_url = learner.peer_url();
+    // etcd refuses changes until its members have been connected for a
+    // while ("unhealthy cluster"); oxetcd takes them at once.
+    let add_started = Instant::now();
+    loop {
+        let args = ["member", "add", "m3", "--learner", "--peer-urls", &peer_url];
+        let out = ctl(&follower_address, &args);
+        if out.code == 0 {
+            assert!(out.stdout.contains("added"), "{out:?}");
+            break;
+        }
+        assert!(
+            out.stderr.contains("etcdserver: unhealthy cluster")
+                && add_started.elapsed() < CATCH_UP_DEADLINE,
+            "member add failed: {out:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let learner_id = member_id(&follower_address, &peer_url);
+    let refused = |id: &str| {
+        let asked = Instant::now();
+        let out = ctl(&follower_address, &["member", "promote", id]);
+        assert_ne!(out.code, 0, "promote {id} succeeded: {out:?}");
+        assert!(
+            asked.elapsed() < PROMOTE_ANSWER_DEADLINE,
+            "promote {id} took {:?}: {out:?}",
+            asked.elapsed()
+        );
+        error_line(&out)
+    };
+    let not_in_sync = refused(&learner_id);
+    let voter_id = member_id(&follower_address, &cluster.members[leader].peer_url());
+    let voter = refused(&voter_id);
+    let unknown = refused("1234abcd");
+
+    let mut current: Vec<&oxetcd_tests::Member> = cluster.members.iter().collect();
+    current.push(&learner);
+    let initial = oxetcd_tests::cluster::initial_cluster(&current);
+    learner.start(&initial, "existing");
+    if let Err(e) = probe::wait_value(&learner.address(), "k", "v", true, CATCH_UP_DEADLINE) {
+        panic!("{e}\n--- learner ---\n{}", learner.log_tail());
+    }
+    let promote_started = Instant::now();
+    loop {
+        let out = ctl(&follower_address, &["member", "promote", &learner_id]);
+        if out.code == 0 {
+            assert!(out.stdout.contains("promoted"), "{out:?}");
+            break;
+        }
+        // Only "not in sync yet" may make it try again.
+        assert!(
+            out.stderr.contains("in sync with leader")
+                && promote_started.elapsed() < CATCH_UP_DEADLINE,
+            "promote through a follower kept failing: {out:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster.members.push(learner);
+    for member in 0..cluster.members.len() {
+        let list = ctl_ok(&cluster.members[member].address(), &["member", "list"]);
+        let until = Instant::now() + CATCH_UP_DEADLINE;
+        let mut list = list;
+        while list.contains(", true") && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+            list = ctl_ok(&cluster.members[member].address(), &["member", "list"]);
+        }
+        assert_eq!(list.lines().count(), 4, "{list}");
+        assert!(!list.contains(", true"), "a learner is left: {list}");
+    }
+    // The promoted member votes: writes still commit with it counted.
+    ctl_ok(&follower_address, &["put", "after", "promote"]);
+    cluster.wait_value(3, "after", "promote", false);
+    eprintln!("promote through a follower took {:?}", started.elapsed());
+    PromoteErrors {
+        not_in_sync,
+        voter,
+        unknown,
+    }
+}
+
+/// etcd's answers, which the oxetcd clusters must give word for word.
+fn etcd_promote_errors() -> PromoteErrors {
+    PromoteErrors {
+        not_in_sync: "Error: etcdserver: can only promote a learner member which is in sync \
+                      with leader"
+            .to_owned(),
+        voter: "Error: etcdserver: can only promote a learner member".to_owned(),
+        unknown: "Error: etcdserver: member not found".to_owned(),
+    }
+}
+
+#[test]
+fn a_learner_is_promoted_through_a_follower_on_a_mixed_cluster() {
+    let errors = promote_through_a_follower(MIXED, ServerKind::Oxetcd);
+    assert_eq!(errors, etcd_promote_errors());
+}
+
+#[test]
+fn a_learner_is_promoted_through_a_follower_on_oxetcd_smol() {
+    let errors = promote_through_a_follower([ServerKind::OxetcdSmol; 3], ServerKind::OxetcdSmol);
+    assert_eq!(errors, etcd_promote_errors());
+}
+
+/// The same steps on Debian's etcd give the words the oxetcd tests expect.
+#[test]
+fn etcd_promotes_through_a_follower_with_the_same_words() {
+    let errors = promote_through_a_follower([ServerKind::Etcd; 3], ServerKind::Etcd);
+    assert_eq!(errors, etcd_promote_errors());
+}
+
+/// `--feature-gates=LearnerAutoPromote=true`: a learner added with
+/// etcdctl becomes a voter once it caught up, with no `member promote`.
+#[test]
+fn learner_auto_promote_turns_an_in_sync_learner_into_a_voter() {
+    let started = Instant::now();
+    let mut cluster = Cluster::start(
+        options(&["--feature-gates=LearnerAutoPromote=true"]),
+        &MIXED,
+    );
+    let leader = cluster.wait_leader();
+    let leader_address = cluster.members[leader].address();
+    ctl_ok(&leader_address, &["put", "k", "v"]);
+    let learner = cluster.add_member(leader, "m3", ServerKind::OxetcdSmol, true);
+    let until = Instant::now() + CATCH_UP_DEADLINE;
+    let mut list = ctl_ok(&leader_address, &["member", "list"]);
+    while (list.lines().count() != 4 || list.contains(", true")) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        list = ctl_ok(&leader_address, &["member", "list"]);
+    }
+    assert_eq!(list.lines().count(), 4, "{list}");
+    assert!(
+        !list.contains(", true"),
+        "still a learner: {list}\n{}",
+        learner.log_tail()
+    );
+    assert!(
+        cluster.members.iter().any(|m| m
+            .log()
+            .contains("promoting a learner in sync with the leader")),
+        "no member said it promoted the learner"
+    );
+    cluster.members.push(learner);
+    ctl_ok(&leader_address, &["put", "after", "promote"]);
+    cluster.wait_value(3, "after", "promote", false);
+    eprintln!("auto-promote test took {:?}", started.elapsed());
+}
+
 /// Every member publishes its name and client URLs through the log, so
 /// `member list` shows them and etcdctl's `--cluster` flag reaches every
 /// member from one endpoint.

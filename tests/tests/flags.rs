@@ -92,6 +92,47 @@ fn unknown_and_malformed_flags_are_refused() {
     }
 }
 
+/// `--feature-gates` with an unknown gate or a value that is not a bool is
+/// refused with etcd's words, before anything is created.
+#[test]
+fn unknown_feature_gates_are_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("utf-8 path");
+    for binary in BINARIES {
+        refused(
+            binary,
+            &["--data-dir", data, "--feature-gates=NoSuchGate=true"],
+            "unrecognized feature gate: NoSuchGate",
+        );
+        refused(
+            binary,
+            &[
+                "--data-dir",
+                data,
+                "--feature-gates",
+                "InitialCorruptCheck=maybe",
+            ],
+            "invalid value of InitialCorruptCheck=maybe",
+        );
+        refused(
+            binary,
+            &[
+                "--data-dir",
+                data,
+                "--experimental-initial-corrupt-check=true",
+                "--feature-gates=InitialCorruptCheck=true",
+            ],
+            "cannot specify both flags: --experimental-initial-corrupt-check=true and \
+             --feature-gates=InitialCorruptCheck=true at the same time",
+        );
+        assert!(
+            !dir.path().join("data").exists(),
+            "{binary} created the data dir although its feature gates were refused"
+        );
+    }
+}
+
 #[test]
 fn unusable_data_dir_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");

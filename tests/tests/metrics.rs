@@ -55,6 +55,11 @@ const FAMILIES: &[(&str, Type, &[&str])] = &[
     ("etcd_cluster_version", Type::Gauge, &["cluster_version"]),
     ("etcd_server_id", Type::Gauge, &["server_id"]),
     (
+        "etcd_server_feature_enabled",
+        Type::Gauge,
+        &["name", "stage"],
+    ),
+    (
         "etcd_server_heartbeat_send_failures_total",
         Type::Counter,
         &[],
@@ -319,6 +324,11 @@ struct Single {
 }
 
 fn start_single(kind: ServerKind) -> Single {
+    start_single_with(kind, &[])
+}
+
+/// [`start_single`] with `flags` too.
+fn start_single_with(kind: ServerKind, flags: &[&str]) -> Single {
     let data = tempfile::tempdir().unwrap();
     let client_url = Ports::Kernel.http_url();
     let metrics_url = Ports::Kernel.http_url();
@@ -329,7 +339,8 @@ fn start_single(kind: ServerKind) -> Single {
         vec![client_url.clone()],
         Ports::Kernel.http_url(),
     )
-    .flags(&["--listen-metrics-urls", metrics_url.as_str()]);
+    .flags(&["--listen-metrics-urls", metrics_url.as_str()])
+    .flags(flags);
     Single {
         server: start_ready(&launch),
         launch,
@@ -352,6 +363,83 @@ fn start_ready(launch: &Launch) -> Server {
         std::thread::sleep(Duration::from_millis(20));
     }
     server
+}
+
+/// etcd's gates: name, stage label, default.
+const GATES: &[(&str, &str, bool)] = &[
+    ("StopGRPCServiceOnDefrag", "ALPHA", false),
+    ("InitialCorruptCheck", "ALPHA", false),
+    ("CompactHashCheck", "ALPHA", false),
+    ("TxnModeWriteWithSharedBuffer", "BETA", true),
+    ("LeaseCheckpoint", "ALPHA", false),
+    ("LeaseCheckpointPersist", "ALPHA", false),
+    ("SetMemberLocalAddr", "ALPHA", false),
+    ("FastLeaseKeepAlive", "BETA", true),
+    ("PriorityRequest", "ALPHA", false),
+    ("LearnerAutoPromote", "ALPHA", false),
+    ("AllAlpha", "ALPHA", false),
+    ("AllBeta", "BETA", false),
+];
+
+/// `etcd_server_feature_enabled` shows every gate with its stage, at its
+/// default unless set; `--feature-gates=InitialCorruptCheck=true` runs
+/// the initial corruption check before the member serves.
+fn feature_gates(kind: ServerKind) {
+    let plain = start_single(kind);
+    let scrape = Metrics::get(&plain.metrics);
+    for &(name, stage, default) in GATES {
+        let labels = [("name", name), ("stage", stage)];
+        assert_eq!(
+            scrape.value("etcd_server_feature_enabled", &labels),
+            f64::from(u8::from(default)),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        scrape.samples("etcd_server_feature_enabled").len(),
+        GATES.len()
+    );
+    assert!(!plain
+        .server
+        .log()
+        .contains("starting initial corruption check"));
+
+    let gated = start_single_with(
+        kind,
+        &["--feature-gates=InitialCorruptCheck=true,FastLeaseKeepAlive=false"],
+    );
+    let scrape = Metrics::get(&gated.client);
+    let on = |name: &str, stage: &str| {
+        scrape.value(
+            "etcd_server_feature_enabled",
+            &[("name", name), ("stage", stage)],
+        )
+    };
+    assert_eq!(on("InitialCorruptCheck", "ALPHA"), 1.0);
+    assert_eq!(on("FastLeaseKeepAlive", "BETA"), 0.0);
+    assert_eq!(on("TxnModeWriteWithSharedBuffer", "BETA"), 1.0);
+    let log = gated.server.log();
+    assert!(
+        log.contains("starting initial corruption check")
+            && log.contains("initial corruption checking passed"),
+        "{}",
+        gated.server.log_tail()
+    );
+    assert!(
+        log.contains("Setting ALPHA feature gate InitialCorruptCheck=true"),
+        "{}",
+        gated.server.log_tail()
+    );
+}
+
+#[test]
+fn oxetcd_shows_its_feature_gates() {
+    feature_gates(ServerKind::Oxetcd);
+}
+
+#[test]
+fn oxetcd_smol_shows_its_feature_gates() {
+    feature_gates(ServerKind::OxetcdSmol);
 }
 
 /// Every family with etcd's type and labels, on the client port and the

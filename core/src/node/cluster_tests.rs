@@ -696,6 +696,12 @@ fn a_learner_catches_up_by_snapshot_refuses_clients_and_is_promoted() {
     // Not started yet: it cannot be promoted.
     let promote = Request::MemberPromote(MemberPromoteRequest { id: learner.id });
     assert_eq!(c.call(leader, promote.clone()), Err(Error::LearnerNotReady));
+    // A follower asks the leader, which alone knows, and relays its answer.
+    let follower = c.followers()[0];
+    assert_eq!(
+        c.call(follower, promote.clone()),
+        Err(Error::LearnerNotReady)
+    );
 
     let mut config = config(learner.id, &[1, 2, 3], ClusterState::Existing);
     config.snapshot_count = 20;
@@ -725,11 +731,21 @@ fn a_learner_catches_up_by_snapshot_refuses_clients_and_is_promoted() {
     assert!(status.is_learner);
     assert_eq!(status.leader, leader);
 
-    let Ok(Response::MemberPromote(promoted)) = c.call(leader, promote.clone()) else {
-        panic!("promote failed");
+    // Promoted through a follower, as etcdctl pointed at any member does.
+    let Ok(Response::MemberPromote(promoted)) = c.call(follower, promote.clone()) else {
+        panic!("promote through a follower failed");
     };
     assert!(promoted.members.iter().all(|m| !m.is_learner));
-    assert_eq!(c.call(leader, promote), Err(Error::MemberNotLearner));
+    assert_eq!(
+        promoted.header.as_ref().map(|h| h.member_id),
+        Some(follower),
+        "the header is the asked member's, as etcd's"
+    );
+    assert_eq!(
+        c.call(leader, promote.clone()),
+        Err(Error::MemberNotLearner)
+    );
+    assert_eq!(c.call(follower, promote), Err(Error::MemberNotLearner));
     c.run_for(Duration::from_millis(500));
     assert!(!c.node(learner.id).is_learner());
     assert_eq!(values(c.call(learner.id, get("k00", false))), vec!["v"]);
@@ -763,10 +779,16 @@ fn member_updates_go_through_the_log_and_bad_input_gets_etcds_errors() {
         is_learner: false,
     });
     assert_eq!(c.call(leader, bad), Err(Error::MemberBadUrls));
-    let missing = Request::MemberPromote(MemberPromoteRequest { id: 0x99 });
-    assert_eq!(c.call(leader, missing), Err(Error::MemberNotFound));
+    let missing_again = || Request::MemberPromote(MemberPromoteRequest { id: 0x99 });
+    assert_eq!(c.call(leader, missing_again()), Err(Error::MemberNotFound));
     let voter = Request::MemberPromote(MemberPromoteRequest { id: follower });
-    assert_eq!(c.call(leader, voter), Err(Error::MemberNotLearner));
+    assert_eq!(c.call(leader, voter.clone()), Err(Error::MemberNotLearner));
+    // The same answers through a follower, which asks the leader.
+    assert_eq!(
+        c.call(follower, missing_again()),
+        Err(Error::MemberNotFound)
+    );
+    assert_eq!(c.call(follower, voter), Err(Error::MemberNotLearner));
     // With one of three down, adding a voter would leave two running of
     // four: etcd refuses.
     let down = c.followers().into_iter().find(|&f| f != follower).unwrap();
@@ -1085,3 +1107,99 @@ fn followers_forward_lease_requests_to_the_leader() {
 
 #[path = "alarm_tests.rs"]
 mod alarm_tests;
+
+/// `LearnerAutoPromote`: the leader promotes a learner once it is in sync,
+/// and not before it has started.
+#[test]
+fn with_auto_promote_an_in_sync_learner_becomes_a_voter_by_itself() {
+    let mut c = Cluster::with(3, |config| config.learner_auto_promote = true);
+    let leader = c.leader().unwrap();
+    for i in 0..10 {
+        c.call(leader, put(&format!("k{i}"), "v")).unwrap();
+    }
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(4)],
+        is_learner: true,
+    });
+    let Ok(Response::MemberAdd(added)) = c.call(leader, add) else {
+        panic!("learner add failed");
+    };
+    let learner = added.member.unwrap();
+    // Not started: it stays a learner.
+    c.run_for(Duration::from_secs(1));
+    let listed = |c: &Cluster| {
+        c.node(leader)
+            .members()
+            .into_iter()
+            .find(|m| m.id == learner.id)
+            .map(|m| m.is_learner)
+    };
+    assert_eq!(listed(&c), Some(true));
+    let mut config = config(learner.id, &[1, 2, 3], ClusterState::Existing);
+    config.learner_auto_promote = true;
+    c.start(learner.id, config);
+    assert!(
+        c.run_until(Duration::from_secs(5), |c| listed(c) == Some(false)),
+        "the learner was not promoted"
+    );
+    c.run_for(Duration::from_millis(500));
+    assert!(!c.node(learner.id).is_learner());
+    assert_eq!(c.node(leader).members().len(), 4);
+}
+
+/// Without the gate a learner in sync stays a learner.
+#[test]
+fn without_auto_promote_a_learner_stays_one() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().unwrap();
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(4)],
+        is_learner: true,
+    });
+    let Ok(Response::MemberAdd(added)) = c.call(leader, add) else {
+        panic!("learner add failed");
+    };
+    let learner = added.member.unwrap();
+    c.start(
+        learner.id,
+        config(learner.id, &[1, 2, 3], ClusterState::Existing),
+    );
+    assert!(c.run_until(Duration::from_secs(5), |c| {
+        c.node(learner.id).applied_index() >= c.node(leader).applied_index()
+    }));
+    c.run_for(Duration::from_secs(1));
+    assert!(c.node(learner.id).is_learner());
+}
+
+/// With `fast_lease_keep_alive` (the default) the leader renews a lease it
+/// holds at once; without it the keep-alive waits for a read-index round,
+/// a heartbeat to the followers and their answers.
+fn keep_alive_answered_without_a_round(fast: bool) -> bool {
+    let mut c = Cluster::with(3, |config| config.fast_lease_keep_alive = fast);
+    let leader = c.leader().unwrap();
+    let grant = c.call(
+        leader,
+        Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 0 }),
+    );
+    let Ok(Response::LeaseGrant(grant)) = grant else {
+        panic!("{grant:?}");
+    };
+    let keep_alive = c.send(leader, keep_alive(grant.id));
+    c.drain(leader);
+    let at_once = c.members[&leader].answers.contains_key(&keep_alive);
+    let answered = c.run_until(CALL_TIME_MAX, |c| {
+        c.members[&leader].answers.contains_key(&keep_alive)
+    });
+    assert!(answered, "keep-alive never answered");
+    let Some(Ok(Response::LeaseKeepAlive(renewed))) = c.take_answer(leader, keep_alive) else {
+        panic!("keep-alive failed");
+    };
+    assert_eq!(renewed.ttl, 60);
+    at_once
+}
+
+#[test]
+fn a_fast_keep_alive_skips_the_read_index_round() {
+    assert!(keep_alive_answered_without_a_round(true));
+    assert!(!keep_alive_answered_without_a_round(false));
+}

@@ -74,6 +74,17 @@ pub struct Config {
     /// Refuse membership changes that would leave fewer started voters
     /// than a quorum (`--strict-reconfig-check`, on by default).
     pub strict_reconfig_check: bool,
+    /// The leader promotes a learner once it is in sync
+    /// (`--feature-gates=LearnerAutoPromote=true`, off by default).
+    pub learner_auto_promote: bool,
+    /// A lease revoke is proposed up to twice the usual gap between the
+    /// last and the applied index (`--feature-gates=PriorityRequest=true`,
+    /// etcd 3.7's, off by default).
+    pub priority_request: bool,
+    /// The leader answers a keep-alive for a lease it holds without a
+    /// read-index round (`--feature-gates=FastLeaseKeepAlive`, etcd 3.7's,
+    /// on by default).
+    pub fast_lease_keep_alive: bool,
     /// `--initial-cluster-token`: a member added at run time gets the ID
     /// its peer URLs and this token give, the ID it computes for itself
     /// when it starts with `--initial-cluster-state existing` (there is no
@@ -139,6 +150,9 @@ impl Config {
             snapshot_catch_up_entries: 5_000,
             max_learners: 1,
             strict_reconfig_check: true,
+            learner_auto_promote: false,
+            priority_request: false,
+            fast_lease_keep_alive: true,
             cluster_token: crate::ids::DEFAULT_CLUSTER_TOKEN.to_owned(),
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: Duration::from_secs(300),

@@ -1,4 +1,12 @@
-//! Lease keep-alives and time-to-live queries that reach a follower.
+//! Lease keep-alives, time-to-live queries and member promotes that reach
+//! a follower.
+//!
+//! A promote goes to the leader as well: only the leader knows whether the
+//! learner is in sync with it, as in etcd, whose follower forwards the
+//! promote over peer HTTP. The leader checks and proposes it as if a client
+//! had asked it, and its answer (the member list, or etcd's refusal:
+//! member not found, not a learner, not in sync, too few started) goes
+//! back to the follower over the same messages as a lease answer.
 //!
 //! Only the leader knows when leases expire, so a follower forwards these
 //! two requests to it, as etcd's followers do over their peer HTTP. Ours go
@@ -41,7 +49,7 @@ use tracing::debug;
 
 use crate::auth::AuthInfo;
 
-use oxetcd_proto::eraftpb::{Message, MessageType};
+use oxetcd_proto::eraftpb::{ConfChangeType, Message, MessageType};
 use oxetcd_proto::etcdserverpb::{LeaseTimeToLiveRequest, LeaseTimeToLiveResponse};
 use oxetcd_proto::oxetcdpb::{
     lease_forward, lease_forward_answer, lease_forward_request, LeaseForward, LeaseForwardAnswer,
@@ -77,14 +85,37 @@ const ERROR_NOT_LEADER: u32 = 1;
 const ERROR_TOO_MANY_REQUESTS: u32 = 2;
 const ERROR_TIMEOUT: u32 = 3;
 const ERROR_STOPPED: u32 = 4;
+const ERROR_MEMBER_NOT_FOUND: u32 = 5;
+const ERROR_MEMBER_NOT_LEARNER: u32 = 6;
+const ERROR_LEARNER_NOT_READY: u32 = 7;
+const ERROR_MEMBER_NOT_ENOUGH_STARTED: u32 = 8;
 
 fn error_code(error: &Error) -> u32 {
     match error {
         Error::NotLeader | Error::LeaderChanged | Error::NoLeader => ERROR_NOT_LEADER,
         Error::TooManyRequests => ERROR_TOO_MANY_REQUESTS,
         Error::Timeout => ERROR_TIMEOUT,
+        Error::MemberNotFound => ERROR_MEMBER_NOT_FOUND,
+        Error::MemberNotLearner => ERROR_MEMBER_NOT_LEARNER,
+        Error::LearnerNotReady => ERROR_LEARNER_NOT_READY,
+        Error::MemberNotEnoughStarted => ERROR_MEMBER_NOT_ENOUGH_STARTED,
         _ => ERROR_STOPPED,
     }
+}
+
+/// The error a follower answers its client for a leader's error code
+/// (`None`: the leader no longer leads; dispatch again).
+fn code_error(code: u32) -> Option<Error> {
+    Some(match code {
+        ERROR_NOT_LEADER => return None,
+        ERROR_TOO_MANY_REQUESTS => Error::TooManyRequests,
+        ERROR_TIMEOUT => Error::Timeout,
+        ERROR_MEMBER_NOT_FOUND => Error::MemberNotFound,
+        ERROR_MEMBER_NOT_LEARNER => Error::MemberNotLearner,
+        ERROR_LEARNER_NOT_READY => Error::LearnerNotReady,
+        ERROR_MEMBER_NOT_ENOUGH_STARTED => Error::MemberNotEnoughStarted,
+        _ => Error::Stopped,
+    })
 }
 
 /// True for a message that carries a lease forward rather than a proposal.
@@ -95,8 +126,9 @@ pub(super) fn is_lease_forward(message: &Message) -> bool {
 }
 
 impl<L: LogStore, K: KvStore> Node<L, K> {
-    /// A keep-alive or time-to-live on a follower goes to the leader (the
-    /// caller checked that one is known and it is not this member).
+    /// A keep-alive, time-to-live or promote on a follower goes to the
+    /// leader (the caller checked that one is known and it is not this
+    /// member).
     pub(super) fn forward_lease(
         &mut self,
         ticket: Ticket,
@@ -113,6 +145,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     ..*r
                 })
             }
+            Request::MemberPromote(r) => lease_forward_request::Request::MemberPromote(*r),
             other => {
                 debug!(?other, "not a forwarded lease request");
                 return self.answer(ticket, Err(Error::Unimplemented("this request")));
@@ -170,6 +203,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let request = match forwarded.request {
             Some(lease_forward_request::Request::KeepAlive(r)) => Request::LeaseKeepAlive(r),
             Some(lease_forward_request::Request::TimeToLive(r)) => Request::LeaseTimeToLive(r),
+            Some(lease_forward_request::Request::MemberPromote(r)) => Request::MemberPromote(r),
             None => return debug!(from, "lease forward without a request; dropped"),
         };
         let origin = Origin::Peer {
@@ -183,7 +217,12 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             return self.reply_forwarded(from, forwarded.id, Err(Error::TooManyRequests));
         }
         let ticket = self.admit_origin(origin);
-        self.queue_read(ticket, ReadKind::Lease(request));
+        match request {
+            Request::MemberPromote(r) => {
+                self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new())
+            }
+            request => self.serve_lease_as_leader(ticket, request),
+        }
     }
 
     /// Sends the answer to a forwarded request back to its follower.
@@ -196,6 +235,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let result = match result {
             Ok(Response::LeaseKeepAlive(r)) => lease_forward_answer::Result::KeepAlive(r),
             Ok(Response::LeaseTimeToLive(r)) => lease_forward_answer::Result::TimeToLive(r),
+            Ok(Response::MemberPromote(r)) => lease_forward_answer::Result::MemberPromote(r),
             Ok(other) => {
                 debug!(
                     ?other,
@@ -235,14 +275,17 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 r.header = header;
                 Ok(Response::LeaseTimeToLive(r))
             }
+            Some(lease_forward_answer::Result::MemberPromote(mut r)) => {
+                r.header = header;
+                Ok(Response::MemberPromote(r))
+            }
             // It no longer leads: wait until this member learns who does,
             // then dispatch again (see `redispatch_forwarded`).
-            Some(lease_forward_answer::Result::Error(ERROR_NOT_LEADER)) => return,
-            Some(lease_forward_answer::Result::Error(ERROR_TOO_MANY_REQUESTS)) => {
-                Err(Error::TooManyRequests)
-            }
-            Some(lease_forward_answer::Result::Error(ERROR_TIMEOUT)) => Err(Error::Timeout),
-            Some(lease_forward_answer::Result::Error(_)) | None => Err(Error::Stopped),
+            Some(lease_forward_answer::Result::Error(code)) => match code_error(code) {
+                Some(e) => Err(e),
+                None => return,
+            },
+            None => Err(Error::Stopped),
         };
         let forwarded = self.forwarded.remove(&answer.id).expect("checked");
         let wants_keys = matches!(forwarded.request, Request::LeaseTimeToLive(r) if r.keys);

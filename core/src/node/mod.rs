@@ -31,7 +31,10 @@
 //!
 //! Membership. Member add, remove and promote become raft membership
 //! entries whose context carries the member's record; a peer URL update is
-//! a normal entry. Once a leader is known, a member publishes its own name
+//! a normal entry. A follower forwards a promote to the leader, which alone
+//! knows whether the learner is in sync ([`lease_forward`]); with
+//! `learner_auto_promote` the leader promotes an in-sync learner itself
+//! ([`auto_promote`]). Once a leader is known, a member publishes its own name
 //! and client URLs through the log (as etcd's publish after start), again
 //! every election timeout until its record shows them. A member that
 //! applies its own removal reports it ([`Node::is_removed`]); the runtime
@@ -68,6 +71,7 @@
 mod access;
 mod alarms;
 mod apply;
+mod auto_promote;
 mod io;
 mod leadership;
 mod lease_forward;
@@ -128,6 +132,11 @@ pub type RequestId = u64;
 /// new writes are refused with `etcdserver: too many requests`: etcd's gap
 /// between commit and apply.
 const UNAPPLIED_ENTRIES_MAX: u64 = 5_000;
+
+/// With `priority_request` (etcd 3.7's `PriorityRequest` gate), a client's
+/// lease revoke is still proposed up to this gap, so that leases can be
+/// revoked, and their keys freed, while a write burst is applied.
+const UNAPPLIED_PRIORITY_MAX: u64 = 10_000;
 
 /// Requests held while no leader is known, at most; beyond it they fail at
 /// once with `etcdserver: no leader`. Each holds a decoded request, so the
@@ -423,6 +432,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         self.raft.handle_timeout(self.now);
         self.handle_lease_timers();
+        self.auto_promote_learners();
         self.run_compactor();
         self.expire_requests();
         self.with_watches(|watches, cx| watches.handle_timeout(cx));
@@ -629,16 +639,20 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     Some(leader) if leader != self.config.member_id => {
                         self.forward_lease(ticket, leader, request, who)
                     }
-                    _ => self.queue_read(ticket, ReadKind::Lease(request)),
+                    _ => self.serve_lease_as_leader(ticket, request),
                 }
             }
             Request::MemberAdd(r) => self.member_add(ticket, r),
             Request::MemberRemove(r) => {
                 self.member_change(ticket, ConfChangeType::RemoveNode, r.id, Bytes::new())
             }
-            Request::MemberPromote(r) => {
-                self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new())
-            }
+            // Only the leader knows whether a learner is in sync with it.
+            Request::MemberPromote(r) => match self.raft.leader() {
+                Some(leader) if leader != self.config.member_id => {
+                    self.forward_lease(ticket, leader, Request::MemberPromote(r), who)
+                }
+                _ => self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new()),
+            },
             Request::MoveLeader(r) => self.move_leader(ticket, r.target_id),
             other => {
                 debug!(?other, "request kind not dispatched");

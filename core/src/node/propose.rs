@@ -30,7 +30,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             return self.hold_entry(ticket, proposal_id, entry_type, data);
         };
         if leader == self.config.member_id {
-            if self.unapplied() >= UNAPPLIED_ENTRIES_MAX {
+            if self.too_many_unapplied(entry_type, &data) {
                 return self.answer(ticket, Err(Error::TooManyRequests));
             }
             let proposed = match entry_type {
@@ -75,6 +75,23 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             .proposed(proposal_id, ticket, leadership, None, data);
     }
 
+    /// Whether the entry must wait for the applied index to catch up
+    /// (etcd's `etcdserver: too many requests`): past the usual gap, only a
+    /// client's lease revoke with `priority_request` on, up to its own gap.
+    /// The entry is decoded only past the usual gap.
+    fn too_many_unapplied(&self, entry_type: EntryType, data: &Bytes) -> bool {
+        let unapplied = self.unapplied();
+        if unapplied < UNAPPLIED_ENTRIES_MAX {
+            return false;
+        }
+        let priority = self.config.priority_request
+            && unapplied < UNAPPLIED_PRIORITY_MAX
+            && entry_type == EntryType::EntryNormal
+            && Proposal::decode(data.as_ref())
+                .is_ok_and(|p| matches!(p.request, Some(proposal::Request::LeaseRevoke(_))));
+        !priority
+    }
+
     pub(super) fn unapplied(&self) -> u64 {
         self.raft
             .last_index()
@@ -107,7 +124,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         for entry in message.take_entries().into_vec() {
             if entry.data.len() > self.config.max_request_bytes
-                || self.unapplied() >= UNAPPLIED_ENTRIES_MAX
+                || self.too_many_unapplied(entry.entry_type, &entry.data)
             {
                 debug!(
                     from = message.from,

@@ -265,6 +265,23 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
     }
 
+    /// A lease request this member serves as leader. With
+    /// `fast_lease_keep_alive` (etcd 3.7's `FastLeaseKeepAlive`) a
+    /// keep-alive for a lease the lessor holds is answered at once; every
+    /// other one waits for a read-index round, so that the applied state
+    /// covers every lease granted before it arrived.
+    pub(super) fn serve_lease_as_leader(&mut self, ticket: Ticket, request: Request) {
+        let fast = matches!(&request, Request::LeaseKeepAlive(r)
+            if self.config.fast_lease_keep_alive
+                && self.raft.role() == Role::Leader
+                && self.lessor.contains(r.id));
+        if fast {
+            self.answer_lease_read(ticket, request);
+        } else {
+            self.queue_read(ticket, ReadKind::Lease(request));
+        }
+    }
+
     pub(super) fn answer_lease_read(&mut self, ticket: Ticket, request: Request) {
         let header = Some(self.header());
         let response = match request {

@@ -754,3 +754,44 @@ fn metrics_count_operations_and_live_keys() {
         .keys_counted(crate::live_keys(&view, revision).unwrap());
     assert_eq!(restarted.node.metrics().keys, 3, "a, c, and d since");
 }
+
+/// Past etcd's gap of 5,000 unapplied entries a write is refused with
+/// `etcdserver: too many requests`; a lease revoke too, unless
+/// `priority_request` is on, which lets it in up to twice the gap.
+fn revoke_past_the_gap(priority_request: bool) -> Option<Result<Response, Error>> {
+    use oxetcd_proto::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest};
+    let mut config = Config::single("test");
+    config.priority_request = priority_request;
+    let mut h = Harness::started(config, MemoryLog::default(), MemoryKv::default());
+    h.settle();
+    let grant = h.call(1, Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 0 }));
+    let Ok(Response::LeaseGrant(grant)) = grant else {
+        panic!("{grant:?}");
+    };
+    // Nothing persisted, so nothing applied: the gap grows by one a put.
+    for id in 0..UNAPPLIED_ENTRIES_MAX {
+        h.put(10 + id, "k", "v");
+    }
+    assert_eq!(h.node.unapplied(), UNAPPLIED_ENTRIES_MAX);
+    h.put(9, "k", "one too many");
+    assert_eq!(h.answer(9), Some(Err(Error::TooManyRequests)));
+    let revoke = Request::LeaseRevoke(LeaseRevokeRequest { id: grant.id });
+    h.member
+        .node
+        .handle(h.now, Input::Client(2, revoke, Credentials::Anonymous));
+    h.drain();
+    let refused = h.answer(2);
+    h.settle();
+    refused.or_else(|| h.answer(2))
+}
+
+#[test]
+fn only_a_priority_lease_revoke_passes_the_unapplied_gap() {
+    assert_eq!(
+        revoke_past_the_gap(false),
+        Some(Err(Error::TooManyRequests))
+    );
+    let Some(Ok(Response::LeaseRevoke(_))) = revoke_past_the_gap(true) else {
+        panic!("the priority revoke was not proposed and applied");
+    };
+}

@@ -11,12 +11,13 @@ use super::cluster::{parse_initial_cluster, parse_raft_timing, ClusterState};
 use super::flags::{
     self, Replacement, Support, SNAPSHOT_COUNT_DEFAULT, WATCH_PROGRESS_NOTIFY_INTERVAL_MIN,
 };
+use super::gates::{gate_warnings, FeatureGates, FEATURE_GATES};
 use super::logging::Logging;
 use super::parse::{from_source, Given};
 use super::settings::{Pending, Settings};
 use super::tls::{parse_client_tls, parse_peer_tls, Switches};
 use super::urls::{parse_listen_urls, parse_urls, ListenUrl};
-use super::values::{invalid, Value, FEATURE_GATES};
+use super::values::{invalid, Value};
 use super::{Config, ConfigError};
 
 /// The configuration `settings` describe; an error names the flag as given
@@ -28,7 +29,10 @@ pub(super) fn config(
 ) -> Result<Config, ConfigError> {
     check_support(given, &settings, &mut warnings).map_err(|e| locate(e, given))?;
     let gates = feature_gates(given, &settings).map_err(|e| locate(e, given))?;
-    for gate in unsupported_gates(&gates) {
+    if let Some(Value::Gates(explicit)) = settings.get("feature-gates") {
+        warnings.extend(gate_warnings(FEATURE_GATES, explicit));
+    }
+    for gate in FeatureGates::resolve(FEATURE_GATES, &gates).not_acted_on() {
         warnings.push(format!("not yet supported: {gate}"));
     }
     build(given, settings, gates, warnings).map_err(|e| locate(e, given))
@@ -282,31 +286,6 @@ fn feature_gates(
         gates.insert(gate.to_owned(), on);
     }
     Ok(gates)
-}
-
-/// Whether oxetcd does what `gate` says: it always checkpoints lease
-/// TTLs and persists them, and it runs the corruption checks when asked.
-fn gate_supported(gate: &str) -> bool {
-    matches!(
-        gate,
-        "LeaseCheckpoint" | "LeaseCheckpointPersist" | "InitialCorruptCheck" | "CompactHashCheck"
-    )
-}
-
-/// The gates set differently from their default that oxetcd does not act
-/// on, as `--feature-gates=Name=value` words.
-fn unsupported_gates(gates: &BTreeMap<String, bool>) -> Vec<String> {
-    gates
-        .iter()
-        .filter(|(name, on)| {
-            let default = FEATURE_GATES
-                .iter()
-                .find(|(g, _)| g == name)
-                .map(|(_, d)| *d);
-            default != Some(**on) && !gate_supported(name)
-        })
-        .map(|(name, on)| format!("--feature-gates={name}={on}"))
-        .collect()
 }
 
 /// `error` with the source of the value it names, when that value came

@@ -1,6 +1,7 @@
 //! The `--help` and `--version` texts, laid out as etcd's.
 
 use super::flags::{self, Flag, Replacement, Support};
+use super::gates::{Stage, FEATURE_GATES};
 
 /// The `--help` text: etcd's usage lines, then every group of the flag
 /// table with each flag's default and help.
@@ -37,6 +38,9 @@ fn entry(flag: &Flag) -> String {
             format!("{} Deprecated: use --feature-gates={gate}=true.", flag.help)
         }
         Replacement::Deprecated(message) => format!("{} {message}", flag.help),
+        Replacement::None if flag.name == "feature-gates" => {
+            format!("{}\n    {}", flag.help, known_gates().join("\n    "))
+        }
         Replacement::None => flag.help.to_owned(),
     };
     let note = match flag.support {
@@ -49,6 +53,25 @@ fn entry(flag: &Flag) -> String {
         flag.name,
         flag.default.replace('\'', "\\'")
     )
+}
+
+/// etcd's list of the gates one may set: alpha and beta ones, sorted, as
+/// `Name=true|false (STAGE - default=bool)`.
+fn known_gates() -> Vec<String> {
+    let mut known: Vec<String> = FEATURE_GATES
+        .iter()
+        .filter(|g| matches!(g.stage, Stage::Alpha | Stage::Beta))
+        .map(|g| {
+            format!(
+                "{}=true|false ({} - default={})",
+                g.name,
+                g.stage.label(),
+                g.default
+            )
+        })
+        .collect();
+    known.sort();
+    known
 }
 
 /// The `--version` text, in etcd's shape (tools parse its first line to

@@ -27,6 +27,7 @@ mod cluster;
 mod discovery;
 mod file;
 mod flags;
+mod gates;
 mod help;
 mod logging;
 mod parse;
@@ -44,6 +45,7 @@ use std::time::Duration;
 
 pub use cluster::{ClusterState, InitialMember};
 pub use discovery::{Discovery, V3Discovery};
+pub use gates::{FeatureGates, Gate, Stage, FEATURE_GATES};
 pub use help::{usage, version};
 pub use logging::{LogFormat, LogLevel, LogOutput, Logging};
 pub use parse::parse;
@@ -213,11 +215,13 @@ impl Config {
     /// starts (`--experimental-initial-corrupt-check`, 3.6's
     /// `--feature-gates=InitialCorruptCheck=true`).
     pub fn initial_corrupt_check(&self) -> bool {
-        self.pending
-            .feature_gates
-            .get("InitialCorruptCheck")
-            .copied()
-            .unwrap_or(false)
+        self.feature_gates().enabled("InitialCorruptCheck")
+    }
+
+    /// Every feature gate's value: set by `--feature-gates` (or an old
+    /// `--experimental-*` switch), by `AllAlpha`/`AllBeta`, or its default.
+    pub fn feature_gates(&self) -> FeatureGates {
+        FeatureGates::resolve(FEATURE_GATES, &self.pending.feature_gates)
     }
 
     /// How often the leader compares the hashes recorded at compactions
@@ -225,9 +229,9 @@ impl Config {
     /// 3.6's `--feature-gates=CompactHashCheck=true`, every
     /// `--compact-hash-check-time`).
     pub fn compact_hash_check(&self) -> Option<Duration> {
-        let on = self.pending.feature_gates.get("CompactHashCheck").copied();
+        let on = self.feature_gates().enabled("CompactHashCheck");
         let every = self.pending.compact_hash_check_time;
-        (on == Some(true) && !every.is_zero()).then_some(every)
+        (on && !every.is_zero()).then_some(every)
     }
 
     /// When requests are slow enough to warn about
@@ -286,6 +290,9 @@ impl Config {
             snapshot_catch_up_entries: self.snapshot_catchup_entries,
             max_learners: self.max_learners,
             strict_reconfig_check: self.strict_reconfig_check,
+            learner_auto_promote: self.feature_gates().enabled("LearnerAutoPromote"),
+            priority_request: self.feature_gates().enabled("PriorityRequest"),
+            fast_lease_keep_alive: self.feature_gates().enabled("FastLeaseKeepAlive"),
             cluster_token: self.initial_cluster_token.clone(),
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,

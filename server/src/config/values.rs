@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::gates::{parse_gates, FEATURE_GATES};
 use super::urls::{check_url, split_list};
 use super::ConfigError;
 use crate::auth_token::{self, AuthTokenSpec};
@@ -77,21 +78,6 @@ pub enum Value {
     /// Feature gates by name.
     Gates(BTreeMap<String, bool>),
 }
-
-/// etcd's server feature gates (3.6 and 3.7): name, default.
-pub(super) const FEATURE_GATES: &[(&str, bool)] = &[
-    ("StopGRPCServiceOnDefrag", false),
-    ("InitialCorruptCheck", false),
-    ("CompactHashCheck", false),
-    ("TxnModeWriteWithSharedBuffer", true),
-    ("LeaseCheckpoint", false),
-    ("LeaseCheckpointPersist", false),
-    ("SetMemberLocalAddr", false),
-    ("FastLeaseKeepAlive", true),
-    ("PriorityRequest", false),
-    ("AllAlpha", false),
-    ("AllBeta", false),
-];
 
 impl Kind {
     /// Parses `text` given for `flag`.
@@ -272,33 +258,7 @@ fn parse_feature_gates(
     flag: &'static str,
     value: &str,
 ) -> Result<BTreeMap<String, bool>, ConfigError> {
-    let mut gates = BTreeMap::new();
-    for pair in split_list(value) {
-        let Some((name, on)) = pair.split_once('=') else {
-            return Err(invalid(
-                flag,
-                value,
-                format!("missing bool value for {pair}"),
-            ));
-        };
-        let name = name.trim();
-        if !FEATURE_GATES.iter().any(|(known, _)| *known == name) {
-            return Err(invalid(
-                flag,
-                value,
-                format!("unrecognized feature gate: {name}"),
-            ));
-        }
-        let on = parse_bool(flag, on.trim()).map_err(|_| {
-            invalid(
-                flag,
-                value,
-                format!("invalid value of {name}={}", on.trim()),
-            )
-        })?;
-        gates.insert(name.to_owned(), on);
-    }
-    Ok(gates)
+    parse_gates(FEATURE_GATES, value).map_err(|reason| invalid(flag, value, reason))
 }
 
 /// `--auto-compaction-retention`: a Go duration, or a non-negative number

@@ -76,6 +76,9 @@ pub struct MetricsSettings {
     pub quota_backend_bytes: u64,
     /// The backend's file, measured at each scrape; `None`: not measured.
     pub backend_file: Option<PathBuf>,
+    /// Every feature gate: name, stage label, on
+    /// (`etcd_server_feature_enabled`).
+    pub feature_gates: Vec<(&'static str, &'static str, bool)>,
 }
 
 impl MetricsSettings {
@@ -91,6 +94,11 @@ impl MetricsSettings {
                     .join(oxetcd_storage::MEMBER_DIR)
                     .join(oxetcd_storage::KV_FILE),
             ),
+            feature_gates: config
+                .feature_gates()
+                .iter()
+                .map(|(gate, on)| (gate.name, gate.stage.label(), on))
+                .collect(),
         }
     }
 }
@@ -156,6 +164,16 @@ impl Metrics {
             &["server_id"],
         );
         server_id.with_label_values(&[member_id.as_str()]).set(1);
+        let features = r.gauge_vec(
+            "etcd_server_feature_enabled",
+            "Whether a feature gate is enabled (1) or not (0), by name and stage.",
+            &["name", "stage"],
+        );
+        for (name, stage, on) in &settings.feature_gates {
+            features
+                .with_label_values(&[*name, *stage])
+                .set(i64::from(*on));
+        }
         let quota = r.gauge(
             "etcd_server_quota_backend_bytes",
             "Current backend storage quota size in bytes.",
@@ -360,11 +378,16 @@ mod tests {
     fn every_family_registers_once_and_encodes() {
         let metrics = Metrics::new(&MetricsSettings {
             member_id: 0x8e9e05c52164694d,
+            feature_gates: vec![("InitialCorruptCheck", "ALPHA", true), ("Done", "", false)],
             ..Default::default()
         });
         let text = String::from_utf8(metrics.encode()).unwrap();
         assert!(text.contains("# TYPE etcd_server_leader_changes_seen_total counter\n"));
         assert!(text.contains("etcd_server_id{server_id=\"8e9e05c52164694d\"} 1\n"));
+        assert!(text.contains(
+            "etcd_server_feature_enabled{name=\"InitialCorruptCheck\",stage=\"ALPHA\"} 1\n"
+        ));
+        assert!(text.contains("etcd_server_feature_enabled{name=\"Done\",stage=\"\"} 0\n"));
         assert!(text.contains("etcd_cluster_version{cluster_version=\"3.6\"} 1\n"));
         assert!(text.contains("etcd_server_quota_backend_bytes 2147483648\n"));
         assert!(text.contains("etcd_disk_wal_fsync_duration_seconds_bucket{le=\"0.001\"} 0\n"));

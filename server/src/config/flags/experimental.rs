@@ -18,10 +18,8 @@ const FLAGS: &[Flag] = &[
         "feature-gates",
         Kind::FeatureGates,
         "",
-        "A set of key=value pairs that describe server level feature gates for alpha/experimental \
-         features: StopGRPCServiceOnDefrag, InitialCorruptCheck, CompactHashCheck, \
-         TxnModeWriteWithSharedBuffer, LeaseCheckpoint, LeaseCheckpointPersist, \
-         SetMemberLocalAddr, FastLeaseKeepAlive, PriorityRequest, AllAlpha, AllBeta.",
+        "Comma-separated list of feature gate enablement in the format of feature=true|false. \
+         Options are:",
     ),
     wired(
         "corrupt-check-time",

@@ -253,7 +253,17 @@ fn not_yet_supported_values_are_logged_and_stored() {
         !config
             .warnings
             .iter()
-            .any(|w| w.contains("LeaseCheckpoint")),
+            .any(|w| w.contains("not yet supported") && w.contains("LeaseCheckpoint")),
+        "{:?}",
+        config.warnings
+    );
+    // Alpha gates set explicitly are warned about, as alpha.
+    assert!(
+        config.warnings.contains(
+            &"Setting ALPHA feature gate LeaseCheckpoint=true: it may change or be removed in \
+              a future release."
+                .to_owned()
+        ),
         "{:?}",
         config.warnings
     );

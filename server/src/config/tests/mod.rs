@@ -210,6 +210,14 @@ fn help_and_version() {
     ));
     assert!(version().starts_with("etcd Version: 3.6.0\n"));
     assert!(usage("oxetcd").contains("\n  --max-request-bytes '1572864'\n"));
+    // etcd lists the alpha and beta gates, sorted, with stage and default.
+    assert!(usage("oxetcd").contains(
+        "feature=true|false. Options are:\n    AllAlpha=true|false (ALPHA - default=false)\n    \
+         AllBeta=true|false (BETA - default=false)\n    \
+         CompactHashCheck=true|false (ALPHA - default=false)\n"
+    ));
+    assert!(usage("oxetcd")
+        .contains("\n    TxnModeWriteWithSharedBuffer=true|false (BETA - default=true)"));
 }
 
 #[test]
