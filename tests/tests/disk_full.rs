@@ -1,0 +1,262 @@
+//! A full disk, as a user meets it: a member (oxetcd and oxetcd-smol)
+//! whose data dir is on a small tmpfs that the test fills.
+//!
+//! While the disk is full, puts fail with `ResourceExhausted` `etcdserver:
+//! no space left on device` (the put whose log write met the full disk
+//! waits, unacknowledged, until space returns), gets still answer, and the
+//! process keeps running. Once the filler is removed, the waiting put lands
+//! and new puts succeed. Every acknowledged put is readable, then again
+//! after a `kill -9` and a restart on the same data dir.
+//!
+//! Mounting needs root: the test fails, saying so, when not run as root.
+//! Every wait is bounded.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use oxetcd_proto::etcdserverpb::{PutRequest, RangeRequest};
+use oxetcd_tests::{Grpc, Server, ServerKind};
+
+/// The filesystem the data dir lives on: one 64 MiB WAL segment, the
+/// backend, and room to fill.
+const TMPFS_SIZE: &str = "128m";
+
+/// gRPC's `ResourceExhausted`.
+const RESOURCE_EXHAUSTED: i32 = 8;
+
+const DISK_FULL: &str = "etcdserver: no space left on device";
+
+/// Longest to wait for the member to see the disk full, or space back.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A refused put must be answered at once, not after a timeout.
+const REFUSAL_MAX: Duration = Duration::from_secs(3);
+
+const POLL: Duration = Duration::from_millis(100);
+
+#[test]
+fn oxetcd_refuses_writes_on_a_full_disk_and_resumes() {
+    refuses_writes_and_resumes(ServerKind::Oxetcd);
+}
+
+#[test]
+fn oxetcd_smol_refuses_writes_on_a_full_disk_and_resumes() {
+    refuses_writes_and_resumes(ServerKind::OxetcdSmol);
+}
+
+/// A tmpfs of [`TMPFS_SIZE`] mounted on a temp dir; unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount() -> Self {
+        let uid = Command::new("id")
+            .arg("-u")
+            .output()
+            .expect("running id -u");
+        assert_eq!(
+            String::from_utf8_lossy(&uid.stdout).trim(),
+            "0",
+            "disk_full mounts a small tmpfs to fill it: run this test as root"
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={TMPFS_SIZE}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("running mount");
+        assert!(status.success(), "mount -t tmpfs failed: {status}");
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let unmounted = Command::new("umount")
+            .arg(self.dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            // Detach it at least, so the temp dir can go.
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+}
+
+/// Fills the filesystem holding `dir` with `dir/filler` until a write
+/// fails for want of space; returns its path.
+fn fill(dir: &Path) -> PathBuf {
+    let path = dir.join("filler");
+    let mut file = File::create(&path).expect("creating the filler");
+    for chunk_bytes in [1 << 20, 4096] {
+        let chunk = vec![7u8; chunk_bytes];
+        // Bounded: the tmpfs holds 128 MiB.
+        let mut full = false;
+        for _ in 0..(256 << 20) / chunk_bytes {
+            if let Err(e) = file.write_all(&chunk) {
+                assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{e}");
+                full = true;
+                break;
+            }
+        }
+        assert!(full, "{} never filled", dir.display());
+    }
+    path
+}
+
+fn put(client: &mut Grpc, key: &str, value: &str) -> Result<(), (i32, String)> {
+    let request = PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        ..Default::default()
+    };
+    client
+        .put(request)
+        .map(|_| ())
+        .map_err(|f| (f.code, f.message))
+}
+
+/// The value of `key`, read linearizably or serializably.
+fn get(client: &mut Grpc, key: &str, serializable: bool) -> Option<Vec<u8>> {
+    let request = RangeRequest {
+        key: key.as_bytes().to_vec(),
+        serializable,
+        ..Default::default()
+    };
+    let response = client
+        .range(request)
+        .unwrap_or_else(|f| panic!("get {key} (serializable: {serializable}): {f:?}"));
+    response.kvs.into_iter().next().map(|kv| kv.value)
+}
+
+/// Every acknowledged put reads back, both ways.
+fn check_all(client: &mut Grpc, acked: &[(String, String)]) {
+    for (key, value) in acked {
+        for serializable in [false, true] {
+            assert_eq!(
+                get(client, key, serializable).as_deref(),
+                Some(value.as_bytes()),
+                "acknowledged {key} (serializable: {serializable})"
+            );
+        }
+    }
+}
+
+fn connect(server: &Server) -> Grpc {
+    Grpc::connect(server.endpoint()).expect("connect")
+}
+
+fn refuses_writes_and_resumes(kind: ServerKind) {
+    let tmpfs = Tmpfs::mount();
+    let data_dir = tmpfs.path().join("data");
+    let mut server = Server::start_in(kind, &data_dir).expect("start");
+    let mut client = connect(&server);
+    let mut acked = Vec::new();
+    for i in 0..10 {
+        let (key, value) = (format!("before/{i}"), format!("v{i}"));
+        put(&mut client, &key, &value).expect("put before the disk fills");
+        acked.push((key, value));
+    }
+
+    let filler = fill(tmpfs.path());
+    // This put's log write meets the full disk: it is not acknowledged
+    // while the disk is full, and lands once space returns.
+    let endpoint = server.endpoint().to_owned();
+    let waiting = std::thread::spawn(move || {
+        let mut client = Grpc::connect(&endpoint).expect("connect");
+        put(&mut client, "waiting", "w")
+    });
+
+    // Once the member has met the full disk, later puts are refused at
+    // once with the disk-full error.
+    let started = Instant::now();
+    while !server.log().contains("the disk is full") {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the member never met the full disk\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(POLL);
+    }
+    for i in 0..5 {
+        let asked = Instant::now();
+        assert_eq!(
+            put(&mut client, &format!("refused/{i}"), "x"),
+            Err((RESOURCE_EXHAUSTED, DISK_FULL.to_owned()))
+        );
+        assert!(
+            asked.elapsed() < REFUSAL_MAX,
+            "refused after {:?}",
+            asked.elapsed()
+        );
+    }
+    check_all(&mut client, &acked);
+    assert_eq!(get(&mut client, "waiting", true), None, "not durable yet");
+    assert!(
+        server.is_running(),
+        "the member exited\n{}",
+        server.log_tail()
+    );
+
+    fs::remove_file(filler).expect("removing the filler");
+    let started = Instant::now();
+    while put(&mut client, "after/0", "a0").is_err() {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "puts never resumed\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(POLL);
+    }
+    acked.push(("after/0".to_owned(), "a0".to_owned()));
+    for i in 1..10 {
+        let (key, value) = (format!("after/{i}"), format!("a{i}"));
+        put(&mut client, &key, &value).expect("put after space returned");
+        acked.push((key, value));
+    }
+    // The waiting put was written once space returned; its client may
+    // have given up by then, but the write is there.
+    let waited = waiting.join().expect("the waiting put's thread");
+    if waited.is_ok() {
+        acked.push(("waiting".to_owned(), "w".to_owned()));
+    }
+    assert_eq!(
+        get(&mut client, "waiting", false).as_deref(),
+        Some(&b"w"[..])
+    );
+    for i in 0..5 {
+        let key = format!("refused/{i}");
+        assert_eq!(get(&mut client, &key, false), None, "refused {key} landed");
+    }
+    check_all(&mut client, &acked);
+    assert!(
+        server.is_running(),
+        "the member exited\n{}",
+        server.log_tail()
+    );
+
+    server.kill();
+    drop(client);
+    let server = Server::start_in(kind, &data_dir).expect("restart");
+    let mut client = connect(&server);
+    check_all(&mut client, &acked);
+    assert_eq!(
+        get(&mut client, "waiting", false).as_deref(),
+        Some(&b"w"[..])
+    );
+    put(&mut client, "restarted", "r").expect("put after the restart");
+    drop(client);
+    drop(server);
+    drop(tmpfs);
+}
