@@ -8,6 +8,9 @@
 //! and new puts succeed. Every acknowledged put is readable, then again
 //! after a `kill -9` and a restart on the same data dir.
 //!
+//! A member asked to stop (SIGTERM) while its disk is full stops cleanly
+//! and promptly, and restarts with every acknowledged put.
+//!
 //! Mounting needs root: the test fails, saying so, when not run as root.
 //! Every wait is bounded.
 
@@ -45,6 +48,16 @@ fn oxetcd_refuses_writes_on_a_full_disk_and_resumes() {
 #[test]
 fn oxetcd_smol_refuses_writes_on_a_full_disk_and_resumes() {
     refuses_writes_and_resumes(ServerKind::OxetcdSmol);
+}
+
+#[test]
+fn oxetcd_stops_cleanly_with_a_full_disk() {
+    stops_cleanly_while_full(ServerKind::Oxetcd);
+}
+
+#[test]
+fn oxetcd_smol_stops_cleanly_with_a_full_disk() {
+    stops_cleanly_while_full(ServerKind::OxetcdSmol);
 }
 
 /// A tmpfs of [`TMPFS_SIZE`] mounted on a temp dir; unmounted on drop.
@@ -153,6 +166,19 @@ fn check_all(client: &mut Grpc, acked: &[(String, String)]) {
     }
 }
 
+/// Waits until the member logs that it met the full disk.
+fn wait_full(server: &Server) {
+    let started = Instant::now();
+    while !server.log().contains("the disk is full") {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the member never met the full disk\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
 fn connect(server: &Server) -> Grpc {
     Grpc::connect(server.endpoint()).expect("connect")
 }
@@ -180,15 +206,7 @@ fn refuses_writes_and_resumes(kind: ServerKind) {
 
     // Once the member has met the full disk, later puts are refused at
     // once with the disk-full error.
-    let started = Instant::now();
-    while !server.log().contains("the disk is full") {
-        assert!(
-            started.elapsed() < DEADLINE,
-            "the member never met the full disk\n{}",
-            server.log_tail()
-        );
-        std::thread::sleep(POLL);
-    }
+    wait_full(&server);
     for i in 0..5 {
         let asked = Instant::now();
         assert_eq!(
@@ -256,6 +274,40 @@ fn refuses_writes_and_resumes(kind: ServerKind) {
         Some(&b"w"[..])
     );
     put(&mut client, "restarted", "r").expect("put after the restart");
+    drop(client);
+    drop(server);
+    drop(tmpfs);
+}
+
+fn stops_cleanly_while_full(kind: ServerKind) {
+    let tmpfs = Tmpfs::mount();
+    let data_dir = tmpfs.path().join("data");
+    let mut server = Server::start_in(kind, &data_dir).expect("start");
+    let mut client = connect(&server);
+    let acked = vec![("before".to_owned(), "v".to_owned())];
+    put(&mut client, "before", "v").expect("put before the disk fills");
+    let filler = fill(tmpfs.path());
+    let endpoint = server.endpoint().to_owned();
+    let waiting = std::thread::spawn(move || {
+        let mut client = Grpc::connect(&endpoint).expect("connect");
+        put(&mut client, "waiting", "w")
+    });
+    wait_full(&server);
+    drop(client);
+    let status = server
+        .terminate(DEADLINE)
+        .unwrap_or_else(|e| panic!("stopping with a full disk: {e}"));
+    assert!(status.success(), "{status}\n{}", server.log_tail());
+    assert!(
+        waiting.join().expect("the waiting put's thread").is_err(),
+        "the unwritten put was acknowledged"
+    );
+
+    fs::remove_file(filler).expect("removing the filler");
+    let server = Server::start_in(kind, &data_dir).expect("restart");
+    let mut client = connect(&server);
+    check_all(&mut client, &acked);
+    put(&mut client, "after", "a").expect("put after the restart");
     drop(client);
     drop(server);
     drop(tmpfs);

@@ -16,9 +16,17 @@
 //!
 //! etcd has no such state (its member exits); this is not etcd's NOSPACE
 //! alarm either, which is about the backend quota, is replicated, and
-//! clears only when an operator disarms it. Any other storage error stays
-//! final, and so does a full disk met by a backend commit or a sync: the
-//! WAL's reserve is what keeps the backend from meeting one.
+//! clears only when an operator disarms it.
+//!
+//! The backend: a sync that fails for want of space (before a log
+//! compaction, or when the member stops) is not final either. The
+//! compaction is skipped, and a stopping member stops as after a crash:
+//! the backend comes back at its last durable commit and the log, never
+//! compacted past it, replays the rest. A backend commit while applying
+//! entries stays final (the apply step changes the node's memory too):
+//! the WAL's reserve is what keeps it from meeting a full disk, since no
+//! entry is logged, so none applied, while less than the reserve is
+//! free. Any other storage error stays final.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

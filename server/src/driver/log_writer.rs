@@ -78,9 +78,16 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
             }
             LogJob::Compact(index) => {
                 // The log is the durable record of what the backend holds
-                // only as far as the backend is durable.
-                if let Err(e) = kv.sync() {
-                    fatal("syncing the backend", &e);
+                // only as far as the backend is durable: no sync, no
+                // compaction.
+                match kv.sync() {
+                    Ok(()) => {}
+                    Err(e @ StorageError::DiskFull { .. }) => {
+                        warn!(error = %e, "syncing the backend failed for want of space; the raft log is not compacted");
+                        done();
+                        continue;
+                    }
+                    Err(e) => fatal("syncing the backend", &e),
                 }
                 match log.compact(index + 1) {
                     Ok(()) => {}

@@ -137,8 +137,14 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     // the node is half written.
     drop(executor.log);
     let _ = writer.join();
-    if let Err(e) = kv.sync() {
-        fatal("syncing the backend", &e);
+    match kv.sync() {
+        Ok(()) => {}
+        // As after a crash: the backend comes back at its last durable
+        // commit and the log, never compacted past it, replays the rest.
+        Err(e @ StorageError::DiskFull { .. }) => {
+            warn!(error = %e, "syncing the backend failed for want of space; the log replays it at the next start");
+        }
+        Err(e) => fatal("syncing the backend", &e),
     }
     info!("node stopped");
     match ending {
