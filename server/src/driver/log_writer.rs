@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Instant;
 
-use oxetcd_core::storage::StorageError;
-
-use oxetcd_core::storage::{KvStore, KvWrite, LogStore};
+use oxetcd_core::storage::{KvStore, KvWrite, LogStore, StorageError};
 use oxetcd_storage::snapshot as backend_snapshot;
 use tracing::{info, warn};
 
