@@ -8,6 +8,10 @@
 //! and new puts succeed. Every acknowledged put is readable, then again
 //! after a `kill -9` and a restart on the same data dir.
 //!
+//! In a three-member cluster (both binaries), a member whose disk is full
+//! refuses the writes it is sent and serves serializable reads; the
+//! other two go on writing, and it catches up once space returns.
+//!
 //! A member asked to stop (SIGTERM) while its disk is full stops cleanly
 //! and promptly, and restarts with every acknowledged put.
 //!
@@ -21,7 +25,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use oxetcd_proto::etcdserverpb::{PutRequest, RangeRequest};
-use oxetcd_tests::{Grpc, Server, ServerKind};
+use oxetcd_tests::{Grpc, Launch, Ports, Server, ServerKind};
 
 /// The filesystem the data dir lives on: one 64 MiB WAL segment, the
 /// backend, and room to fill.
@@ -310,5 +314,119 @@ fn stops_cleanly_while_full(kind: ServerKind) {
     put(&mut client, "after", "a").expect("put after the restart");
     drop(client);
     drop(server);
+    drop(tmpfs);
+}
+
+#[test]
+fn a_cluster_member_with_a_full_disk_refuses_writes_and_catches_up() {
+    let tmpfs = Tmpfs::mount();
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let kinds = [
+        ServerKind::Oxetcd,
+        ServerKind::OxetcdSmol,
+        ServerKind::OxetcdSmol,
+    ];
+    let names = ["m0", "m1", "full"];
+    let data_dirs = [
+        scratch.path().join("m0"),
+        scratch.path().join("m1"),
+        tmpfs.path().join("data"),
+    ];
+    let peers: Vec<String> = (0..3).map(|_| Ports::BELOW_EPHEMERAL.http_url()).collect();
+    let initial_cluster = names
+        .iter()
+        .zip(&peers)
+        .map(|(name, peer)| format!("{name}={peer}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let launches: Vec<Launch> = (0..3)
+        .map(|i| {
+            Launch::new(
+                kinds[i],
+                names[i],
+                &data_dirs[i],
+                vec![Ports::BELOW_EPHEMERAL.http_url()],
+                peers[i].clone(),
+            )
+            .member(&peers[i], &initial_cluster, "new", "disk-full")
+        })
+        .collect();
+    let servers: Vec<Server> = launches
+        .iter()
+        .map(|l| l.start().unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let mut clients: Vec<Grpc> = servers.iter().map(connect).collect();
+    let started = Instant::now();
+    while put(&mut clients[0], "quorum", "q").is_err() {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no quorum\n{}",
+            servers[0].log_tail()
+        );
+        std::thread::sleep(POLL);
+    }
+    let mut acked = vec![("quorum".to_owned(), "q".to_owned())];
+    let status = clients[2].status().expect("status of the member to fill");
+    let full_id = status.header.map_or(0, |h| h.member_id);
+    let full_leads = status.leader == full_id;
+
+    let filler = fill(tmpfs.path());
+    // A write reaches the member to fill either way: its own client's, or
+    // the leader's replication of one through another member.
+    let endpoint = servers[if full_leads { 2 } else { 0 }]
+        .endpoint()
+        .to_owned();
+    let waiting = std::thread::spawn(move || {
+        let mut client = Grpc::connect(&endpoint).expect("connect");
+        put(&mut client, "waiting", "w")
+    });
+    wait_full(&servers[2]);
+    for i in 0..3 {
+        assert_eq!(
+            put(&mut clients[2], &format!("refused/{i}"), "x"),
+            Err((RESOURCE_EXHAUSTED, DISK_FULL.to_owned())),
+            "a put through the member with the full disk"
+        );
+    }
+    assert_eq!(
+        get(&mut clients[2], "quorum", true).as_deref(),
+        Some(&b"q"[..]),
+        "a serializable read on the member with the full disk"
+    );
+    // The other two are a quorum: writes through them go on, even when
+    // the leader is the member that cannot log (it replicates what it is
+    // sent before its own write).
+    for i in 0..5 {
+        let (key, value) = (format!("while-full/{i}"), format!("f{i}"));
+        put(&mut clients[1], &key, &value).expect("a put while one member is full");
+        acked.push((key, value));
+    }
+
+    fs::remove_file(filler).expect("removing the filler");
+    let started = Instant::now();
+    while put(&mut clients[2], "after", "a").is_err() {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "puts never resumed\n{}",
+            servers[2].log_tail()
+        );
+        std::thread::sleep(POLL);
+    }
+    acked.push(("after".to_owned(), "a".to_owned()));
+    let _ = waiting.join().expect("the waiting put's thread");
+    acked.push(("waiting".to_owned(), "w".to_owned()));
+    for (i, client) in clients.iter_mut().enumerate() {
+        let started = Instant::now();
+        // Linearizable reads first: they wait for the member to catch up.
+        for (key, value) in &acked {
+            while get(client, key, false).as_deref() != Some(value.as_bytes()) {
+                assert!(started.elapsed() < DEADLINE, "{key} on member {i}");
+                std::thread::sleep(POLL);
+            }
+        }
+        check_all(client, &acked);
+    }
+    drop(clients);
+    drop(servers);
     drop(tmpfs);
 }
