@@ -127,7 +127,10 @@ mod tests {
     #[test]
     fn a_refused_peer_name_is_told_in_etcds_words() {
         let refused = rustls::Error::InvalidCertificate(CertificateError::NotValidForName);
-        assert_eq!(go_reason(&refused), "client certificate authentication failed");
+        assert_eq!(
+            go_reason(&refused),
+            "client certificate authentication failed"
+        );
     }
 
     #[test]
