@@ -2,6 +2,14 @@
 //!
 //! Clients match on these strings, so they come from this one table and
 //! nowhere else. The server turns [`Error::code`] into a gRPC status.
+//!
+//! [`Error::DiskFull`] has no etcd counterpart (etcd exits when its disk
+//! fills). It is answered with gRPC's `ResourceExhausted`, whose definition
+//! names a full file system, and `etcdserver: no space left on device`, in
+//! etcd's style. It is not etcd's NOSPACE alarm: that one is about the
+//! backend quota, is replicated, and clears only when an operator disarms
+//! it; a full disk is local to one member and clears by itself once space
+//! returns.
 
 use std::fmt;
 
@@ -93,6 +101,9 @@ pub enum Error {
     TooManyRequests,
     /// The backend quota is exhausted, or a NOSPACE alarm is active.
     NoSpace,
+    /// The member's disk is full: its log cannot be written, so no write
+    /// is admitted until space returns (reads are still served).
+    DiskFull,
     /// A CORRUPT alarm is active: no write is served.
     Corrupt,
     /// The named lease does not exist.
@@ -184,7 +195,7 @@ impl Error {
             | Self::KeyNotFound
             | Self::RequestTooLarge => Code::InvalidArgument,
             Self::Compacted | Self::FutureRevision => Code::OutOfRange,
-            Self::TooManyRequests | Self::NoSpace => Code::ResourceExhausted,
+            Self::TooManyRequests | Self::NoSpace | Self::DiskFull => Code::ResourceExhausted,
             Self::Corrupt => Code::DataLoss,
             Self::LeaseNotFound => Code::NotFound,
             Self::LeaseExists => Code::FailedPrecondition,
@@ -252,6 +263,7 @@ impl Error {
             Self::RequestTooLarge => "etcdserver: request is too large",
             Self::TooManyRequests => "etcdserver: too many requests",
             Self::NoSpace => "etcdserver: mvcc: database space exceeded",
+            Self::DiskFull => "etcdserver: no space left on device",
             Self::Corrupt => "etcdserver: corrupt cluster",
             Self::LeaseNotFound => "etcdserver: requested lease not found",
             Self::LeaseExists => "etcdserver: lease already exists",

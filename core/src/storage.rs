@@ -399,7 +399,8 @@ pub trait LogStore: Clone + Send + Sync + 'static {
     /// Durably appends `entries` (replacing any stored entries at or after
     /// the first one's index) and stores `hard_state` if given, then
     /// returns. Called by the runtime for `Output::Persist`; fsync means
-    /// fsync.
+    /// fsync. A [`StorageError::DiskFull`] leaves the log as it was, so the
+    /// same append may be retried once space returns.
     fn append(&self, entries: &[Entry], hard_state: Option<&HardState>)
         -> Result<(), StorageError>;
 

@@ -376,7 +376,10 @@ fn log_matches_model(ops: Vec<LogOp>) -> TestResult {
 }
 
 /// Small segments, so that the operations rotate and release segments.
-const SMALL_SEGMENTS: WalOptions = WalOptions { segment_bytes: 512 };
+const SMALL_SEGMENTS: WalOptions = WalOptions {
+    segment_bytes: 512,
+    reserve_bytes: 0,
+};
 
 fn wal_matches_model(ops: Vec<LogOp>) -> TestResult {
     let dir = tempfile::tempdir().unwrap();

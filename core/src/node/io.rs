@@ -235,6 +235,16 @@ pub enum Input {
         /// First revision it was not sent.
         from_revision: i64,
     },
+    /// The runtime's log writes fail for want of space (`full`), or
+    /// succeed again (`!full`). While full, new client writes are refused
+    /// with [`crate::Error::DiskFull`] instead of queueing behind a write
+    /// that cannot be made durable; reads are served as usual. The runtime
+    /// keeps retrying the failed write and acknowledges it only once it
+    /// is durable.
+    DiskFull {
+        /// Whether the disk is full.
+        full: bool,
+    },
     /// The runtime delivered an `Output::WatchCatchUp` up to `upto` (see
     /// [`crate::watch::CatchUpOutcome::input`]).
     WatchCaughtUp {

@@ -218,6 +218,9 @@ pub struct Node<L: LogStore, K: KvStore> {
     removed: bool,
     /// Alarms and the bytes in use the quota is judged on.
     alarms: AlarmState,
+    /// The runtime reported that its log writes fail for want of space
+    /// ([`Input::DiskFull`]): new writes are refused until it clears.
+    disk_full: bool,
     /// What the runtime's metrics read ([`Node::metrics`]).
     counters: metrics::Counters,
 }
@@ -329,6 +332,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             publication: Publication::default(),
             removed: false,
             alarms,
+            disk_full: false,
             counters: metrics::Counters::default(),
             config,
         };
@@ -360,6 +364,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Input::SnapshotReceived { message } => self.raft.step(self.now, message),
             Input::SnapshotSent { to, delivered } => self.raft.report_snapshot(to, delivered),
             Input::Unreachable { to } => self.raft.report_unreachable(to),
+            Input::DiskFull { full } => self.disk_full = full,
             Input::Watch {
                 stream,
                 request,
@@ -588,6 +593,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         if let Err(e) = self.check_alarms_and_quota(&write) {
             return self.answer(ticket, Err(e));
+        }
+        if self.disk_full {
+            return self.answer(ticket, Err(Error::DiskFull));
         }
         let proposal = Proposal {
             id: self.next_proposal_id(),

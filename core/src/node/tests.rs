@@ -402,6 +402,46 @@ fn writes_during_an_fsync_share_the_next_one() {
     }
 }
 
+/// While the runtime reports a full disk, a write waiting for its log
+/// write stays unanswered (it is not durable), new writes are refused with
+/// the disk-full error, and reads are answered; once space returns the
+/// waiting write lands and writes are admitted again.
+#[test]
+fn a_full_disk_refuses_new_writes_but_serves_reads() {
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    h.put(1, "k", "v1");
+    h.settle();
+    assert!(matches!(h.answer(1), Some(Ok(Response::Put(_)))));
+    h.put(2, "k", "v2");
+    assert_eq!(h.held_persists(), 1, "the write of v2 is out");
+    h.member.node.handle(h.now, Input::DiskFull { full: true });
+    h.put(3, "other", "x");
+    assert_eq!(h.answer(3), Some(Err(Error::DiskFull)));
+    assert_eq!(
+        Error::DiskFull.code(),
+        crate::error::Code::ResourceExhausted
+    );
+    assert_eq!(
+        Error::DiskFull.message(),
+        "etcdserver: no space left on device"
+    );
+    assert!(h.answer(2).is_none(), "v2 is not durable yet");
+    h.get(4, "k");
+    assert_eq!(h.range_answer(4).kvs[0].value, b"v1", "reads are served");
+
+    // The runtime's retry succeeds: space is back.
+    h.member.node.handle(h.now, Input::DiskFull { full: false });
+    h.settle();
+    assert!(matches!(h.answer(2), Some(Ok(Response::Put(_)))));
+    h.put(5, "other", "y");
+    h.settle();
+    assert!(matches!(h.answer(5), Some(Ok(Response::Put(_)))));
+    h.get(6, "k");
+    assert_eq!(h.range_answer(6).kvs[0].value, b"v2");
+    h.get(7, "other");
+    assert_eq!(h.range_answer(7).kvs[0].value, b"y");
+}
+
 #[test]
 fn linearizable_read_waits_for_pending_apply() {
     let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());

@@ -3,7 +3,10 @@
 //! [`StorageError`] has one variant per cause, so that a caller can tell a
 //! full disk (free space and restart) from damaged data (restore a snapshot or
 //! let the member rejoin) from a broken invariant (a bug). Every variant is
-//! final: a node that sees one stops, and an fsync error is never retried.
+//! final for the node: one that sees one stops, and an fsync error is never
+//! retried. A runtime may retry a log append that failed with
+//! [`StorageError::DiskFull`] itself, without telling the node it was
+//! durable: the log guarantees such a failure changed nothing.
 //!
 //! core names no redb or `std::fs` type, yet the implementation's own error
 //! stays reachable through [`std::error::Error::source`]: it travels as a
@@ -26,7 +29,8 @@ use std::sync::Arc;
 #[non_exhaustive]
 pub enum StorageError {
     /// The disk, or the file system's quota, is full. Nothing on disk is
-    /// damaged: freeing space and restarting recovers.
+    /// damaged: freeing space recovers (a log append that failed so may
+    /// be retried; see [`crate::storage::LogStore::append`]).
     DiskFull {
         /// What was being done (`"log append commit"`).
         during: String,

@@ -103,7 +103,7 @@ impl<K: KvStore> Executor<K> {
         self.send_to_log(job);
     }
 
-    fn send_to_log(&self, job: LogJob) {
+    pub(super) fn send_to_log(&self, job: LogJob) {
         self.log_jobs.fetch_add(1, Ordering::AcqRel);
         let _ = self.log.send(job);
     }

@@ -1,15 +1,18 @@
 //! The log writer thread: appends (and fsyncs) the raft log for each
 //! `Persist` in order, installs received snapshots into the backend, and
 //! compacts the log, answering the driver once each write is durable.
+//! An append that fails for want of space is retried (see
+//! [`super::disk_full`]); nothing after it is written meanwhile.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Instant;
 
-use oxetcd_core::storage::{KvStore, KvWrite, LogStore};
+use oxetcd_core::storage::{KvStore, KvWrite, LogStore, StorageError};
 use oxetcd_storage::snapshot as backend_snapshot;
-use tracing::info;
+use tracing::{info, warn};
 
+use super::disk_full::{append_retrying, DiskState};
 use super::run::fatal;
 use super::{Command, LogJob};
 use crate::metrics::Metrics;
@@ -25,6 +28,7 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
     jobs: Receiver<LogJob>,
     commands: Sender<Command>,
     pending: &AtomicUsize,
+    disk: &DiskState,
     metrics: &Metrics,
 ) {
     for job in jobs {
@@ -45,11 +49,21 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
                         .observe(started.elapsed().as_secs_f64());
                 }
                 let started = Instant::now();
-                if let Err(e) = log.append(&persist.entries, persist.hard_state.as_ref()) {
-                    fatal("appending to the raft log", &e);
+                let full = || {
+                    let _ = commands.send(Command::DiskFull(true));
+                };
+                match append_retrying(&log, &persist, disk, full) {
+                    Ok(true) => {}
+                    // Stopping with the disk full: this append and every
+                    // later one are dropped, none acknowledged.
+                    Ok(false) => break,
+                    Err(e) => fatal("appending to the raft log", &e),
                 }
                 metrics.wal_fsync.observe(started.elapsed().as_secs_f64());
                 done();
+                if disk.mark_written() && commands.send(Command::DiskFull(false)).is_err() {
+                    break;
+                }
                 if commands.send(Command::Persisted(persist.id)).is_err() {
                     break;
                 }
@@ -62,12 +76,25 @@ pub(super) fn write_log<L: LogStore, K: KvStore>(
             }
             LogJob::Compact(index) => {
                 // The log is the durable record of what the backend holds
-                // only as far as the backend is durable.
-                if let Err(e) = kv.sync() {
-                    fatal("syncing the backend", &e);
+                // only as far as the backend is durable: no sync, no
+                // compaction.
+                match kv.sync() {
+                    Ok(()) => {}
+                    Err(e @ StorageError::DiskFull { .. }) => {
+                        warn!(error = %e, "syncing the backend failed for want of space; the raft log is not compacted");
+                        done();
+                        continue;
+                    }
+                    Err(e) => fatal("syncing the backend", &e),
                 }
-                if let Err(e) = log.compact(index + 1) {
-                    fatal("compacting the raft log", &e);
+                match log.compact(index + 1) {
+                    Ok(()) => {}
+                    // The log keeps more than it must until the next
+                    // compaction; nothing is lost.
+                    Err(e @ StorageError::DiskFull { .. }) => {
+                        warn!(error = %e, "compacting the raft log failed for want of space; skipped");
+                    }
+                    Err(e) => fatal("compacting the raft log", &e),
                 }
                 done();
             }

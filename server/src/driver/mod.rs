@@ -51,13 +51,17 @@
 //!   election. A member removed from the cluster (it applied its own
 //!   removal, or a peer refused it as removed) stops by itself and says so
 //!   through [`Mailbox::removal`].
-//! - A storage error is final: it is logged and the process exits non-zero.
+//! - A full disk met by a log append is not final: the append is retried
+//!   until space returns and writes are refused meanwhile (see
+//!   [`disk_full`]). Any other storage error is final: it is logged and the
+//!   process exits non-zero.
 //!   A panic on the driver thread (a bug) is treated the same way, because a
 //!   server whose node is gone cannot answer anything.
 
 use self::run::drive;
 use self::run::Signals;
 
+mod disk_full;
 mod execute;
 mod handle;
 mod links;
@@ -219,6 +223,9 @@ enum Command {
     Watch(Input),
     /// The live keys of the backend the node started from.
     KeysCounted(u64),
+    /// The log writer found the disk full (`true`), or wrote again after it
+    /// was (`false`).
+    DiskFull(bool),
 }
 
 /// The driver's answer to one client request.

@@ -18,6 +18,7 @@ use oxetcd_core::{Config, Error, Input, Instant, Node, RequestId};
 use slab::Slab;
 use tracing::{error, info, warn};
 
+use super::disk_full::DiskState;
 use super::execute::Executor;
 use super::links::ClusterLinks;
 use super::log_writer::write_log;
@@ -80,6 +81,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         writer,
         log_jobs,
         pending_log_jobs,
+        disk,
     } = match start(
         config,
         log.clone(),
@@ -121,10 +123,13 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         slow,
         publisher: NodePublisher::new(metrics.node.clone()),
         metrics,
+        disk,
     };
     let ending = driver.run(&inbox);
 
-    let Driver { executor, .. } = driver;
+    let Driver { executor, disk, .. } = driver;
+    // A log write waiting for space is given up: it was never acknowledged.
+    disk.stop();
     for (_, reply) in executor.pending {
         let _ = reply.send(Reply::Done(Err(Error::Stopped)));
     }
@@ -132,8 +137,14 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
     // the node is half written.
     drop(executor.log);
     let _ = writer.join();
-    if let Err(e) = kv.sync() {
-        fatal("syncing the backend", &e);
+    match kv.sync() {
+        Ok(()) => {}
+        // As after a crash: the backend comes back at its last durable
+        // commit and the log, never compacted past it, replays the rest.
+        Err(e @ StorageError::DiskFull { .. }) => {
+            warn!(error = %e, "syncing the backend failed for want of space; the log replays it at the next start");
+        }
+        Err(e) => fatal("syncing the backend", &e),
     }
     info!("node stopped");
     match ending {
@@ -157,6 +168,8 @@ struct Started<L: LogStore, K: KvStore> {
     log_jobs: Sender<LogJob>,
     /// Jobs queued at the log writer and not yet done.
     pending_log_jobs: Arc<AtomicUsize>,
+    /// Whether the log's disk is full, shared with the log writer.
+    disk: Arc<DiskState>,
 }
 
 /// Builds the node and starts the log writer thread on its stores.
@@ -172,9 +185,11 @@ fn start<L: LogStore, K: KvStore>(
     let (log_jobs, jobs) = mpsc::channel();
     let pending_log_jobs = Arc::new(AtomicUsize::new(0));
     let pending = pending_log_jobs.clone();
+    let disk = Arc::new(DiskState::default());
+    let writer_disk = disk.clone();
     let writer = thread::Builder::new()
         .name("oxetcd-log".into())
-        .spawn(move || write_log(log, kv, jobs, commands, &pending, &metrics))
+        .spawn(move || write_log(log, kv, jobs, commands, &pending, &writer_disk, &metrics))
         .map_err(|e| {
             Error::Storage(StorageError::Io {
                 during: "spawning the log writer".into(),
@@ -186,6 +201,7 @@ fn start<L: LogStore, K: KvStore>(
         writer,
         log_jobs,
         pending_log_jobs,
+        disk,
     })
 }
 
@@ -207,6 +223,8 @@ struct Driver<L: LogStore, K: KvStore> {
     /// The node's numbers into the metrics, after every round.
     publisher: NodePublisher,
     metrics: Arc<Metrics>,
+    /// Whether the log's disk is full, shared with the log writer.
+    disk: Arc<DiskState>,
 }
 
 impl<L: LogStore, K: KvStore> Driver<L, K> {
@@ -313,6 +331,7 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
             }
             Command::Watch(input) => node.handle(now, input),
             Command::KeysCounted(keys) => node.keys_counted(keys),
+            Command::DiskFull(full) => node.handle(now, Input::DiskFull { full }),
             Command::Peer(event) => {
                 if let Some(input) = self.executor.links.peer_event(event) {
                     node.handle(now, input);
@@ -373,16 +392,29 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
                 return;
             };
             let started = std::time::Instant::now();
-            if let Err(e) = self
+            match self
                 .log
                 .append(&persist.entries, persist.hard_state.as_ref())
             {
-                fatal("appending to the raft log", &e);
+                Ok(()) => {}
+                Err(e @ StorageError::DiskFull { .. }) => {
+                    // The log writer retries it, so this thread keeps
+                    // serving reads and refusing writes meanwhile.
+                    if self.disk.mark_full(&e) {
+                        self.node.handle(now, Input::DiskFull { full: true });
+                    }
+                    self.executor.send_to_log(LogJob::Persist(persist, None));
+                    continue;
+                }
+                Err(e) => fatal("appending to the raft log", &e),
             }
             self.metrics
                 .wal_fsync
                 .observe(started.elapsed().as_secs_f64());
             now = self.clock.now();
+            if self.disk.mark_written() {
+                self.node.handle(now, Input::DiskFull { full: false });
+            }
             self.node.handle(now, Input::Persisted { id: persist.id });
         }
     }

@@ -10,6 +10,8 @@
 //! - [`store`]: [`WalLog`], the `LogStore`: one write and one `fdatasync`
 //!   per append, rotation, compaction, recovery at open.
 //! - [`import`]: a `log.redb` from before the WAL, imported once.
+//! - [`space`]: the free space kept for the backend; appends of entries
+//!   are refused as a full disk below it.
 //!
 //! etcd's `wal` package is the model: 64 MB segments, preallocated, a
 //! record header with a CRC, the log state repeated at the start of every
@@ -22,6 +24,7 @@ mod frame;
 mod image;
 pub(crate) mod import;
 mod segment;
+mod space;
 mod store;
 
 pub use store::{WalLog, WalOptions};

@@ -14,7 +14,13 @@
 //! oldest segments whose entries all lie below the new first index.
 //!
 //! A failed write or sync poisons the store: every later write fails with
-//! the same error (an fsync is never retried).
+//! the same error (an fsync is never retried). A full disk poisons it
+//! only where bytes of the log may have been lost: a next segment that
+//! cannot be made for want of space (its file is removed, the log is as
+//! it was) and an append refused to keep space for the backend (see
+//! [`super::space`]) fail with [`StorageError::DiskFull`] and may be
+//! retried; a full disk met writing or syncing the log itself is final,
+//! reported as [`StorageError::Io`].
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
@@ -33,6 +39,7 @@ use super::image::Image;
 use super::segment::{
     self, create_zeroed, read_segment, segment_name, sync_dir, ReadError, SEGMENT_BYTES, SPARE_FILE,
 };
+use super::space;
 use crate::error::{io_error, OpenError};
 
 /// Settings of a WAL; the defaults are what a member runs with.
@@ -40,12 +47,16 @@ use crate::error::{io_error, OpenError};
 pub struct WalOptions {
     /// Size each segment is preallocated to.
     pub segment_bytes: u64,
+    /// Appends of entries are refused as a full disk while the file
+    /// system has less than this free (0: never).
+    pub reserve_bytes: u64,
 }
 
 impl Default for WalOptions {
     fn default() -> Self {
         Self {
             segment_bytes: SEGMENT_BYTES,
+            reserve_bytes: space::RESERVE_BYTES,
         }
     }
 }
@@ -188,8 +199,12 @@ impl WalLog {
             }
             Ok(())
         });
+        // A full disk here changed nothing (see the module note); what
+        // write_frame found final it has poisoned already.
         if let Err(e) = &applied {
-            writer.poisoned = Some(e.clone());
+            if !matches!(e, StorageError::DiskFull { .. }) {
+                writer.poisoned = Some(e.clone());
+            }
         }
         applied
     }
@@ -244,8 +259,13 @@ impl Writer {
         let len = self.buf.len() as u64;
         if self.offset + len > self.capacity && self.offset > self.header_end {
             let header = inner.image()?.header(self.current_seq() + 1);
-            self.rotate(&inner.dir, &header)
-                .inspect_err(|e| self.poisoned = Some(e.clone()))?;
+            // A segment not made for want of space changed nothing: the
+            // write may be retried.
+            self.rotate(&inner.dir, &header).inspect_err(|e| {
+                if !matches!(e, StorageError::DiskFull { .. }) {
+                    self.poisoned = Some(e.clone());
+                }
+            })?;
         }
         let path = &self.current_path();
         let result = self
@@ -260,7 +280,7 @@ impl Writer {
                 }
             });
         if let Err(e) = result {
-            let e = io_error(format!("WAL write to {}", path.display()), e);
+            let e = final_io(format!("WAL write to {}", path.display()), e);
             self.poisoned = Some(e.clone());
             return Err(e);
         }
@@ -288,7 +308,12 @@ impl Writer {
         let bytes = self.options.segment_bytes;
         let spawned = std::thread::Builder::new()
             .name("oxetcd-wal-spare".into())
-            .spawn(move || create_zeroed(&path, bytes));
+            .spawn(move || {
+                // A spare cut short by a full disk gives its space back.
+                create_zeroed(&path, bytes).inspect_err(|_| {
+                    let _ = fs::remove_file(&path);
+                })
+            });
         match spawned {
             Ok(handle) => self.spare = Some(handle),
             // The rotation makes the segment itself, in line.
@@ -337,9 +362,34 @@ fn install_segment(
     let spare_path = dir.join(SPARE_FILE);
     let path = dir.join(segment_name(header.seq));
     let during = |what: &str| format!("{what} WAL segment {}", path.display());
+    // Until the rename, the spare is no part of the log: on failure it is
+    // removed, its space given back, and the log is as it was.
+    let prepared = prepare_spare(&spare_path, header, spare, options, &during);
+    let (file, header_end, capacity) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            let _ = fs::remove_file(&spare_path);
+            return Err(e);
+        }
+    };
+    fs::rename(&spare_path, &path)
+        .and_then(|()| sync_dir(dir))
+        .map_err(|e| final_io(during("naming"), e))?;
+    Ok((file, header_end, capacity))
+}
+
+/// The spare, zero-filled, with the segment's header written and synced:
+/// the file, where its header ends, and its length.
+fn prepare_spare(
+    spare_path: &Path,
+    header: &super::frame::SegmentHeader,
+    spare: Option<File>,
+    options: WalOptions,
+    during: &dyn Fn(&str) -> String,
+) -> Result<(File, u64, u64), StorageError> {
     let file = match spare {
         Some(file) => file,
-        None => create_zeroed(&spare_path, options.segment_bytes)
+        None => create_zeroed(spare_path, options.segment_bytes)
             .map_err(|e| io_error(during("preallocating"), e))?,
     };
     let mut buf = Vec::new();
@@ -351,10 +401,16 @@ fn install_segment(
         .metadata()
         .map_err(|e| io_error(during("reading the size of"), e))?
         .len();
-    fs::rename(&spare_path, &path)
-        .and_then(|()| sync_dir(dir))
-        .map_err(|e| io_error(during("naming"), e))?;
     Ok((file, buf.len() as u64, capacity))
+}
+
+/// An I/O error after which the log cannot be trusted to hold what was
+/// written: final, even when it says the disk is full.
+fn final_io(during: String, error: io::Error) -> StorageError {
+    StorageError::Io {
+        during,
+        source: oxetcd_core::storage::Cause::new(error),
+    }
 }
 
 /// Replays the segments in `dir` into an image, repairing a torn tail, and
@@ -545,6 +601,11 @@ impl LogStore for WalLog {
         let mut writer = self.inner.writer()?;
         if let Some(first) = entries.first() {
             self.inner.image()?.check_append(first.index)?;
+            let needed = entries
+                .iter()
+                .map(|e| (e.data.len() + e.context.len() + 32) as u64)
+                .sum();
+            space::check(&self.inner.dir, writer.options.reserve_bytes, needed)?;
         }
         let mut items: Vec<ItemRef<'_>> = entries.iter().map(ItemRef::Entry).collect();
         items.extend(hard_state.map(ItemRef::HardState));

@@ -17,6 +17,7 @@ use crate::{OpenError, RedbLog};
 /// Small segments, so that a few dozen entries rotate.
 const SMALL: WalOptions = WalOptions {
     segment_bytes: 4096,
+    reserve_bytes: 0,
 };
 
 fn entry(index: u64, term: u64) -> Entry {
@@ -518,4 +519,128 @@ fn a_file_cut_at_any_point_of_its_last_record_recovers() {
         let log = WalLog::open(dir.path()).unwrap();
         assert_eq!(indexes(&log), vec![1, 2], "cut at {cut}");
     }
+}
+
+/// An append of entries with less than the reserve free is refused as a
+/// full disk and changes nothing; a hard state alone still passes, and the
+/// same append succeeds once the reserve is met.
+#[test]
+fn an_append_below_the_reserve_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    append(&open(dir.path()), 1, 4, 1);
+    let tight = WalOptions {
+        reserve_bytes: u64::MAX / 2,
+        ..SMALL
+    };
+    let log = WalLog::open_with(dir.path(), tight).unwrap();
+    let batch: Vec<_> = (4..6).map(|i| entry(i, 1)).collect();
+    let refused = log.append(&batch, None).unwrap_err();
+    assert!(
+        matches!(refused, oxetcd_core::storage::StorageError::DiskFull { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(indexes(&log), [1, 2, 3]);
+    log.append(&[], Some(&hard_state(2, 3))).unwrap();
+    drop(log);
+    let log = open(dir.path());
+    assert_eq!(log.state().unwrap().hard_state, hard_state(2, 3));
+    log.append(&batch, None).unwrap();
+    drop(log);
+    assert_eq!(indexes(&open(dir.path())), [1, 2, 3, 4, 5]);
+}
+
+/// A small tmpfs mounted on a temp dir, unmounted on drop. Needs root.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Self {
+        let id = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .expect("running id -u");
+        assert_eq!(
+            String::from_utf8_lossy(&id.stdout).trim(),
+            "0",
+            "this test mounts a small tmpfs to fill: run it as root"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("running mount");
+        assert!(status.success(), "mount -t tmpfs failed: {status}");
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Fills the file system holding `dir` with `dir/filler` until a write
+/// fails for space; panics if it never does.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = fs::File::create(&path).unwrap();
+    let chunk = vec![1u8; 4096];
+    // Bounded: the file systems these tests fill hold a few MiB.
+    for _ in 0..1_000_000 {
+        if let Err(e) = file.write_all(&chunk).and_then(|()| file.sync_all()) {
+            assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{e}");
+            return path;
+        }
+    }
+    panic!("{} never filled", dir.display());
+}
+
+/// A next segment that cannot be made for want of space fails the append
+/// as a full disk, leaves no spare behind and the log as it was; once
+/// space returns the same append goes through, and all of it reopens.
+#[test]
+fn a_segment_not_made_for_space_leaves_the_log_usable() {
+    let fs = Tmpfs::mount("1m");
+    let options = WalOptions {
+        segment_bytes: 256 * 1024,
+        reserve_bytes: 0,
+    };
+    let log = WalLog::open_with(fs.path(), options).unwrap();
+    let filler = fill(fs.path());
+    // Fill the first segment: the spare cannot be made in the background
+    // either, so the rotation makes it in line and fails.
+    let mut next = 1;
+    let refused = loop {
+        assert!(next < 10_000, "the segment never filled");
+        let batch: Vec<_> = (next..next + 16).map(|i| entry(i, 1)).collect();
+        match log.append(&batch, None) {
+            Ok(()) => next += 16,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(refused, oxetcd_core::storage::StorageError::DiskFull { .. }),
+        "{refused:?}"
+    );
+    assert!(!fs.path().join(SPARE_FILE).exists(), "the spare is removed");
+    assert_eq!(segments(fs.path()).len(), 1);
+    assert_eq!(log.state().unwrap().last_index, next - 1);
+
+    fs::remove_file(filler).unwrap();
+    let batch: Vec<_> = (next..next + 16).map(|i| entry(i, 1)).collect();
+    log.append(&batch, None).unwrap();
+    assert_eq!(segments(fs.path()).len(), 2);
+    drop(log);
+    let log = WalLog::open_with(fs.path(), options).unwrap();
+    assert_eq!(indexes(&log), (1..next + 16).collect::<Vec<_>>());
 }
