@@ -10,6 +10,10 @@
 //! a revision's events in one response and the right `prev_kv`; the
 //! progress notification must come after every event; and the events must
 //! arrive in far fewer responses than revisions.
+//!
+//! A watcher asking for fragments, with `prev_kv`, sees large revisions the
+//! same way: batched into responses below the fragment limit, and a
+//! revision larger than the limit alone, in fragments, the last unflagged.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -53,17 +57,40 @@ fn queued_revisions_leave_in_few_responses_on_smol() {
     check(ServerKind::OxetcdSmol);
 }
 
+#[test]
+fn large_revisions_batch_below_the_fragment_limit_on_tokio() {
+    check_fragments(ServerKind::Oxetcd);
+}
+
+#[test]
+fn large_revisions_batch_below_the_fragment_limit_on_smol() {
+    check_fragments(ServerKind::OxetcdSmol);
+}
+
 fn check(kind: ServerKind) {
     let server = Server::start(kind).expect("server starts");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = runtime();
     let result = runtime.block_on(run(server.endpoint().to_owned()));
     if let Err(e) = result {
         panic!("{}: {e}", kind.name());
     }
+}
+
+fn check_fragments(kind: ServerKind) {
+    let server = Server::start(kind).expect("server starts");
+    let runtime = runtime();
+    let result = runtime.block_on(run_fragments(server.endpoint().to_owned()));
+    if let Err(e) = result {
+        panic!("{}: {e}", kind.name());
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 /// What one watcher received: per event (revision, key, value, prev value),
@@ -267,6 +294,180 @@ async fn run(endpoint: String) -> Result<(), String> {
                 watcher.responses
             ));
         }
+    }
+    drop(requests);
+    Ok(())
+}
+
+/// The default `--max-request-bytes` plus etcd's gRPC overhead: responses
+/// of watchers that ask are fragmented at this size.
+const FRAGMENT_BYTES: usize = 1_572_864 + 512 * 1024;
+/// Puts of mid-sized values before the large txn.
+const MID_PUTS: usize = 20;
+const MID_VALUE_BYTES: usize = 100 * 1024;
+/// Each of the txn's two values; with `prev_kv` its revision exceeds
+/// [`FRAGMENT_BYTES`].
+const LARGE_VALUE_BYTES: usize = 700 * 1024;
+
+async fn run_fragments(endpoint: String) -> Result<(), String> {
+    let writer = Endpoint::from_shared(endpoint.clone())
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let watching = Endpoint::from_shared(endpoint)
+        .map_err(|e| e.to_string())?
+        .initial_stream_window_size(WINDOW_BYTES)
+        .initial_connection_window_size(WINDOW_BYTES)
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (requests, receiver) = unbounded_channel();
+    let create = WatchCreateRequest {
+        key: b"big/".to_vec(),
+        range_end: b"big0".to_vec(),
+        prev_kv: true,
+        fragment: true,
+        ..Default::default()
+    };
+    requests
+        .send(WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(create)),
+        })
+        .map_err(|e| e.to_string())?;
+    let mut responses = WatchClient::new(watching)
+        .max_decoding_message_size(2 * FRAGMENT_BYTES)
+        .watch(Requests(receiver))
+        .await
+        .map_err(|e| format!("watch: {e}"))?
+        .into_inner();
+    if !next(&mut responses).await?.created {
+        return Err("expected a created response".into());
+    }
+
+    // (revision, key, value length, prev value length), as written.
+    let mut kv = KvClient::new(writer)
+        .max_decoding_message_size(2 * FRAGMENT_BYTES)
+        .max_encoding_message_size(2 * FRAGMENT_BYTES);
+    let mut latest: HashMap<String, usize> = HashMap::new();
+    let mut expected: Vec<(i64, String, usize, Option<usize>)> = Vec::new();
+    let mut writes: Vec<Vec<(String, usize)>> = (0..MID_PUTS)
+        .map(|n| vec![(format!("big/{:02}", n % 5), MID_VALUE_BYTES + n)])
+        .collect();
+    writes.push(vec![("big/a".into(), LARGE_VALUE_BYTES)]);
+    writes.push(vec![("big/b".into(), LARGE_VALUE_BYTES)]);
+    writes.push(vec![
+        ("big/a".into(), LARGE_VALUE_BYTES + 1),
+        ("big/b".into(), LARGE_VALUE_BYTES + 1),
+    ]);
+    for write in &writes {
+        let success = write
+            .iter()
+            .map(|(key, len)| RequestOp {
+                request: Some(Op::RequestPut(PutRequest {
+                    key: key.clone().into_bytes(),
+                    value: vec![b'x'; *len],
+                    ..Default::default()
+                })),
+            })
+            .collect();
+        let txn = TxnRequest {
+            success,
+            ..Default::default()
+        };
+        let revision = kv
+            .txn(txn)
+            .await
+            .map_err(|e| format!("txn: {e}"))?
+            .into_inner()
+            .header
+            .map_or(0, |h| h.revision);
+        for (key, len) in write {
+            let prev = latest.insert(key.clone(), *len);
+            expected.push((revision, key.clone(), *len, prev));
+        }
+    }
+    let last_revision = expected.last().map_or(0, |e| e.0);
+
+    // Read until the last revision is whole: (revision, key, value length,
+    // prev length) per event, and per event its response and whether that
+    // response was a fragment.
+    let mut events = Vec::new();
+    let mut response_of = Vec::new();
+    let mut fragments = 0;
+    let mut responses_seen = 0;
+    let mut in_fragment = false;
+    while events
+        .last()
+        .map(|e: &(i64, String, usize, Option<usize>)| e.0)
+        != Some(last_revision)
+        || in_fragment
+    {
+        let response = next(&mut responses).await?;
+        responses_seen += 1;
+        let bytes = prost::Message::encoded_len(&response);
+        if bytes > FRAGMENT_BYTES {
+            return Err(format!("a response of {bytes} bytes"));
+        }
+        let revisions: std::collections::BTreeSet<i64> = response
+            .events
+            .iter()
+            .filter_map(|e| e.kv.as_ref().map(|kv| kv.mod_revision))
+            .collect();
+        if (response.fragment || in_fragment) && revisions.len() > 1 {
+            return Err(format!("a fragment holds revisions {revisions:?}"));
+        }
+        if response.fragment {
+            fragments += 1;
+        }
+        in_fragment = response.fragment;
+        for event in &response.events {
+            let kv = event.kv.clone().unwrap_or_default();
+            events.push((
+                kv.mod_revision,
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                kv.value.len(),
+                event.prev_kv.as_ref().map(|p| p.value.len()),
+            ));
+            response_of.push(responses_seen);
+        }
+    }
+    if events != expected {
+        return Err(format!(
+            "{} events, expected {}; {:?} vs {:?}",
+            events.len(),
+            expected.len(),
+            events.iter().map(|e| e.0).collect::<Vec<_>>(),
+            expected.iter().map(|e| e.0).collect::<Vec<_>>()
+        ));
+    }
+    if fragments == 0 {
+        return Err("the txn larger than the fragment limit was not fragmented".into());
+    }
+    // Outside fragments, a revision's events share a response.
+    let txn_revision = last_revision;
+    for (pair, of) in events.windows(2).zip(response_of.windows(2)) {
+        if pair[0].0 == pair[1].0 && pair[0].0 != txn_revision && of[0] != of[1] {
+            return Err(format!("revision {} split", pair[0].0));
+        }
+    }
+    let before_txn = response_of
+        .iter()
+        .zip(&events)
+        .filter(|(_, e)| e.0 != txn_revision)
+        .map(|(of, _)| *of)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    eprintln!(
+        "{} revisions before the txn in {before_txn} responses; the txn in {} fragments",
+        writes.len() - 1,
+        fragments + 1
+    );
+    if before_txn * 2 > writes.len() - 1 {
+        return Err(format!(
+            "{} revisions in {before_txn} responses, expected fewer",
+            writes.len() - 1
+        ));
     }
     drop(requests);
     Ok(())
