@@ -9,8 +9,10 @@
 //! Prints, per server: watch events delivered per second with 1, 100 and
 //! 10,000 watchers of one prefix under a fixed write load, with the server
 //! process's CPU time (user + system) per event, which depends less on
-//! what else the machine runs, and responses per event (the fewer, the
-//! less a client spends per event); resident memory per idle watcher;
+//! what else the machine runs, the CPU time of this test process (the
+//! client: watchers and writers) per event, and responses per event (the
+//! fewer, the less a client spends per event); resident memory per idle
+//! watcher;
 //! keep-alive round trips per second.
 //!
 //! `BENCH_SERVERS=oxetcd` (or `etcd`) measures one server only, and
@@ -94,13 +96,16 @@ fn watch_and_lease_figures() {
                     continue;
                 }
                 let cpu_before = cpu_seconds(pid);
+                let client_before = cpu_seconds(std::process::id());
                 let (events, writes, delivered, responses) =
                     events_per_second(&channel, watchers).await;
                 let cpu = cpu_seconds(pid) - cpu_before;
+                let client = cpu_seconds(std::process::id()) - client_before;
                 eprintln!(
-                    "{:<7} {watchers:>6} watchers: {events:>10.0} events/s delivered ({writes:.0} writes/s; server CPU {:.2} us/event; {:.3} responses/event)",
+                    "{:<7} {watchers:>6} watchers: {events:>10.0} events/s delivered ({writes:.0} writes/s; server CPU {:.2} us/event; client CPU {:.2} us/event; {:.3} responses/event)",
                     kind.name(),
                     cpu * 1e6 / delivered.max(1) as f64,
+                    client * 1e6 / delivered.max(1) as f64,
                     responses as f64 / delivered.max(1) as f64,
                 );
             }

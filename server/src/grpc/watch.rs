@@ -22,7 +22,11 @@
 //! routed to it, up to the next response of another kind, and sends each
 //! watcher's queued revisions as one response ([`watch::batch`]): a client
 //! that reads slower than revisions are applied gets fewer, larger
-//! responses, and nothing waits to be batched.
+//! responses, and nothing waits to be batched. HTTP/2 frames follow: tonic
+//! hands HTTP/2 one piece per poll that finds something to send (or per
+//! [`WATCH_YIELD_BYTES`]), each written as DATA frames of up to the
+//! client's frame size, so what was queued together leaves in as few
+//! frames as the client allows.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
