@@ -287,6 +287,61 @@ mod tests {
         assert_eq!(batches[0].revisions().len(), 1);
     }
 
+    /// Random runs of three watchers' deliveries of random sizes: each
+    /// watcher's batches, in order, hold exactly its deliveries in order,
+    /// and every batch keeps to the limits.
+    #[test]
+    fn any_interleaving_keeps_each_watchers_order_and_the_limits() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        for _ in 0..200 {
+            let max_bytes = 200 + next(2_000) as usize;
+            let mut deliveries = Vec::new();
+            let mut rev = 1;
+            for _ in 0..next(60) {
+                rev += 1 + next(3) as i64;
+                let keys = ["a", "b", "c"];
+                let shared = revision(rev, &keys[..1 + next(3) as usize], next(400) as usize);
+                for watch_id in 0..3 {
+                    if next(3) > 0 {
+                        deliveries.push(delivery(watch_id, &shared));
+                    }
+                }
+            }
+            let batches = batch(deliveries.clone(), max_bytes);
+            assert_eq!(
+                batches.iter().map(WatchBatch::cost).sum::<usize>(),
+                deliveries.iter().map(WatchDelivery::cost).sum::<usize>()
+            );
+            for watch_id in 0..3 {
+                let sent: Vec<i64> = batches
+                    .iter()
+                    .filter(|b| b.watch_id == watch_id)
+                    .flat_map(|b| b.revisions().iter().map(|r| r.header().revision))
+                    .collect();
+                let queued: Vec<i64> = deliveries
+                    .iter()
+                    .filter(|d| d.watch_id == watch_id)
+                    .map(WatchDelivery::revision)
+                    .collect();
+                assert_eq!(sent, queued);
+            }
+            for batch in &batches {
+                let len = batch.encoded_len();
+                assert!(
+                    batch.revisions().len() == 1 || len < max_bytes,
+                    "{len} >= {max_bytes}"
+                );
+                assert_eq!(encoded(batch), batch.response().encode_to_vec());
+            }
+        }
+    }
+
     #[test]
     fn at_most_catch_up_revisions_max_revisions_per_response() {
         let count = CATCH_UP_REVISIONS_MAX as usize + 5;
