@@ -35,8 +35,9 @@ pub(crate) enum StreamItem {
         response: WatchResponse,
         fragment: bool,
     },
-    /// Send one response per delivery, in order (the events of an apply
-    /// batch; each costs its own [`WatchDelivery::cost`] until it is sent).
+    /// Send the deliveries in order, each watcher's consecutive ones
+    /// queued together as one response (the events of an apply batch; each
+    /// costs its own [`WatchDelivery::cost`] until it is sent).
     Events(Vec<WatchDelivery>),
     /// Read this watcher's history from storage, send it, then report.
     CatchUp(CatchUp),

@@ -9,7 +9,10 @@
 //! Prints, per server: watch events delivered per second with 1, 100 and
 //! 10,000 watchers of one prefix under a fixed write load, with the server
 //! process's CPU time (user + system) per event, which depends less on
-//! what else the machine runs; resident memory per idle watcher;
+//! what else the machine runs, the CPU time of this test process (the
+//! client: watchers and writers) per event, and responses per event (the
+//! fewer, the less a client spends per event); resident memory per idle
+//! watcher;
 //! keep-alive round trips per second.
 //!
 //! `BENCH_SERVERS=oxetcd` (or `etcd`) measures one server only, and
@@ -93,12 +96,17 @@ fn watch_and_lease_figures() {
                     continue;
                 }
                 let cpu_before = cpu_seconds(pid);
-                let (events, writes, delivered) = events_per_second(&channel, watchers).await;
+                let client_before = cpu_seconds(std::process::id());
+                let (events, writes, delivered, responses) =
+                    events_per_second(&channel, watchers).await;
                 let cpu = cpu_seconds(pid) - cpu_before;
+                let client = cpu_seconds(std::process::id()) - client_before;
                 eprintln!(
-                    "{:<7} {watchers:>6} watchers: {events:>10.0} events/s delivered ({writes:.0} writes/s; server CPU {:.2} us/event)",
+                    "{:<7} {watchers:>6} watchers: {events:>10.0} events/s delivered ({writes:.0} writes/s; server CPU {:.2} us/event; client CPU {:.2} us/event; {:.3} responses/event)",
                     kind.name(),
                     cpu * 1e6 / delivered.max(1) as f64,
+                    client * 1e6 / delivered.max(1) as f64,
+                    responses as f64 / delivered.max(1) as f64,
                 );
             }
             eprintln!(
@@ -111,10 +119,12 @@ fn watch_and_lease_figures() {
     }
 }
 
-/// Events per second, writes per second, and events delivered.
-async fn events_per_second(channel: &Channel, watchers: usize) -> (f64, f64, u64) {
+/// Events per second, writes per second, events delivered, and the
+/// responses that carried them.
+async fn events_per_second(channel: &Channel, watchers: usize) -> (f64, f64, u64, u64) {
     let prefix = format!("bench/{watchers}/");
     let received = Arc::new(AtomicU64::new(0));
+    let responses_with_events = Arc::new(AtomicU64::new(0));
     let mut senders = Vec::new();
     let mut created = Vec::new();
     for first in (0..watchers).step_by(WATCHERS_PER_STREAM) {
@@ -126,6 +136,7 @@ async fn events_per_second(channel: &Channel, watchers: usize) -> (f64, f64, u64
         let mut client = WatchClient::new(channel.clone());
         let mut responses = client.watch(Requests(receiver)).await.unwrap().into_inner();
         let received = received.clone();
+        let with_events = responses_with_events.clone();
         let (ready, is_ready) = tokio::sync::oneshot::channel();
         created.push(is_ready);
         tokio::spawn(async move {
@@ -139,6 +150,9 @@ async fn events_per_second(channel: &Channel, watchers: usize) -> (f64, f64, u64
                             let _ = ready.send(());
                         }
                     }
+                }
+                if !response.events.is_empty() {
+                    with_events.fetch_add(1, Ordering::Relaxed);
                 }
                 received.fetch_add(response.events.len() as u64, Ordering::Relaxed);
             }
@@ -184,6 +198,7 @@ async fn events_per_second(channel: &Channel, watchers: usize) -> (f64, f64, u64
         received.load(Ordering::Relaxed) as f64 / elapsed,
         writes.load(Ordering::Relaxed) as f64 / MEASURE.as_secs_f64(),
         received.load(Ordering::Relaxed),
+        responses_with_events.load(Ordering::Relaxed),
     )
 }
 

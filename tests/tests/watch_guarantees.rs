@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -41,6 +42,12 @@ const WRITES_PER_WRITER: usize = 250;
 /// The slow stream reads nothing for this long: with the small HTTP/2
 /// windows of its connection, long enough to fill its queue on the server.
 const SLOW_PERIOD: Duration = Duration::from_secs(3);
+/// ... and, on a machine so busy that this is longer, until this share of
+/// the writes is made (in percent), so its queue fills however slowly the
+/// writes go ...
+const SLOW_UNTIL_WRITTEN_PERCENT: usize = 75;
+/// ... but never longer than this.
+const SLOW_PERIOD_MAX: Duration = Duration::from_secs(30);
 /// HTTP/2 windows of the slow stream's own connection, so the server feels
 /// its slowness at once instead of after megabytes of client buffering.
 const SLOW_WINDOW_BYTES: u32 = 64 * 1024;
@@ -71,6 +78,8 @@ struct StreamLog {
 struct Shared {
     watchers: Vec<Mutex<WatcherLog>>,
     streams: Vec<Mutex<StreamLog>>,
+    /// Writes made so far, by all writers.
+    written: AtomicUsize,
 }
 
 #[test]
@@ -122,6 +131,7 @@ async fn run(endpoint: String) -> Result<(), String> {
             })
             .collect(),
         streams: (0..STREAMS).map(|_| Mutex::default()).collect(),
+        written: AtomicUsize::new(0),
     });
 
     // Streams and their watchers (client-chosen IDs: watcher i is i + 1).
@@ -161,7 +171,12 @@ async fn run(endpoint: String) -> Result<(), String> {
     let mut writers = Vec::new();
     for writer in 0..WRITERS {
         let kv = KvClient::new(channels[writer % CONNECTIONS].clone());
-        writers.push(tokio::spawn(write(writer, kv, truth.clone())));
+        writers.push(tokio::spawn(write(
+            writer,
+            kv,
+            truth.clone(),
+            shared.clone(),
+        )));
     }
     let progress = {
         let senders = senders.clone();
@@ -323,7 +338,13 @@ async fn read_stream(
     shared: Arc<Shared>,
 ) {
     if stream == 0 {
-        tokio::time::sleep(SLOW_PERIOD).await;
+        let since = Instant::now();
+        let most = WRITERS * WRITES_PER_WRITER * SLOW_UNTIL_WRITTEN_PERCENT / 100;
+        while since.elapsed() < SLOW_PERIOD
+            || (shared.written.load(Ordering::Relaxed) < most && since.elapsed() < SLOW_PERIOD_MAX)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     while let Ok(Some(response)) = responses.message().await {
         let number = {
@@ -377,6 +398,7 @@ async fn write(
     writer: usize,
     mut kv: KvClient<Channel>,
     truth: Arc<Mutex<BTreeMap<i64, Vec<Seen>>>>,
+    shared: Arc<Shared>,
 ) -> Result<(), String> {
     let mut state = 0x9e37_79b9_u64 ^ (writer as u64 + 1);
     let mut next = move || {
@@ -451,6 +473,7 @@ async fn write(
                     .insert(revision, vec![(revision, k, false)]);
             }
         }
+        shared.written.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -304,7 +304,9 @@ pub enum Output {
     /// Events of applied revisions for watchers of one stream, in the
     /// stream's order (revision order; watch ID order within a revision).
     /// Each becomes one response ([`crate::watch::WatchDelivery::response`]),
-    /// fragmented like `Watch` when it asks.
+    /// fragmented like `Watch` when it asks, or, when several of a
+    /// watcher's deliveries wait in the stream at once, part of one
+    /// response with the others ([`crate::watch::batch`]).
     WatchEvents {
         /// The stream.
         stream: StreamId,

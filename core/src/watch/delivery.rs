@@ -10,6 +10,8 @@
 
 use std::sync::Arc;
 
+use super::batch::watch_id_field;
+
 use oxetcd_proto::etcdserverpb::{ResponseHeader, WatchResponse};
 use oxetcd_proto::mvccpb::Event;
 
@@ -54,6 +56,21 @@ impl RevisionEvents {
     pub fn events(&self) -> &[Event] {
         &self.events
     }
+
+    /// `header` as encoded (field 1 of a `WatchResponse`).
+    pub(super) fn header_field(&self) -> &[u8] {
+        &self.encoded[..self.header_bytes]
+    }
+
+    /// `events` as encoded (field 11 of a `WatchResponse`, repeated).
+    pub(super) fn events_field(&self) -> &[u8] {
+        &self.encoded[self.header_bytes..]
+    }
+
+    /// The length of [`RevisionEvents::events_field`].
+    pub(super) fn events_bytes(&self) -> usize {
+        self.encoded.len() - self.header_bytes
+    }
 }
 
 /// One synced watcher's events of one revision (see the module docs). The
@@ -69,9 +86,6 @@ pub struct WatchDelivery {
     /// The watcher asked for fragmented responses.
     pub fragment: bool,
 }
-
-/// A `WatchResponse`'s field 2 (`watch_id`, varint) key byte.
-const WATCH_ID_KEY: u8 = 2 << 3;
 
 impl WatchDelivery {
     /// The revision every event belongs to.
@@ -96,30 +110,15 @@ impl WatchDelivery {
 
     /// The length of [`WatchDelivery::encode`]'s output.
     pub fn encoded_len(&self) -> usize {
-        self.events.encoded.len() + self.watch_id_field().1
+        self.events.encoded.len() + watch_id_field(self.watch_id).1
     }
 
     /// Writes the protobuf encoding of [`WatchDelivery::response`], byte
     /// for byte what prost writes for it, from the shared encoding.
     pub fn encode(&self, buf: &mut impl prost::bytes::BufMut) {
-        let (head, events) = self.events.encoded.split_at(self.events.header_bytes);
-        let (id, id_len) = self.watch_id_field();
-        buf.put_slice(head);
+        let (id, id_len) = watch_id_field(self.watch_id);
+        buf.put_slice(self.events.header_field());
         buf.put_slice(&id[..id_len]);
-        buf.put_slice(events);
-    }
-
-    /// Field 2 as encoded, and its length (none for ID 0, proto3's default).
-    fn watch_id_field(&self) -> ([u8; 11], usize) {
-        let mut field = [0; 11];
-        if self.watch_id == 0 {
-            return (field, 0);
-        }
-        field[0] = WATCH_ID_KEY;
-        let mut rest = &mut field[1..];
-        // An int64 is encoded as its two's complement u64.
-        prost::encoding::encode_varint(self.watch_id as u64, &mut rest);
-        let unused = rest.len();
-        (field, field.len() - unused)
+        buf.put_slice(self.events.events_field());
     }
 }

@@ -25,6 +25,12 @@
 //! ([`WatchDelivery::encode`]), so the cost per watcher is a copy, not an
 //! encoding, and the events are never cloned on the way out.
 //!
+//! **Batching.** A stream whose client reads slower than revisions are
+//! applied has several deliveries of a watcher queued at once; it sends
+//! them as one response ([`batch`]), as etcd sends a watcher that fell
+//! behind a stretch of revisions at once, within etcd's limits and never
+//! across the stream's other responses.
+//!
 //! **Unsynced watchers and catch-up.** A watcher that needs history — one
 //! created with `start_revision` at or below the current revision, or one the
 //! runtime could not keep up with — is *catching up*. The node does no
@@ -75,9 +81,11 @@
 //! `catch_up.rs` (history from storage until synced), `progress.rs`
 //! (progress notifications), `spec.rs` (what a watcher watches), `event.rs`
 //! (stored versions as events), `delivery.rs` (shared, pre-encoded events),
-//! and on the runtime's side `gate.rs` (a stream's bounded queue) and
+//! and on the runtime's side `gate.rs` (a stream's bounded queue),
+//! `batch.rs` (a watcher's queued revisions as one response) and
 //! `fragment.rs` (responses too large for one message).
 
+mod batch;
 mod catch_up;
 mod delivery;
 mod event;
@@ -93,6 +101,7 @@ mod tests;
 
 use std::time::Duration;
 
+pub use self::batch::{batch, WatchBatch};
 pub use self::catch_up::{catch_up, CatchUp, CatchUpOutcome};
 pub use self::delivery::{RevisionEvents, WatchDelivery};
 pub use self::fragment::fragments;

@@ -17,6 +17,16 @@
 //! codec can only encode `WatchResponse` messages. The client's requests
 //! are polled once per batch of routed deliveries, not once per response:
 //! polling them locks the connection's shared state.
+//!
+//! When the stream is polled it takes every batch of deliveries already
+//! routed to it, up to the next response of another kind, and sends each
+//! watcher's queued revisions as one response ([`watch::batch`]): a client
+//! that reads slower than revisions are applied gets fewer, larger
+//! responses, and nothing waits to be batched. HTTP/2 frames follow: tonic
+//! hands HTTP/2 one piece per poll that finds something to send (or per
+//! [`WATCH_YIELD_BYTES`]), each written as DATA frames of up to the
+//! client's frame size, so what was queued together leaves in as few
+//! frames as the client allows.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -29,7 +39,9 @@ use std::task::{Context, Poll};
 use futures_channel::mpsc::UnboundedReceiver;
 use futures_util::{Stream, StreamExt};
 use oxetcd_core::storage::KvStore;
-use oxetcd_core::watch::{self, queue_cost, CatchUp, CatchUpOutcome, StreamId, WatchDelivery};
+use oxetcd_core::watch::{
+    self, queue_cost, CatchUp, CatchUpOutcome, StreamId, WatchBatch, WatchDelivery,
+};
 use oxetcd_core::Error;
 use oxetcd_proto::etcdserverpb::{WatchRequest, WatchResponse};
 use prost::Message;
@@ -158,7 +170,8 @@ impl<K: KvStore> WatchService<K> {
             items: parts.items,
             queued: parts.queued,
             ready: VecDeque::new(),
-            deliveries: Vec::new().into_iter(),
+            batches: Vec::new().into_iter(),
+            held: None,
             catching_up: None,
             fragment_bytes: self.fragment_bytes,
             done: false,
@@ -171,8 +184,9 @@ impl<K: KvStore> WatchService<K> {
 pub enum WatchMessage {
     /// A response built in full (created, canceled, progress, catch-up).
     Response(WatchResponse),
-    /// A watcher's live events, written from their shared encoding.
-    Delivery(WatchDelivery),
+    /// A watcher's live events of one or more revisions, written from
+    /// their shared encoding.
+    Batch(WatchBatch),
 }
 
 /// Encodes [`WatchMessage`]s, decodes `WatchRequest`s.
@@ -220,9 +234,9 @@ impl Encoder for WatchEncoder {
                     .encode(dst)
                     .map_err(|e| Status::internal(format!("encoding a watch response: {e}")))
             }
-            WatchMessage::Delivery(delivery) => {
-                dst.reserve(delivery.encoded_len());
-                delivery.encode(dst);
+            WatchMessage::Batch(batch) => {
+                dst.reserve(batch.encoded_len());
+                batch.encode(dst);
                 Ok(())
             }
         }
@@ -246,10 +260,13 @@ pub struct WatchResponses<K: KvStore> {
     queued: Arc<AtomicUsize>,
     /// Responses ready to go out, before anything still in `items`.
     ready: VecDeque<WatchResponse>,
-    /// Deliveries of a routed batch not yet sent (after `ready`, before
-    /// anything still in `items`). Each stays counted in `queued` until
-    /// then, so the stream's bound covers them.
-    deliveries: std::vec::IntoIter<WatchDelivery>,
+    /// Batches of routed deliveries not yet sent (after `ready`, before
+    /// `held` and anything still in `items`). Each stays counted in
+    /// `queued` until then, so the stream's bound covers them.
+    batches: std::vec::IntoIter<WatchBatch>,
+    /// The item that ended the last run of deliveries taken off `items`,
+    /// to be handled before anything still in `items`.
+    held: Option<StreamItem>,
     catching_up: Option<CatchUpFuture>,
     fragment_bytes: usize,
     done: bool,
@@ -281,16 +298,17 @@ impl<K: KvStore> Stream for WatchResponses<K> {
             if let Some(response) = this.ready.pop_front() {
                 return Poll::Ready(Some(Ok(WatchMessage::Response(response))));
             }
-            if let Some(delivery) = this.deliveries.next() {
-                this.queued.fetch_sub(delivery.cost(), Ordering::AcqRel);
-                if delivery.fragment
-                    && delivery.events.events().len() > 1
-                    && delivery.encoded_len() >= this.fragment_bytes
+            if let Some(batch) = this.batches.next() {
+                this.queued.fetch_sub(batch.cost(), Ordering::AcqRel);
+                // Only a batch of one revision can be this large.
+                if batch.fragment
+                    && batch.events() > 1
+                    && batch.encoded_len() >= this.fragment_bytes
                 {
-                    this.push(delivery.response(), true);
+                    this.push(batch.response(), true);
                     continue;
                 }
-                return Poll::Ready(Some(Ok(WatchMessage::Delivery(delivery))));
+                return Poll::Ready(Some(Ok(WatchMessage::Batch(batch))));
             }
             // The client's requests, as they come; a closed request stream
             // ends the call, as etcd's does.
@@ -327,15 +345,21 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                 this.handle.caught_up(input);
                 continue;
             }
-            match this.items.poll_next_unpin(cx) {
+            let next = match this.held.take() {
+                Some(item) => Poll::Ready(Some(item)),
+                None => this.items.poll_next_unpin(cx),
+            };
+            match next {
                 Poll::Ready(Some(StreamItem::Response { response, fragment })) => {
                     this.queued
                         .fetch_sub(queue_cost(&response), Ordering::AcqRel);
                     this.push(response, fragment);
                 }
-                Poll::Ready(Some(StreamItem::Events(deliveries))) => {
-                    // Taken only once the last batch is sent.
-                    this.deliveries = deliveries.into_iter();
+                Poll::Ready(Some(StreamItem::Events(mut deliveries))) => {
+                    // Taken only once the last batches are sent, with every
+                    // run of deliveries already queued behind them.
+                    this.held = take_queued_events(&mut this.items, &mut deliveries, cx);
+                    this.batches = watch::batch(deliveries, this.fragment_bytes).into_iter();
                 }
                 Poll::Ready(Some(StreamItem::CatchUp(job))) => {
                     let handle = this.handle.clone();
@@ -352,6 +376,29 @@ impl<K: KvStore> Stream for WatchResponses<K> {
             }
         }
     }
+}
+
+/// Deliveries one poll takes off a stream's route at most, to batch them:
+/// the stream's queue bound in deliveries, so one poll's work stays bounded
+/// even while the driver keeps routing.
+const BATCHED_DELIVERIES_MAX: usize = crate::watch_routes::STREAM_QUEUE_MAX;
+
+/// Appends to `deliveries` the deliveries already routed to the stream, up
+/// to the first item of another kind, which it returns; never waits.
+fn take_queued_events(
+    items: &mut UnboundedReceiver<StreamItem>,
+    deliveries: &mut Vec<WatchDelivery>,
+    cx: &mut Context<'_>,
+) -> Option<StreamItem> {
+    while deliveries.len() < BATCHED_DELIVERIES_MAX {
+        match items.poll_next_unpin(cx) {
+            Poll::Ready(Some(StreamItem::Events(more))) => deliveries.extend(more),
+            Poll::Ready(Some(other)) => return Some(other),
+            // The end of the route is seen again on the next poll.
+            Poll::Ready(None) | Poll::Pending => return None,
+        }
+    }
+    None
 }
 
 impl<K: KvStore> Drop for WatchResponses<K> {

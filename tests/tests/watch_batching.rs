@@ -1,0 +1,493 @@
+//! A watcher's revisions queued on a stream its client is not reading leave
+//! in a few responses, not one per revision, on both binaries.
+//!
+//! Two watchers (one with `prev_kv`) on one stream, on a connection with a
+//! small HTTP/2 window, are not read while 1,000 revisions are written (puts
+//! over 50 keys, and every 50th revision a two-key txn), few enough that
+//! the stream's queue holds them all and the watchers stay on the live
+//! path. Then a `RequestProgress` is sent and the stream read. Each watcher
+//! must see exactly the written events, in revision order, none twice, with
+//! a revision's events in one response and the right `prev_kv`; the
+//! progress notification must come after every event; and the events must
+//! arrive in far fewer responses than revisions.
+//!
+//! A watcher asking for fragments, with `prev_kv`, sees large revisions the
+//! same way: batched into responses below the fragment limit, and a
+//! revision larger than the limit alone, in fragments, the last unflagged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use oxetcd_proto::etcdserverpb::kv_client::KvClient;
+use oxetcd_proto::etcdserverpb::request_op::Request as Op;
+use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
+use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
+use oxetcd_proto::etcdserverpb::{
+    PutRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest,
+    WatchResponse,
+};
+use oxetcd_tests::{Server, ServerKind};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tonic::codegen::tokio_stream::Stream;
+use tonic::transport::Endpoint;
+
+/// Revisions written while the stream is not read.
+const REVISIONS: usize = 1_000;
+/// Every this many revisions one is a two-key txn.
+const TXN_EVERY: usize = 50;
+/// Distinct keys, so most puts overwrite and carry a `prev_kv`.
+const KEYS: usize = 50;
+/// HTTP/2 windows of the watch connection: the server feels the unread
+/// stream after a few dozen responses.
+const WINDOW_BYTES: u32 = 8 * 1024;
+/// Longest to wait for any one response once reading.
+const READ_DEADLINE: Duration = Duration::from_secs(20);
+/// Longest the writes may take.
+const WRITE_DEADLINE: Duration = Duration::from_secs(120);
+
+#[test]
+fn queued_revisions_leave_in_few_responses_on_tokio() {
+    check(ServerKind::Oxetcd);
+}
+
+#[test]
+fn queued_revisions_leave_in_few_responses_on_smol() {
+    check(ServerKind::OxetcdSmol);
+}
+
+#[test]
+fn large_revisions_batch_below_the_fragment_limit_on_tokio() {
+    check_fragments(ServerKind::Oxetcd);
+}
+
+#[test]
+fn large_revisions_batch_below_the_fragment_limit_on_smol() {
+    check_fragments(ServerKind::OxetcdSmol);
+}
+
+fn check(kind: ServerKind) {
+    let server = Server::start(kind).expect("server starts");
+    let runtime = runtime();
+    let result = runtime.block_on(run(server.endpoint().to_owned()));
+    if let Err(e) = result {
+        panic!("{}: {e}", kind.name());
+    }
+}
+
+fn check_fragments(kind: ServerKind) {
+    let server = Server::start(kind).expect("server starts");
+    let runtime = runtime();
+    let result = runtime.block_on(run_fragments(server.endpoint().to_owned()));
+    if let Err(e) = result {
+        panic!("{}: {e}", kind.name());
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// What one watcher received: per event (revision, key, value, prev value),
+/// and the response each event came in.
+#[derive(Default)]
+struct Received {
+    events: Vec<(i64, String, String, Option<String>)>,
+    response_of: Vec<usize>,
+    responses: usize,
+}
+
+async fn run(endpoint: String) -> Result<(), String> {
+    let writer = Endpoint::from_shared(endpoint.clone())
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let watching = Endpoint::from_shared(endpoint)
+        .map_err(|e| e.to_string())?
+        .initial_stream_window_size(WINDOW_BYTES)
+        .initial_connection_window_size(WINDOW_BYTES)
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+
+    let (requests, receiver) = unbounded_channel();
+    for (id, prev_kv) in [(1, false), (2, true)] {
+        let create = WatchCreateRequest {
+            key: b"burst/".to_vec(),
+            range_end: b"burst0".to_vec(),
+            watch_id: id,
+            prev_kv,
+            ..Default::default()
+        };
+        requests
+            .send(WatchRequest {
+                request_union: Some(RequestUnion::CreateRequest(create)),
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    let mut responses = WatchClient::new(watching)
+        .watch(Requests(receiver))
+        .await
+        .map_err(|e| format!("watch: {e}"))?
+        .into_inner();
+    let mut created = 0;
+    while created < 2 {
+        let response = next(&mut responses).await?;
+        if !response.created {
+            return Err(format!("expected a created response, got {response:?}"));
+        }
+        created += 1;
+    }
+
+    // The burst, while the stream is not read: (revision, key, value).
+    let mut kv = KvClient::new(writer);
+    let mut written: Vec<(i64, String, String)> = Vec::new();
+    let started = Instant::now();
+    for n in 0..REVISIONS {
+        if started.elapsed() > WRITE_DEADLINE {
+            return Err(format!("only {n} writes in {WRITE_DEADLINE:?}"));
+        }
+        let key = |k: usize| format!("burst/{:02}", k % KEYS);
+        let value = format!("v{n}");
+        if n % TXN_EVERY == TXN_EVERY - 1 {
+            let keys = [key(n), key(n + 1)];
+            let success = keys
+                .iter()
+                .map(|k| RequestOp {
+                    request: Some(Op::RequestPut(PutRequest {
+                        key: k.clone().into_bytes(),
+                        value: value.clone().into_bytes(),
+                        ..Default::default()
+                    })),
+                })
+                .collect();
+            let txn = TxnRequest {
+                success,
+                ..Default::default()
+            };
+            let revision = kv
+                .txn(txn)
+                .await
+                .map_err(|e| format!("txn: {e}"))?
+                .into_inner()
+                .header
+                .map_or(0, |h| h.revision);
+            for k in keys {
+                written.push((revision, k, value.clone()));
+            }
+        } else {
+            let put = PutRequest {
+                key: key(n).into_bytes(),
+                value: value.clone().into_bytes(),
+                ..Default::default()
+            };
+            let revision = kv
+                .put(put)
+                .await
+                .map_err(|e| format!("put: {e}"))?
+                .into_inner()
+                .header
+                .map_or(0, |h| h.revision);
+            written.push((revision, key(n), value));
+        }
+    }
+    let last_revision = written.last().map_or(0, |w| w.0);
+    // What each event's prev_kv must be: the key's value before it.
+    let mut expected = Vec::new();
+    let mut latest: HashMap<String, String> = HashMap::new();
+    for (revision, key, value) in &written {
+        let prev = latest.insert(key.clone(), value.clone());
+        expected.push((*revision, key.clone(), value.clone(), prev));
+    }
+
+    requests
+        .send(WatchRequest {
+            request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+        })
+        .map_err(|e| e.to_string())?;
+    let mut received: BTreeMap<i64, Received> = BTreeMap::new();
+    let mut progress = None;
+    let mut response_number = 0;
+    while progress.is_none() {
+        let response = next(&mut responses).await?;
+        response_number += 1;
+        if response.canceled || response.compact_revision != 0 {
+            return Err(format!("watcher canceled: {response:?}"));
+        }
+        if response.events.is_empty() {
+            if response.watch_id == -1 {
+                progress = response.header.map(|h| h.revision);
+            }
+            continue;
+        }
+        let watcher = received.entry(response.watch_id).or_default();
+        watcher.responses += 1;
+        for event in &response.events {
+            let kv = event.kv.clone().unwrap_or_default();
+            let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+            let prev = event.prev_kv.clone().map(|p| text(p.value));
+            watcher
+                .events
+                .push((kv.mod_revision, text(kv.key), text(kv.value), prev));
+            watcher.response_of.push(response_number);
+        }
+    }
+    if progress != Some(last_revision) {
+        return Err(format!(
+            "progress {progress:?} after the events, expected {last_revision}"
+        ));
+    }
+
+    let revisions = written
+        .iter()
+        .map(|w| w.0)
+        .collect::<std::collections::BTreeSet<_>>();
+    for (id, prev_kv) in [(1, false), (2, true)] {
+        let Some(watcher) = received.get(&id) else {
+            return Err(format!("watcher {id} received nothing"));
+        };
+        let want: Vec<_> = expected
+            .iter()
+            .map(|(r, k, v, p)| (*r, k.clone(), v.clone(), p.clone().filter(|_| prev_kv)))
+            .collect();
+        if watcher.events != want {
+            let first = watcher
+                .events
+                .iter()
+                .zip(&want)
+                .position(|(a, b)| a != b)
+                .unwrap_or(watcher.events.len().min(want.len()));
+            return Err(format!(
+                "watcher {id}: {} events, expected {}; first difference at {first}: {:?} vs {:?}",
+                watcher.events.len(),
+                want.len(),
+                watcher.events.get(first),
+                want.get(first)
+            ));
+        }
+        // A revision's events in one response.
+        for pair in watcher
+            .events
+            .windows(2)
+            .zip(watcher.response_of.windows(2))
+        {
+            let ([a, b], [ra, rb]) = pair else { continue };
+            if a.0 == b.0 && ra != rb {
+                return Err(format!("watcher {id}: revision {} split", a.0));
+            }
+        }
+        eprintln!(
+            "watcher {id}: {} revisions in {} responses",
+            revisions.len(),
+            watcher.responses
+        );
+        if watcher.responses * 4 > revisions.len() {
+            return Err(format!(
+                "watcher {id}: {} revisions in {} responses, expected far fewer",
+                revisions.len(),
+                watcher.responses
+            ));
+        }
+    }
+    drop(requests);
+    Ok(())
+}
+
+/// The default `--max-request-bytes` plus etcd's gRPC overhead: responses
+/// of watchers that ask are fragmented at this size.
+const FRAGMENT_BYTES: usize = 1_572_864 + 512 * 1024;
+/// Puts of mid-sized values before the large txn.
+const MID_PUTS: usize = 20;
+const MID_VALUE_BYTES: usize = 100 * 1024;
+/// Each of the txn's two values; with `prev_kv` its revision exceeds
+/// [`FRAGMENT_BYTES`].
+const LARGE_VALUE_BYTES: usize = 700 * 1024;
+
+async fn run_fragments(endpoint: String) -> Result<(), String> {
+    let writer = Endpoint::from_shared(endpoint.clone())
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let watching = Endpoint::from_shared(endpoint)
+        .map_err(|e| e.to_string())?
+        .initial_stream_window_size(WINDOW_BYTES)
+        .initial_connection_window_size(WINDOW_BYTES)
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (requests, receiver) = unbounded_channel();
+    let create = WatchCreateRequest {
+        key: b"big/".to_vec(),
+        range_end: b"big0".to_vec(),
+        prev_kv: true,
+        fragment: true,
+        ..Default::default()
+    };
+    requests
+        .send(WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(create)),
+        })
+        .map_err(|e| e.to_string())?;
+    let mut responses = WatchClient::new(watching)
+        .max_decoding_message_size(2 * FRAGMENT_BYTES)
+        .watch(Requests(receiver))
+        .await
+        .map_err(|e| format!("watch: {e}"))?
+        .into_inner();
+    if !next(&mut responses).await?.created {
+        return Err("expected a created response".into());
+    }
+
+    // (revision, key, value length, prev value length), as written.
+    let mut kv = KvClient::new(writer)
+        .max_decoding_message_size(2 * FRAGMENT_BYTES)
+        .max_encoding_message_size(2 * FRAGMENT_BYTES);
+    let mut latest: HashMap<String, usize> = HashMap::new();
+    let mut expected: Vec<(i64, String, usize, Option<usize>)> = Vec::new();
+    let mut writes: Vec<Vec<(String, usize)>> = (0..MID_PUTS)
+        .map(|n| vec![(format!("big/{:02}", n % 5), MID_VALUE_BYTES + n)])
+        .collect();
+    writes.push(vec![("big/a".into(), LARGE_VALUE_BYTES)]);
+    writes.push(vec![("big/b".into(), LARGE_VALUE_BYTES)]);
+    writes.push(vec![
+        ("big/a".into(), LARGE_VALUE_BYTES + 1),
+        ("big/b".into(), LARGE_VALUE_BYTES + 1),
+    ]);
+    for write in &writes {
+        let success = write
+            .iter()
+            .map(|(key, len)| RequestOp {
+                request: Some(Op::RequestPut(PutRequest {
+                    key: key.clone().into_bytes(),
+                    value: vec![b'x'; *len],
+                    ..Default::default()
+                })),
+            })
+            .collect();
+        let txn = TxnRequest {
+            success,
+            ..Default::default()
+        };
+        let revision = kv
+            .txn(txn)
+            .await
+            .map_err(|e| format!("txn: {e}"))?
+            .into_inner()
+            .header
+            .map_or(0, |h| h.revision);
+        for (key, len) in write {
+            let prev = latest.insert(key.clone(), *len);
+            expected.push((revision, key.clone(), *len, prev));
+        }
+    }
+    let last_revision = expected.last().map_or(0, |e| e.0);
+
+    // Read until the last revision is whole: (revision, key, value length,
+    // prev length) per event, and per event its response and whether that
+    // response was a fragment.
+    let mut events = Vec::new();
+    let mut response_of = Vec::new();
+    let mut fragments = 0;
+    let mut responses_seen = 0;
+    let mut in_fragment = false;
+    while events
+        .last()
+        .map(|e: &(i64, String, usize, Option<usize>)| e.0)
+        != Some(last_revision)
+        || in_fragment
+    {
+        let response = next(&mut responses).await?;
+        responses_seen += 1;
+        let bytes = prost::Message::encoded_len(&response);
+        if bytes > FRAGMENT_BYTES {
+            return Err(format!("a response of {bytes} bytes"));
+        }
+        let revisions: std::collections::BTreeSet<i64> = response
+            .events
+            .iter()
+            .filter_map(|e| e.kv.as_ref().map(|kv| kv.mod_revision))
+            .collect();
+        if (response.fragment || in_fragment) && revisions.len() > 1 {
+            return Err(format!("a fragment holds revisions {revisions:?}"));
+        }
+        if response.fragment {
+            fragments += 1;
+        }
+        in_fragment = response.fragment;
+        for event in &response.events {
+            let kv = event.kv.clone().unwrap_or_default();
+            events.push((
+                kv.mod_revision,
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                kv.value.len(),
+                event.prev_kv.as_ref().map(|p| p.value.len()),
+            ));
+            response_of.push(responses_seen);
+        }
+    }
+    if events != expected {
+        return Err(format!(
+            "{} events, expected {}; {:?} vs {:?}",
+            events.len(),
+            expected.len(),
+            events.iter().map(|e| e.0).collect::<Vec<_>>(),
+            expected.iter().map(|e| e.0).collect::<Vec<_>>()
+        ));
+    }
+    if fragments == 0 {
+        return Err("the txn larger than the fragment limit was not fragmented".into());
+    }
+    // Outside fragments, a revision's events share a response.
+    let txn_revision = last_revision;
+    for (pair, of) in events.windows(2).zip(response_of.windows(2)) {
+        if pair[0].0 == pair[1].0 && pair[0].0 != txn_revision && of[0] != of[1] {
+            return Err(format!("revision {} split", pair[0].0));
+        }
+    }
+    let before_txn = response_of
+        .iter()
+        .zip(&events)
+        .filter(|(_, e)| e.0 != txn_revision)
+        .map(|(of, _)| *of)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    eprintln!(
+        "{} revisions before the txn in {before_txn} responses; the txn in {} fragments",
+        writes.len() - 1,
+        fragments + 1
+    );
+    if before_txn * 2 > writes.len() - 1 {
+        return Err(format!(
+            "{} revisions in {before_txn} responses, expected fewer",
+            writes.len() - 1
+        ));
+    }
+    drop(requests);
+    Ok(())
+}
+
+async fn next(responses: &mut tonic::Streaming<WatchResponse>) -> Result<WatchResponse, String> {
+    match tokio::time::timeout(READ_DEADLINE, responses.message()).await {
+        Ok(Ok(Some(response))) => Ok(response),
+        Ok(Ok(None)) => Err("the watch stream ended".into()),
+        Ok(Err(e)) => Err(format!("watch stream: {e}")),
+        Err(_) => Err(format!("no response in {READ_DEADLINE:?}")),
+    }
+}
+
+struct Requests<T>(UnboundedReceiver<T>);
+
+impl<T> Stream for Requests<T> {
+    type Item = T;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
