@@ -17,6 +17,7 @@ pub mod bench;
 pub mod client;
 pub mod command;
 pub mod connector;
+pub mod dial;
 pub mod error;
 pub mod output;
 pub mod prompt;
