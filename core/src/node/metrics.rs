@@ -52,7 +52,8 @@ pub struct NodeMetrics {
     pub deletes: u64,
     /// Ranges asked of this member, and ranges inside applied transactions.
     pub ranges: u64,
-    /// Transactions applied.
+    /// Transactions that ran more than one operation (etcd counts its
+    /// storage transactions so: a lone put, delete or range is not one).
     pub txns: u64,
     /// Keys that exist (have a live version) at the applied revision; 0
     /// until the runtime counted those the member started with
@@ -90,31 +91,46 @@ pub(super) struct Counters {
 
 impl Counters {
     /// Counts one applied answer's operations, as etcd's mvcc counts them:
-    /// each put, delete range and range of a transaction's chosen branch,
-    /// and the transaction itself.
+    /// each put, delete range and range of a transaction's chosen branch
+    /// (nested ones included), and the transaction itself when it ran more
+    /// than one of them — etcd counts storage transactions, and a `Txn`
+    /// of one operation is a single put, delete or range to its storage.
+    /// (etcd also counts each compare as a range; oxetcd does not.)
     pub(super) fn count_applied(&mut self, response: &Response) {
         match response {
             Response::Put(_) => self.puts += 1,
             Response::DeleteRange(_) => self.deletes += 1,
             Response::Txn(txn) => {
-                self.txns += 1;
-                self.count_ops(&txn.responses);
+                let ran = self.count_ops(&txn.responses);
+                self.txns += u64::from(ran > 1);
             }
             Response::Compact(_) => self.compactions += 1,
             _ => {}
         }
     }
 
-    fn count_ops(&mut self, ops: &[ResponseOp]) {
+    /// Counts a branch's operations, and answers how many there were.
+    fn count_ops(&mut self, ops: &[ResponseOp]) -> u64 {
+        let mut ran = 0;
         for op in ops {
-            match &op.response {
-                Some(response_op::Response::ResponsePut(_)) => self.puts += 1,
-                Some(response_op::Response::ResponseDeleteRange(_)) => self.deletes += 1,
-                Some(response_op::Response::ResponseRange(_)) => self.ranges += 1,
+            ran += match &op.response {
+                Some(response_op::Response::ResponsePut(_)) => {
+                    self.puts += 1;
+                    1
+                }
+                Some(response_op::Response::ResponseDeleteRange(_)) => {
+                    self.deletes += 1;
+                    1
+                }
+                Some(response_op::Response::ResponseRange(_)) => {
+                    self.ranges += 1;
+                    1
+                }
                 Some(response_op::Response::ResponseTxn(txn)) => self.count_ops(&txn.responses),
-                None => {}
-            }
+                None => 0,
+            };
         }
+        ran
     }
 
     /// Moves the live key count by one write's changes: a version 1 is a

@@ -773,12 +773,21 @@ fn metrics_count_operations_and_live_keys() {
         failure: Vec::new(),
     };
     h.call(5, Request::Txn(txn)).unwrap();
+    // A txn of one operation is a single put to storage: etcd does not
+    // count it as a transaction.
+    let lone = TxnRequest {
+        success: vec![RequestOp {
+            request: Some(request_op::Request::RequestPut(put("e"))),
+        }],
+        ..Default::default()
+    };
+    h.call(8, Request::Txn(lone)).unwrap();
     h.get(6, "a");
     h.settle();
     let m = h.node.metrics();
-    assert_eq!((m.puts, m.deletes, m.txns), (4, 1, 1));
+    assert_eq!((m.puts, m.deletes, m.txns), (5, 1, 1));
     assert_eq!(m.ranges, 2, "one asked, one in the txn");
-    assert_eq!(m.keys, 2, "a and c");
+    assert_eq!(m.keys, 3, "a, c and e");
     assert_eq!(m.proposals_pending, 0);
     assert_eq!(m.proposals_applied, m.proposals_committed);
 
@@ -792,7 +801,7 @@ fn metrics_count_operations_and_live_keys() {
     restarted
         .node
         .keys_counted(crate::live_keys(&view, revision).unwrap());
-    assert_eq!(restarted.node.metrics().keys, 3, "a, c, and d since");
+    assert_eq!(restarted.node.metrics().keys, 4, "a, c, e, and d since");
 }
 
 /// Past etcd's gap of 5,000 unapplied entries a write is refused with

@@ -160,9 +160,9 @@ fn listen_metrics_urls(value: &str) -> Result<Vec<ListenUrl>, ConfigError> {
 
 /// etcd's warning for a `--quota-backend-bytes` above its suggested
 /// maximum (8 GiB).
-fn quota_warning(bytes: u64) -> Option<String> {
+fn quota_warning(bytes: i64) -> Option<String> {
     let max = oxetcd_core::alarm::QUOTA_BYTES_WARN;
-    (bytes > max).then(|| {
+    (bytes > 0 && bytes.unsigned_abs() > max).then(|| {
         format!("quota exceeds the maximum value: --quota-backend-bytes {bytes} is above {max}")
     })
 }

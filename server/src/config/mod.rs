@@ -297,9 +297,7 @@ impl Config {
             // etcd's request timeout: 5 s plus two election timeouts.
             request_timeout: Duration::from_secs(5) + 2 * election_timeout,
             auth_token_ttl: self.auth_token_ttl,
-            quota: oxetcd_core::alarm::Quota::from_flag(
-                i64::try_from(self.pending.quota_backend_bytes).unwrap_or(i64::MAX),
-            ),
+            quota: oxetcd_core::alarm::Quota::from_flag(self.pending.quota_backend_bytes),
             auto_compaction: self.pending.auto_compaction,
             ..oxetcd_core::Config::single(&self.name)
         }

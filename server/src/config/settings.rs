@@ -52,6 +52,13 @@ impl Settings {
         }
     }
 
+    pub(super) fn int(&self, flag: &str) -> i64 {
+        match self.get(flag) {
+            Some(Value::Int(n)) => *n,
+            _ => 0,
+        }
+    }
+
     pub(super) fn duration(&self, flag: &str) -> Duration {
         match self.get(flag) {
             Some(Value::Duration(d)) => *d,
@@ -78,9 +85,9 @@ impl Settings {
 /// implementation will want.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
-    /// `--quota-backend-bytes` (0: etcd's default of 2 GiB). Wired: the
-    /// node's quota (`alarm::Quota`) is built from it.
-    pub quota_backend_bytes: u64,
+    /// `--quota-backend-bytes` (0: etcd's default of 2 GiB; negative: no
+    /// quota). Wired: the node's quota (`alarm::Quota`) is built from it.
+    pub quota_backend_bytes: i64,
     /// `--auto-compaction-mode` and `--auto-compaction-retention` (wired:
     /// the node's compactor runs on it).
     pub auto_compaction: AutoCompaction,
@@ -130,7 +137,7 @@ impl Pending {
         feature_gates: BTreeMap<String, bool>,
     ) -> Result<Self, ConfigError> {
         Ok(Self {
-            quota_backend_bytes: settings.uint("quota-backend-bytes"),
+            quota_backend_bytes: settings.int("quota-backend-bytes"),
             auto_compaction: auto_compaction(
                 &settings.text("auto-compaction-mode"),
                 &settings.text("auto-compaction-retention"),

@@ -36,7 +36,8 @@ pub(super) enum Kind {
     Positive,
     /// A Go duration.
     Duration,
-    /// A byte count: an integer, optionally with a unit (`KB`, `MiB`, …).
+    /// A byte count: an integer, optionally with a unit (`KB`, `MiB`, …);
+    /// negative is etcd's "off".
     Bytes,
     /// Comma-separated words.
     List,
@@ -91,7 +92,11 @@ impl Kind {
             Self::Int => Value::Int(text.trim().parse().map_err(number)?),
             Self::Positive => Value::Uint(parse_positive(flag, text)? as u64),
             Self::Duration => Value::Duration(parse_duration(flag, text)?),
-            Self::Bytes => Value::Uint(parse_bytes(flag, text)?),
+            Self::Bytes => Value::Int(match text.trim().strip_prefix('-') {
+                // In range: `parse_bytes` answers at most `i64::MAX`.
+                Some(magnitude) => -(parse_bytes(flag, magnitude)? as i64),
+                None => parse_bytes(flag, text)? as i64,
+            }),
             Self::List => Value::List(split_list(text).map(str::to_owned).collect()),
             Self::Urls => Value::List(
                 split_list(text)

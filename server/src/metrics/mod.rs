@@ -55,7 +55,7 @@ pub(crate) use listen::serve_metrics_urls;
 pub(crate) use node::NodePublisher;
 
 /// etcd's default backend quota (`--quota-backend-bytes` 0): 2 GiB.
-const QUOTA_BACKEND_BYTES_DEFAULT: u64 = 2 * 1024 * 1024 * 1024;
+const QUOTA_BACKEND_BYTES_DEFAULT: i64 = 2 * 1024 * 1024 * 1024;
 
 /// An apply that takes longer than this is counted as slow: etcd's
 /// `warnApplyDuration`.
@@ -72,8 +72,8 @@ pub struct MetricsSettings {
     pub member_id: u64,
     /// `--metrics extensive`: the gRPC handling-time histograms too.
     pub extensive: bool,
-    /// `--quota-backend-bytes` (0: etcd's default).
-    pub quota_backend_bytes: u64,
+    /// `--quota-backend-bytes` (0: etcd's default; negative: none).
+    pub quota_backend_bytes: i64,
     /// The backend's file, measured at each scrape; `None`: not measured.
     pub backend_file: Option<PathBuf>,
     /// Every feature gate: name, stage label, on
@@ -178,11 +178,12 @@ impl Metrics {
             "etcd_server_quota_backend_bytes",
             "Current backend storage quota size in bytes.",
         );
-        let quota_bytes = match settings.quota_backend_bytes {
+        // As etcd: the flag's value, the default for 0, and a disabled
+        // quota's negative value as given.
+        quota.set(match settings.quota_backend_bytes {
             0 => QUOTA_BACKEND_BYTES_DEFAULT,
             bytes => bytes,
-        };
-        quota.set(i64::try_from(quota_bytes).unwrap_or(i64::MAX));
+        });
         let peers = PeerMetrics {
             local: member_id,
             active_peers: r.gauge_vec(

@@ -13,7 +13,7 @@
 //! members          member ID in hex -> JSON {id, peerURLs, isLearner, name, clientURLs}
 //! members_removed  member ID in hex -> "removed"
 //! cluster          clusterVersion -> "3.4.0"
-//! alarm            (empty here)
+//! alarm            etcdserverpb.AlarmMember {memberID, alarm} -> empty
 //! auth             authEnabled -> 1 byte, authRevision -> 8 bytes BE
 //! authUsers        name -> authpb.User (password: its bcrypt hash)
 //! authRoles        name -> authpb.Role
@@ -23,17 +23,17 @@
 //! at every revision not compacted, deletions included), the leases, the
 //! members and the consistent index (the view's applied index), so that
 //! etcd's `snapshot restore` and an etcd member started on the result see
-//! oxetcd's data at the same revisions. oxetcd keeps no alarms, no record
-//! of removed members in its backend, so those buckets are empty; users and
-//! roles are written as etcd writes them (a fresh store: auth disabled,
-//! revision 1).
+//! oxetcd's data at the same revisions, with the same active alarms (as
+//! etcd's own snapshots keep them). oxetcd keeps no record of removed
+//! members in its backend, so that bucket is empty; users and roles are
+//! written as etcd writes them, with auth's flag and revision.
 //! The `key` bucket is paged out of the view in bounded batches, twice
 //! (see [`super::write`]); everything else is small and read once.
 //!
-//! [`import`] is the other way: the versions, leases and compaction of an
-//! etcd (or oxetcd) bolt backend, as oxetcd's own records. It keeps none
-//! of the old cluster: a restored member starts a new cluster (see
-//! `snapshot_file`).
+//! [`import`] is the other way: the versions, leases, compaction, auth and
+//! alarms of an etcd (or oxetcd) bolt backend, as oxetcd's own records. It
+//! keeps none of the old cluster's membership: a restored member starts a
+//! new cluster (see `snapshot_file`).
 
 use std::collections::VecDeque;
 use std::io;
@@ -190,6 +190,14 @@ pub fn image<R: KvRead + Send + 'static>(
         .iter()
         .map(|r| (r.name.clone(), r.encode_to_vec()))
         .collect();
+    let mut alarms: Vec<Entry> = view
+        .alarms()
+        .map_err(io::Error::other)?
+        .iter()
+        .map(|alarm| (alarm.encode_to_vec(), Vec::new()))
+        .collect();
+    // A bucket's entries go in key order.
+    alarms.sort();
     let bucket = |entries: Vec<Entry>| Box::new(VecSource::new(entries)) as Box<_>;
     let buckets: Vec<(Vec<u8>, Box<dyn EntrySource + Send>)> = vec![
         (
@@ -207,7 +215,7 @@ pub fn image<R: KvRead + Send + 'static>(
                 cluster_version.as_bytes().to_vec(),
             )]),
         ),
-        (ALARM_BUCKET.to_vec(), bucket(Vec::new())),
+        (ALARM_BUCKET.to_vec(), bucket(alarms)),
         (AUTH_BUCKET.to_vec(), bucket(auth_entries)),
         (AUTH_USERS_BUCKET.to_vec(), bucket(users)),
         (AUTH_ROLES_BUCKET.to_vec(), bucket(roles)),
@@ -393,6 +401,7 @@ pub fn import<F: ReadAt, W: KvWrite>(
         })?;
     }
     write.set_auth(&import_auth(reader)?)?;
+    write.set_alarms(&import_alarms(reader)?)?;
     let meta = KvMeta {
         applied_index: 0,
         applied_term: 0,
@@ -439,15 +448,23 @@ fn import_auth<F: ReadAt>(reader: &BoltReader<F>) -> Result<AuthState, ImportErr
             Ok(())
         })?;
     }
-    if auth.enabled {
-        // Restoring it with auth off would open the data to everyone.
-        return Err(ImportError::Unsupported(
-            "auth is enabled in it, and this oxetcd does not enforce permissions yet; \
-             disable auth (etcdctl auth disable) before taking the snapshot"
-                .into(),
-        ));
-    }
     Ok(auth)
+}
+
+/// The active alarms of an etcd (or oxetcd) bolt backend.
+fn import_alarms<F: ReadAt>(
+    reader: &BoltReader<F>,
+) -> Result<Vec<oxetcd_proto::etcdserverpb::AlarmMember>, ImportError> {
+    let mut alarms = Vec::new();
+    if let Some(bucket) = reader.bucket(&reader.root(), ALARM_BUCKET)? {
+        reader.for_each::<ImportError>(&bucket, &mut |key, _| {
+            let alarm = oxetcd_proto::etcdserverpb::AlarmMember::decode(key)
+                .map_err(|e| ImportError::Corrupt(format!("alarm entry {key:?}: {e}")))?;
+            alarms.push(alarm);
+            Ok(())
+        })?;
+    }
+    Ok(alarms)
 }
 
 /// What `snapshot status` reports about a bolt backend, computed as

@@ -74,7 +74,7 @@ const FLAGS: &[Flag] = &[
         Kind::Bytes,
         "0",
         "Sets the maximum size (in bytes) that the backend database may consume; 0 means the \
-         default 2GiB.",
+         default 2GiB, a negative value disables the quota.",
     ),
     accepted(
         "backend-bbolt-freelist-type",

@@ -220,6 +220,9 @@ fn quota_backend_bytes_reaches_the_node() {
     let small = run(&["--quota-backend-bytes=262144"], &[]);
     assert_eq!(small.node_config().quota.limit_bytes, Some(262_144));
     assert!(small.warnings.is_empty(), "{:?}", small.warnings);
+    let off = run(&["--quota-backend-bytes=-1"], &[]);
+    assert_eq!(off.node_config().quota.limit_bytes, None, "negative: off");
+    assert!(off.warnings.is_empty(), "{:?}", off.warnings);
     let large = run(&["--quota-backend-bytes=9GiB"], &[]);
     assert_eq!(large.node_config().quota.limit_bytes, Some(9 << 30));
     assert!(
