@@ -43,6 +43,7 @@
 
 mod cadence;
 mod index;
+mod online_defrag;
 mod used;
 
 use std::collections::VecDeque;
@@ -121,6 +122,8 @@ struct Shared {
     compaction_hashes: Mutex<Option<VecDeque<CompactionHash>>>,
     /// Told how long each commit took (the server's metrics).
     commit_observer: OnceLock<CommitObserver>,
+    /// What changed since an online defragmentation last looked.
+    dirty_from: online_defrag::DirtyFrom,
 }
 
 /// Compaction hashes kept at most (etcd's `hashStorageMaxSize`): the
@@ -134,6 +137,9 @@ impl RedbKv {
     /// Opens or creates the backend database at `path` (see [`crate::open`])
     /// and builds its key index.
     pub fn open(path: &Path) -> Result<Self, OpenError> {
+        // A copy an interrupted online defragmentation left is not needed.
+        online_defrag::remove_stale(&online_defrag::copy_path(path))
+            .map_err(|e| OpenError::from_io(path, e))?;
         let db = open_database(path, CONTENTS, |txn| {
             txn.open_table(REVISIONS)?;
             txn.open_table(LEASES)?;
@@ -169,6 +175,7 @@ impl RedbKv {
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
                 compaction_hashes: Mutex::new(None),
                 commit_observer: OnceLock::new(),
+                dirty_from: online_defrag::DirtyFrom::default(),
             }),
         })
     }
@@ -284,6 +291,7 @@ impl KvStore for RedbKv {
             meta: None,
             used: UsedBytes::new(used_bytes),
             compaction_hashes: Vec::new(),
+            lowest: u64::MAX,
         })
     }
 
@@ -297,36 +305,20 @@ impl KvStore for RedbKv {
         Ok(())
     }
 
-    /// redb compacts only a database nobody has a transaction open on: new
-    /// ones wait on the lock, and the ones still open (a read view a
-    /// snapshot or a catch-up holds) are waited out for a while.
+    /// Online: the backend is copied while reads and writes go on, and
+    /// swapped in with writes held only for the last changes (see
+    /// `online_defrag`).
     fn defragment(&self) -> Result<(), StorageError> {
-        self.sync()?;
-        let mut db = self
-            .shared
-            .db
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut waited = 0;
-        for _ in 0..crate::defrag::COMPACT_PASSES_MAX {
-            match db.compact() {
-                Ok(true) => {}
-                Ok(false) => return Ok(()),
-                Err(redb::CompactionError::TransactionInProgress) if waited < DEFRAG_WAITS_MAX => {
-                    waited += 1;
-                    std::thread::sleep(DEFRAG_WAIT);
-                }
-                Err(e) => return Err(err("kv defragment")(e)),
-            }
-        }
+        let report = online_defrag::defragment(self)?;
+        tracing::info!(
+            rounds = report.rounds,
+            swap_versions = report.swap_versions,
+            swap_ms = report.swap_ms,
+            "defragmented the backend by copy and swap"
+        );
         Ok(())
     }
 }
-
-/// How long an online defragmentation waits for the transactions still
-/// open when it starts: this many times [`DEFRAG_WAIT`].
-const DEFRAG_WAITS_MAX: u32 = 200;
-const DEFRAG_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A read snapshot of the backend; `Send + 'static`, so it may be moved to
 /// another thread and read while writes go on.
@@ -431,6 +423,9 @@ pub struct RedbKvWrite {
     /// Hashes recorded by compactions in this transaction, published at
     /// commit.
     compaction_hashes: Vec<CompactionHash>,
+    /// Lowest main revision this transaction put or removed (`u64::MAX`:
+    /// none), for an online defragmentation.
+    lowest: u64,
 }
 
 impl fmt::Debug for RedbKvWrite {
@@ -532,6 +527,7 @@ impl KvWrite for RedbKvWrite {
             value: &version.value,
         }
         .encode();
+        self.lowest = self.lowest.min(rev.0);
         let mut table = self.txn.open_table(REVISIONS).map_err(err("kv put"))?;
         // One B-tree operation in the common case: the replaced record, if
         // any, is checked after the fact and put back if it was another key's.
@@ -582,6 +578,7 @@ impl KvWrite for RedbKvWrite {
             None => None,
         };
         if let Some(bytes) = owned {
+            self.lowest = self.lowest.min(rev.0);
             self.used.count(false, bytes);
             table.remove(revision_key(rev)).map_err(err("kv remove"))?;
             self.overlay.remove(key, rev);
@@ -653,6 +650,7 @@ impl KvWrite for RedbKvWrite {
             meta,
             used,
             compaction_hashes,
+            lowest,
         } = self;
         let (used_bytes, used_bytes_changed) = (used.bytes, used.changed);
         let changes_index = !overlay.is_empty();
@@ -682,9 +680,13 @@ impl KvWrite for RedbKvWrite {
             Durability::None
         };
         txn.set_durability(durability).map_err(err("kv commit"))?;
+        // Held across the commit, so that a defragmentation's snapshot
+        // either shows this commit or finds it recorded.
+        let recorded = (lowest != u64::MAX).then(|| kv.shared.dirty_from.record(lowest));
         let started = Instant::now();
         txn.commit().map_err(err("kv commit"))?;
         let committed = Instant::now();
+        drop(recorded);
         kv.cadence().record(durable, committed);
         if let Some(observe) = kv.shared.commit_observer.get() {
             observe(committed - started);

@@ -202,9 +202,11 @@ impl<K: KvStore> Handle<K> {
         self.kv.compaction_hashes()
     }
 
-    /// Defragments the backend on a blocking thread (reads and writes wait
-    /// meanwhile, as with etcd's defragmentation). A failure is reported,
-    /// not fatal: nothing was lost, the space just stays in the file.
+    /// Defragments the backend on a blocking thread, online: reads and
+    /// writes go on while it copies, and wait only for its swap (etcd's
+    /// defragmentation stops them for the whole pass). A failure is
+    /// reported, not fatal: nothing was lost, the space just stays in the
+    /// file.
     pub async fn defragment(&self) -> Result<(), Error> {
         let kv = self.kv.clone();
         let started = std::time::Instant::now();

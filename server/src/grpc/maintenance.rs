@@ -86,7 +86,7 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         if status.storage_version.is_empty() {
             status.storage_version = ETCD_VERSION.to_owned();
         }
-        let db_size = i64::try_from(dir_size(&self.member.data_dir)).unwrap_or(i64::MAX);
+        let db_size = i64::try_from(backend_size(&self.member.data_dir)).unwrap_or(i64::MAX);
         status.db_size = db_size;
         if status.db_size_in_use == 0 {
             status.db_size_in_use = db_size;
@@ -265,27 +265,11 @@ fn cluster_version(version: &str) -> String {
     }
 }
 
-/// Bytes used by the files under `dir` (the database and the raft log).
-/// Unreadable entries count as empty: this is a report, not a check.
-fn dir_size(dir: &Path) -> u64 {
-    /// A data directory is shallow; deeper trees are not ours to measure.
-    const DEPTH_MAX: usize = 4;
-    fn walk(dir: &Path, depth: usize) -> u64 {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return 0;
-        };
-        let mut total = 0u64;
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                if depth < DEPTH_MAX {
-                    total = total.saturating_add(walk(&entry.path(), depth + 1));
-                }
-            } else {
-                total = total.saturating_add(meta.len());
-            }
-        }
-        total
-    }
-    walk(dir, 0)
+/// The backend's file size, etcd's `dbSize` (the raft log, with its
+/// preallocated segments, is not part of it, as etcd's WAL is not).
+fn backend_size(data_dir: &Path) -> u64 {
+    let file = data_dir
+        .join(oxetcd_storage::MEMBER_DIR)
+        .join(oxetcd_storage::KV_FILE);
+    std::fs::metadata(file).map_or(0, |meta| meta.len())
 }
