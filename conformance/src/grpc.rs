@@ -7,18 +7,21 @@ use std::time::{Duration, Instant};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use oxetcd_core::auth::AuthResponse;
+use oxetcd_proto::etcdserverpb::auth_client::AuthClient;
 use oxetcd_proto::etcdserverpb::kv_client::KvClient;
 use oxetcd_proto::etcdserverpb::lease_client::LeaseClient;
 use oxetcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
 use oxetcd_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DefragmentRequest,
-    DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest, HashKvResponse,
-    HashRequest, HashResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest,
-    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
-    WatchRequest, WatchResponse,
+    AlarmRequest, AlarmResponse, AuthDisableRequest, AuthEnableRequest, AuthRoleListRequest,
+    AuthStatusRequest, AuthUserListRequest, CompactionRequest, CompactionResponse,
+    DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest,
+    HashKvResponse, HashRequest, HashResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, StatusRequest, StatusResponse,
+    TxnRequest, TxnResponse, WatchRequest, WatchResponse,
 };
 use oxetcd_proto::v3electionpb::election_client::ElectionClient;
 use oxetcd_proto::v3electionpb::{
@@ -32,6 +35,7 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Streaming;
 
+use crate::auth_call::AuthCall;
 use crate::launch::Server;
 use crate::target::Failure;
 
@@ -53,6 +57,9 @@ pub struct Grpc {
     watch: WatchClient<Channel>,
     election: ElectionClient<Channel>,
     lock: LockClient<Channel>,
+    auth: AuthClient<Channel>,
+    /// The token every call carries (`token` metadata), if any.
+    token: Option<String>,
     watch_streams: Vec<WatchStream>,
     // Dropped after the clients (field order), before the server.
     runtime: tokio::runtime::Runtime,
@@ -94,6 +101,8 @@ impl Grpc {
                         watch: WatchClient::new(channel.clone()),
                         election: ElectionClient::new(channel.clone()),
                         lock: LockClient::new(channel.clone()),
+                        auth: AuthClient::new(channel.clone()),
+                        token: None,
                         watch_streams: Vec::new(),
                         maintenance: MaintenanceClient::new(channel),
                         runtime,
@@ -120,15 +129,68 @@ impl Grpc {
         self.server.as_ref()
     }
 
+    /// Makes every later call carry `token` (none: anonymous).
+    pub fn set_token(&mut self, token: Option<String>) {
+        self.token = token;
+    }
+
+    /// `message` as a request carrying the current token.
+    fn authorized<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = self.token.as_deref().and_then(|t| t.parse().ok()) {
+            request.metadata_mut().insert("token", token);
+        }
+        request
+    }
+
+    /// One call of the `Auth` service, with the current token.
+    pub fn auth(&mut self, call: AuthCall) -> Result<AuthResponse, Failure> {
+        let mut auth = self.auth.clone();
+        macro_rules! call {
+            ($method:ident, $request:expr, $variant:ident) => {{
+                let request = self.authorized($request);
+                self.block_on(async move { auth.$method(request).await })
+                    .map(AuthResponse::$variant)
+            }};
+        }
+        match call {
+            AuthCall::Enable => call!(auth_enable, AuthEnableRequest {}, Enable),
+            AuthCall::Disable => call!(auth_disable, AuthDisableRequest {}, Disable),
+            AuthCall::Status => call!(auth_status, AuthStatusRequest {}, Status),
+            AuthCall::Authenticate(r) => call!(authenticate, r, Authenticate),
+            AuthCall::UserAdd(r) => call!(user_add, r, UserAdd),
+            AuthCall::UserGet(r) => call!(user_get, r, UserGet),
+            AuthCall::UserList => call!(user_list, AuthUserListRequest {}, UserList),
+            AuthCall::UserDelete(r) => call!(user_delete, r, UserDelete),
+            AuthCall::UserChangePassword(r) => {
+                call!(user_change_password, r, UserChangePassword)
+            }
+            AuthCall::UserGrantRole(r) => call!(user_grant_role, r, UserGrantRole),
+            AuthCall::UserRevokeRole(r) => call!(user_revoke_role, r, UserRevokeRole),
+            AuthCall::RoleAdd(r) => call!(role_add, r, RoleAdd),
+            AuthCall::RoleGet(r) => call!(role_get, r, RoleGet),
+            AuthCall::RoleList => call!(role_list, AuthRoleListRequest {}, RoleList),
+            AuthCall::RoleDelete(r) => call!(role_delete, r, RoleDelete),
+            AuthCall::RoleGrantPermission(r) => {
+                call!(role_grant_permission, r, RoleGrantPermission)
+            }
+            AuthCall::RoleRevokePermission(r) => {
+                call!(role_revoke_permission, r, RoleRevokePermission)
+            }
+        }
+    }
+
     /// `KV.Range`.
     pub fn range(&mut self, request: RangeRequest) -> Result<RangeResponse, Failure> {
         let mut kv = self.kv.clone();
+        let request = self.authorized(request);
         self.block_on(async move { kv.range(request).await })
     }
 
     /// `KV.Put`.
     pub fn put(&mut self, request: PutRequest) -> Result<PutResponse, Failure> {
         let mut kv = self.kv.clone();
+        let request = self.authorized(request);
         self.block_on(async move { kv.put(request).await })
     }
 
@@ -138,49 +200,57 @@ impl Grpc {
         request: DeleteRangeRequest,
     ) -> Result<DeleteRangeResponse, Failure> {
         let mut kv = self.kv.clone();
+        let request = self.authorized(request);
         self.block_on(async move { kv.delete_range(request).await })
     }
 
     /// `KV.Txn`.
     pub fn txn(&mut self, request: TxnRequest) -> Result<TxnResponse, Failure> {
         let mut kv = self.kv.clone();
+        let request = self.authorized(request);
         self.block_on(async move { kv.txn(request).await })
     }
 
     /// `KV.Compact`.
     pub fn compact(&mut self, request: CompactionRequest) -> Result<CompactionResponse, Failure> {
         let mut kv = self.kv.clone();
+        let request = self.authorized(request);
         self.block_on(async move { kv.compact(request).await })
     }
 
     /// `Maintenance.Status`.
     pub fn status(&mut self) -> Result<StatusResponse, Failure> {
         let mut maintenance = self.maintenance.clone();
-        self.block_on(async move { maintenance.status(StatusRequest {}).await })
+        let request = self.authorized(StatusRequest {});
+        self.block_on(async move { maintenance.status(request).await })
     }
 
     /// `Maintenance.Alarm`.
     pub fn alarm(&mut self, request: AlarmRequest) -> Result<AlarmResponse, Failure> {
         let mut maintenance = self.maintenance.clone();
+        let request = self.authorized(request);
         self.block_on(async move { maintenance.alarm(request).await })
     }
 
     /// `Maintenance.Defragment`.
     pub fn defragment(&mut self) -> Result<DefragmentResponse, Failure> {
         let mut maintenance = self.maintenance.clone();
-        self.block_on(async move { maintenance.defragment(DefragmentRequest {}).await })
+        let request = self.authorized(DefragmentRequest {});
+        self.block_on(async move { maintenance.defragment(request).await })
     }
 
     /// `Maintenance.Hash`.
     pub fn hash(&mut self) -> Result<HashResponse, Failure> {
         let mut maintenance = self.maintenance.clone();
-        self.block_on(async move { maintenance.hash(HashRequest {}).await })
+        let request = self.authorized(HashRequest {});
+        self.block_on(async move { maintenance.hash(request).await })
     }
 
     /// `Maintenance.HashKV`.
     pub fn hash_kv(&mut self, revision: i64) -> Result<HashKvResponse, Failure> {
         let mut maintenance = self.maintenance.clone();
-        self.block_on(async move { maintenance.hash_kv(HashKvRequest { revision }).await })
+        let request = self.authorized(HashKvRequest { revision });
+        self.block_on(async move { maintenance.hash_kv(request).await })
     }
 
     /// `Lease.LeaseGrant`.
@@ -189,6 +259,7 @@ impl Grpc {
         request: LeaseGrantRequest,
     ) -> Result<LeaseGrantResponse, Failure> {
         let mut lease = self.lease.clone();
+        let request = self.authorized(request);
         self.block_on(async move { lease.lease_grant(request).await })
     }
 
@@ -198,6 +269,7 @@ impl Grpc {
         request: LeaseRevokeRequest,
     ) -> Result<LeaseRevokeResponse, Failure> {
         let mut lease = self.lease.clone();
+        let request = self.authorized(request);
         self.block_on(async move { lease.lease_revoke(request).await })
     }
 
@@ -209,8 +281,8 @@ impl Grpc {
         let mut lease = self.lease.clone();
         let (sender, receiver) = unbounded_channel();
         let _ = sender.send(request);
-        let mut responses =
-            self.block_on(async move { lease.lease_keep_alive(Requests(receiver)).await })?;
+        let request = self.authorized(Requests(receiver));
+        let mut responses = self.block_on(async move { lease.lease_keep_alive(request).await })?;
         let answer = self
             .runtime
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, responses.message()).await });
@@ -232,48 +304,56 @@ impl Grpc {
         request: LeaseTimeToLiveRequest,
     ) -> Result<LeaseTimeToLiveResponse, Failure> {
         let mut lease = self.lease.clone();
+        let request = self.authorized(request);
         self.block_on(async move { lease.lease_time_to_live(request).await })
     }
 
     /// `Lease.LeaseLeases`.
     pub fn lease_leases(&mut self) -> Result<LeaseLeasesResponse, Failure> {
         let mut lease = self.lease.clone();
-        self.block_on(async move { lease.lease_leases(LeaseLeasesRequest {}).await })
+        let request = self.authorized(LeaseLeasesRequest {});
+        self.block_on(async move { lease.lease_leases(request).await })
     }
 
     /// `Election.Campaign`.
     pub fn campaign(&mut self, request: CampaignRequest) -> Result<CampaignResponse, Failure> {
         let mut election = self.election.clone();
+        let request = self.authorized(request);
         self.block_on(async move { election.campaign(request).await })
     }
 
     /// `Election.Proclaim`.
     pub fn proclaim(&mut self, request: ProclaimRequest) -> Result<ProclaimResponse, Failure> {
         let mut election = self.election.clone();
+        let request = self.authorized(request);
         self.block_on(async move { election.proclaim(request).await })
     }
 
     /// `Election.Leader`.
     pub fn leader(&mut self, request: LeaderRequest) -> Result<LeaderResponse, Failure> {
         let mut election = self.election.clone();
+        let request = self.authorized(request);
         self.block_on(async move { election.leader(request).await })
     }
 
     /// `Election.Resign`.
     pub fn resign(&mut self, request: ResignRequest) -> Result<ResignResponse, Failure> {
         let mut election = self.election.clone();
+        let request = self.authorized(request);
         self.block_on(async move { election.resign(request).await })
     }
 
     /// `Lock.Lock`.
     pub fn lock(&mut self, request: LockRequest) -> Result<LockResponse, Failure> {
         let mut lock = self.lock.clone();
+        let request = self.authorized(request);
         self.block_on(async move { lock.lock(request).await })
     }
 
     /// `Lock.Unlock`.
     pub fn unlock(&mut self, request: UnlockRequest) -> Result<UnlockResponse, Failure> {
         let mut lock = self.lock.clone();
+        let request = self.authorized(request);
         self.block_on(async move { lock.unlock(request).await })
     }
 
@@ -300,7 +380,8 @@ impl Grpc {
             .map_err(|_| Failure::new(1, "watch stream closed"))?;
         if let Some(receiver) = watch.receiver.take() {
             let mut client = self.watch.clone();
-            let responses = self.block_on(async move { client.watch(Requests(receiver)).await })?;
+            let request = self.authorized(Requests(receiver));
+            let responses = self.block_on(async move { client.watch(request).await })?;
             if let Some(watch) = self.watch_streams.get_mut(stream) {
                 watch.responses = Some(responses);
             }

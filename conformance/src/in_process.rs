@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use oxetcd_core::auth::Credentials;
+use oxetcd_core::auth::{AuthRead, AuthRequest, AuthResponse, Credentials};
 use oxetcd_core::memory::{MemoryKv, MemoryLog};
 use oxetcd_core::testing::{Effect, Member};
 use oxetcd_core::{Config, Error, Input, Instant, Request, RequestId, Response};
@@ -18,6 +18,10 @@ use oxetcd_proto::etcdserverpb::{
     WatchRequest, WatchResponse,
 };
 
+use oxetcd_proto::oxetcdpb::auth_change::Change;
+use oxetcd_proto::oxetcdpb::AuthenticateChange;
+
+use crate::auth_call::AuthCall;
 use crate::target::{Failure, SUITE_QUOTA_BYTES, WATCH_PROGRESS_NOTIFY_INTERVAL};
 
 /// Rounds of "drain outputs, then let time pass" before a request counts as
@@ -36,6 +40,10 @@ pub struct InProcess {
     answers: HashMap<RequestId, Result<Response, Failure>>,
     /// Responses of each watch stream not yet received, by stream number.
     watch_streams: Vec<VecDeque<WatchResponse>>,
+    /// What every request is sent with.
+    credentials: Credentials,
+    /// Numbers the simple tokens this driver hands out.
+    tokens_issued: u64,
 }
 
 impl InProcess {
@@ -58,7 +66,89 @@ impl InProcess {
             next_id: 1,
             answers: HashMap::new(),
             watch_streams: Vec::new(),
+            credentials: Credentials::Anonymous,
+            tokens_issued: 0,
         })
+    }
+
+    /// Makes every later request carry `token` (none: anonymous).
+    pub fn set_token(&mut self, token: Option<String>) {
+        self.credentials = token.map_or(Credentials::Anonymous, Credentials::Token);
+    }
+
+    /// One call of the `Auth` service, with the current token. Passwords
+    /// are hashed and checked here, as the server that receives the call
+    /// does, at [`BCRYPT_COST`].
+    pub fn auth(&mut self, call: AuthCall) -> Result<AuthResponse, Failure> {
+        use oxetcd_proto::etcdserverpb::{AuthDisableRequest, AuthEnableRequest};
+        let request = match call {
+            AuthCall::Enable => AuthRequest::Change(Change::Enable(AuthEnableRequest {})),
+            AuthCall::Disable => AuthRequest::Change(Change::Disable(AuthDisableRequest {})),
+            AuthCall::Status => AuthRequest::Read(AuthRead::Status),
+            AuthCall::Authenticate(r) => return self.authenticate(r.name, r.password),
+            AuthCall::UserAdd(mut r) => {
+                let no_password = r.options.as_ref().is_some_and(|o| o.no_password);
+                let password = std::mem::take(&mut r.password);
+                if !no_password {
+                    r.hashed_password = hash(&password)?;
+                }
+                AuthRequest::Change(Change::UserAdd(r))
+            }
+            AuthCall::UserGet(r) => AuthRequest::Read(AuthRead::UserGet(r)),
+            AuthCall::UserList => AuthRequest::Read(AuthRead::UserList),
+            AuthCall::UserDelete(r) => AuthRequest::Change(Change::UserDelete(r)),
+            AuthCall::UserChangePassword(mut r) => {
+                let password = std::mem::take(&mut r.password);
+                r.hashed_password = hash(&password)?;
+                AuthRequest::Change(Change::UserChangePassword(r))
+            }
+            AuthCall::UserGrantRole(r) => AuthRequest::Change(Change::UserGrantRole(r)),
+            AuthCall::UserRevokeRole(r) => AuthRequest::Change(Change::UserRevokeRole(r)),
+            AuthCall::RoleAdd(r) => AuthRequest::Change(Change::RoleAdd(r)),
+            AuthCall::RoleGet(r) => AuthRequest::Read(AuthRead::RoleGet(r)),
+            AuthCall::RoleList => AuthRequest::Read(AuthRead::RoleList),
+            AuthCall::RoleDelete(r) => AuthRequest::Change(Change::RoleDelete(r)),
+            AuthCall::RoleGrantPermission(r) => AuthRequest::Change(Change::RoleGrantPermission(r)),
+            AuthCall::RoleRevokePermission(r) => {
+                AuthRequest::Change(Change::RoleRevokePermission(r))
+            }
+        };
+        self.auth_request(request)
+    }
+
+    /// `Authenticate`: the stored hash is read and checked here, then the
+    /// token is proposed, as the server does with simple tokens.
+    fn authenticate(&mut self, name: String, password: String) -> Result<AuthResponse, Failure> {
+        let read = AuthRequest::Read(AuthRead::Password { name: name.clone() });
+        let stored = match self.auth_request_as(Credentials::Anonymous, read)? {
+            AuthResponse::Password(stored) => stored,
+            other => return Err(unexpected("password", &Response::Auth(other))),
+        };
+        if !bcrypt::verify(password, &stored.hash).unwrap_or(false) {
+            return Err(failure(&Error::AuthFailed));
+        }
+        self.tokens_issued += 1;
+        let token = format!("inprocesstoken.{}", self.tokens_issued);
+        let change = Change::Authenticate(AuthenticateChange { name, token });
+        self.auth_request_as(Credentials::Anonymous, AuthRequest::Change(change))
+    }
+
+    fn auth_request(&mut self, request: AuthRequest) -> Result<AuthResponse, Failure> {
+        self.auth_request_as(self.credentials.clone(), request)
+    }
+
+    fn auth_request_as(
+        &mut self,
+        who: Credentials,
+        request: AuthRequest,
+    ) -> Result<AuthResponse, Failure> {
+        let saved = std::mem::replace(&mut self.credentials, who);
+        let answer = self.call(Request::Auth(request));
+        self.credentials = saved;
+        match answer? {
+            Response::Auth(r) => Ok(r),
+            other => Err(unexpected("auth", &other)),
+        }
     }
 
     /// `KV.Range`.
@@ -208,7 +298,7 @@ impl InProcess {
             Input::Watch {
                 stream: stream as u64,
                 request,
-                credentials: Credentials::Anonymous,
+                credentials: self.credentials.clone(),
             },
         );
         self.drain()
@@ -256,9 +346,10 @@ impl InProcess {
     fn call(&mut self, request: Request) -> Result<Response, Failure> {
         let id = self.next_id;
         self.next_id += 1;
-        self.member
-            .node
-            .handle(self.now, Input::Client(id, request, Credentials::Anonymous));
+        self.member.node.handle(
+            self.now,
+            Input::Client(id, request, self.credentials.clone()),
+        );
         for _ in 0..ROUNDS_MAX {
             self.drain()?;
             if let Some(answer) = self.answers.remove(&id) {
@@ -299,6 +390,14 @@ impl InProcess {
         }
         Ok(())
     }
+}
+
+/// bcrypt's cost for the in-process node's passwords: etcd's minimum,
+/// as the servers of the suite run with (`--bcrypt-cost`).
+pub const BCRYPT_COST: u32 = 4;
+
+fn hash(password: &str) -> Result<String, Failure> {
+    bcrypt::hash(password, BCRYPT_COST).map_err(|e| Failure::new(13, format!("bcrypt: {e}")))
 }
 
 fn failure(e: &Error) -> Failure {

@@ -13,6 +13,7 @@
 //! The test files in `tests/` run the whole list against one kind of target
 //! and fail with the names and messages of every scenario that failed.
 
+mod auth_call;
 mod grpc;
 mod in_process;
 mod launch;
@@ -20,6 +21,7 @@ mod runner;
 pub mod scenarios;
 mod target;
 
+pub use auth_call::AuthCall;
 pub use grpc::Grpc;
 pub use in_process::InProcess;
 pub use launch::{binary_path, free_port, Server, ServerKind};

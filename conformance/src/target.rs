@@ -19,6 +19,9 @@ use oxetcd_proto::v3electionpb::{
 };
 use oxetcd_proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
 
+use oxetcd_core::auth::AuthResponse;
+
+use crate::auth_call::AuthCall;
 use crate::grpc::Grpc;
 use crate::in_process::InProcess;
 use crate::launch::{Server, ServerKind};
@@ -61,10 +64,13 @@ pub const SUITE_QUOTA_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Flags every server of the suite starts with, beyond its ports and data
 /// dir: [`WATCH_PROGRESS_NOTIFY_INTERVAL`] and [`SUITE_QUOTA_BYTES`] under
-/// etcd's flag names.
-pub const SUITE_FLAGS: [&str; 2] = [
+/// etcd's flag names, and bcrypt's lowest cost (etcd's own tests run
+/// with it too), so that each password hashed or checked costs about a
+/// millisecond instead of tens.
+pub const SUITE_FLAGS: [&str; 3] = [
     "--experimental-watch-progress-notify-interval=500ms",
     "--quota-backend-bytes=33554432",
+    "--bcrypt-cost=4",
 ];
 
 /// Something that answers etcd's KV and status calls: the in-process core
@@ -91,6 +97,33 @@ impl Target {
         let grpc = Grpc::connect(server.endpoint())
             .map_err(|e| format!("{e}\n--- {} log ---\n{}", kind.name(), server.log_tail()))?;
         Ok(Self::Grpc(Box::new(grpc.owning(server))))
+    }
+
+    /// Makes every later call carry `token` (`None`: no token), as etcd's
+    /// clients send it (`token` metadata).
+    pub fn set_token(&mut self, token: Option<&str>) {
+        let token = token.map(str::to_owned);
+        match self {
+            Self::InProcess(t) => t.set_token(token),
+            Self::Grpc(t) => t.set_token(token),
+        }
+    }
+
+    /// One call of the `Auth` service, with the current token.
+    pub fn auth(&mut self, call: AuthCall) -> Result<AuthResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.auth(call),
+            Self::Grpc(t) => t.auth(call),
+        }
+    }
+
+    /// True when the answers come from Debian's etcd (3.4), for the few
+    /// steps where oxetcd deliberately answers as a later etcd does.
+    pub fn is_etcd(&self) -> bool {
+        match self {
+            Self::InProcess(_) => false,
+            Self::Grpc(t) => t.server().is_some_and(|s| s.kind() == ServerKind::Etcd),
+        }
     }
 
     /// `KV.Range`.

@@ -21,6 +21,8 @@ use crate::storage::StorageError;
 pub enum Code {
     /// The request was cancelled.
     Cancelled = 1,
+    /// An error etcd passes on without a gRPC code of its own.
+    Unknown = 2,
     /// Bad input.
     InvalidArgument = 3,
     /// The deadline passed.
@@ -55,6 +57,7 @@ impl Code {
     pub fn go_name(self) -> &'static str {
         match self {
             Self::Cancelled => "Canceled",
+            Self::Unknown => "Unknown",
             Self::InvalidArgument => "InvalidArgument",
             Self::DeadlineExceeded => "DeadlineExceeded",
             Self::NotFound => "NotFound",
@@ -180,6 +183,11 @@ pub enum Error {
     /// `etcdserver: revision of auth store is old`: the auth store changed
     /// between the request's admission and its apply.
     AuthOldRevision,
+    /// `auth: authentication failed, password was given for no password
+    /// user`: `Authenticate` as a user added without a password. etcd's
+    /// auth package error, which etcd passes on unconverted (code
+    /// `Unknown`).
+    NoPasswordUser,
 }
 
 impl Error {
@@ -232,20 +240,30 @@ impl Error {
             Self::AuthFailed | Self::AuthOldRevision => Code::InvalidArgument,
             Self::PermissionDenied => Code::PermissionDenied,
             Self::InvalidAuthToken => Code::Unauthenticated,
+            Self::NoPasswordUser => Code::Unknown,
         }
     }
 
     /// Whether this is a refusal of auth: who the caller is, or what it
     /// may do.
     pub fn is_auth(&self) -> bool {
-        matches!(
-            self,
-            Self::UserEmpty
-                | Self::UserNotFound
-                | Self::PermissionDenied
-                | Self::InvalidAuthToken
-                | Self::AuthOldRevision
-        )
+        self.auth_package_message().is_some()
+    }
+
+    /// The words of etcd's auth package for a refusal of auth
+    /// ([`Error::is_auth`]), which etcd passes on unconverted where it
+    /// checks auth itself rather than through its server (maintenance's
+    /// admin check): `auth: user not found` rather than `etcdserver: user
+    /// name not found`.
+    pub fn auth_package_message(&self) -> Option<&'static str> {
+        Some(match self {
+            Self::UserEmpty => "auth: user name is empty",
+            Self::UserNotFound => "auth: user not found",
+            Self::PermissionDenied => "auth: permission denied",
+            Self::InvalidAuthToken => "auth: invalid auth token",
+            Self::AuthOldRevision => "auth: revision in header is old",
+            _ => return None,
+        })
     }
 
     /// The message etcd answers with, byte for byte.
@@ -303,6 +321,9 @@ impl Error {
             Self::PermissionDenied => "etcdserver: permission denied",
             Self::InvalidAuthToken => "etcdserver: invalid auth token",
             Self::AuthOldRevision => "etcdserver: revision of auth store is old",
+            Self::NoPasswordUser => {
+                "auth: authentication failed, password was given for no password user"
+            }
             Self::Unimplemented(what) => return format!("unknown service {what}"),
             Self::Storage(e) => return format!("etcdserver: storage: {e}"),
         };

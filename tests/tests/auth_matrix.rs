@@ -1,20 +1,26 @@
 //! The security matrix: every RPC that auth guards, called with every kind
 //! of credential (none, a garbage token, a token left unused past the
 //! token TTL, the token of a user deleted after it authenticated, and the
-//! tokens of users granted read, write or a prefix, and root), gives the same outcome on oxetcd as on Debian's etcd —
-//! the same gRPC code and message when refused, a success when allowed.
-//! The same code drives both servers, so the comparison is exact; a
-//! mismatch prints the whole table of differences (`--nocapture` prints
-//! every cell). Where oxetcd answers unlike etcd 3.4 — `AuthStatus`, which
-//! 3.4 lacks, and two oxetcd bugs (`MemberList` checks a token etcd
-//! ignores; `HashKV` and `Snapshot` refuse with etcdserver's status where
-//! etcd answers Unknown "auth: …") — the cell is in [`known_differences`]
-//! with oxetcd's answer, checked too. At the end no plain-text password may
-//! be in oxetcd's data directory or in its log.
+//! tokens of users granted read, write or a prefix, and root), gives the
+//! same outcome on oxetcd as on Debian's etcd — the same gRPC code and
+//! message when refused, a success when allowed. The same code drives both
+//! servers, so the comparison is exact; a mismatch prints the whole table
+//! of differences (`--nocapture` prints every cell). Where oxetcd answers
+//! unlike etcd 3.4 — only `AuthStatus`, which 3.4 lacks — the cell is in
+//! [`known_differences`] with oxetcd's answer, checked too. At the end no
+//! plain-text password may be in oxetcd's data directory or in its log.
+//!
+//! A second, smaller matrix runs over TLS with `--client-cert-auth`: a
+//! client presenting a certificate whose common name is a user acts as
+//! that user when it sends no token, a token wins over the name, and a
+//! name that is no user gets etcd's refusals — a few RPCs, each with the
+//! certificates of a reader, of root and of a stranger, and with a
+//! certificate and another user's token, compared with etcd the same way.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use oxetcd_ctl::connector::{Socket, TlsConnector};
 use oxetcd_proto::authpb::{permission, Permission};
 use oxetcd_proto::etcdserverpb::auth_client::AuthClient;
 use oxetcd_proto::etcdserverpb::cluster_client::ClusterClient;
@@ -30,7 +36,10 @@ use oxetcd_proto::etcdserverpb::{
     PutRequest, RangeRequest, RequestOp, SnapshotRequest, StatusRequest, TxnRequest,
     WatchCreateRequest, WatchRequest,
 };
-use oxetcd_tests::{Server, ServerKind};
+use oxetcd_tests::pki::{path_arg, Pki};
+use oxetcd_tests::{Launch, Ports, Server, ServerKind};
+use oxetcd_tls::test_pki::{NamedClient, TestPkiIn};
+use oxetcd_tls::ClientSettings;
 use tokio::sync::mpsc;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
@@ -229,6 +238,30 @@ impl Clients {
             .connect()
             .await
             .expect("connects");
+        Self::on(channel)
+    }
+
+    /// Clients over TLS to `url`, verifying the server with `ca` and
+    /// presenting `client`'s certificate.
+    async fn connect_tls(url: &str, ca: &Path, client: &NamedClient) -> Self {
+        let config = ClientSettings {
+            ca_file: Some(ca.to_path_buf()),
+            cert_file: Some(client.cert.clone()),
+            key_file: Some(client.key.clone()),
+            skip_verify: false,
+        }
+        .build()
+        .expect("client TLS configuration");
+        let channel = Endpoint::from_shared(url.to_owned())
+            .expect("endpoint")
+            .connect_timeout(Duration::from_secs(2))
+            .connect_with_connector(TlsConnector::new(config, Socket::tcp()))
+            .await
+            .expect("connects over TLS");
+        Self::on(channel)
+    }
+
+    fn on(channel: Channel) -> Self {
         Self {
             kv: KvClient::new(channel.clone()),
             watch: WatchClient::new(channel.clone()),
@@ -487,6 +520,15 @@ struct Answers {
     cells: Vec<((String, String), Outcome)>,
 }
 
+/// The password of `user`, one of [`USERS`].
+fn password(user: &str) -> &'static str {
+    USERS
+        .iter()
+        .find(|(name, _, _)| *name == user)
+        .map(|(_, password, _)| *password)
+        .expect("a user of the matrix")
+}
+
 /// Sets `server` up and runs the whole matrix against it.
 fn answers(server: &Server) -> Answers {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -496,13 +538,6 @@ fn answers(server: &Server) -> Answers {
     runtime.block_on(async {
         let mut clients = Clients::connect(server.endpoint()).await;
         clients.set_up().await;
-        let password = |user: &str| {
-            USERS
-                .iter()
-                .find(|(name, _, _)| *name == user)
-                .map(|(_, password, _)| *password)
-                .expect("a user of the matrix")
-        };
         let mut authenticate = Vec::new();
         // A reader's token, left unused until it expires; every other
         // token is taken after.
@@ -596,6 +631,50 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
     found
 }
 
+/// Cell by cell, where `got` (from `kind`) differs from etcd's
+/// `expected`, or a known difference no longer holds; every cell is
+/// printed.
+fn differences(
+    kind: ServerKind,
+    expected: &[((String, String), Outcome)],
+    got: &[((String, String), Outcome)],
+    known: &[KnownDifference],
+) -> String {
+    let mut table = String::new();
+    assert_eq!(expected.len(), got.len(), "{}: cells missing", kind.name());
+    for ((key, want), (_, have)) in expected.iter().zip(got) {
+        let (rpc, credential) = key;
+        println!(
+            "{:<12} {rpc:<22} {credential:<14} etcd: {want:<60} {}: {have}",
+            kind.name(),
+            kind.name()
+        );
+        if let Some(known) = known
+            .iter()
+            .find(|k| k.rpc == rpc && k.credential == credential)
+        {
+            if want == have || have != known.oxetcd {
+                table += &format!(
+                    "  {rpc:<22} {credential:<14} known difference no longer holds \
+                     ({}): etcd: {want}, {}: {have}, listed: {}\n",
+                    known.why,
+                    kind.name(),
+                    known.oxetcd
+                );
+            }
+            continue;
+        }
+        if want != have {
+            table += &format!(
+                "  {rpc:<22} {credential:<14} etcd: {want}\n  {:<37} {}: {have}\n",
+                "",
+                kind.name()
+            );
+        }
+    }
+    table
+}
+
 #[test]
 fn every_rpc_with_every_credential_as_etcd_answers() {
     let ttl = TOKEN_TTL_S.to_string();
@@ -638,36 +717,7 @@ fn every_rpc_with_every_credential_as_etcd_answers() {
                 );
             }
         }
-        for ((key, want), (_, have)) in expected.cells.iter().zip(&got.cells) {
-            let (rpc, credential) = key;
-            println!(
-                "{:<12} {rpc:<22} {credential:<14} etcd: {want:<60} {}: {have}",
-                kind.name(),
-                kind.name()
-            );
-            if let Some(known) = known
-                .iter()
-                .find(|k| k.rpc == rpc && k.credential == credential)
-            {
-                if want == have || have != known.oxetcd {
-                    table += &format!(
-                        "  {rpc:<22} {credential:<14} known difference no longer holds \
-                         ({}): etcd: {want}, {}: {have}, listed: {}\n",
-                        known.why,
-                        kind.name(),
-                        known.oxetcd
-                    );
-                }
-                continue;
-            }
-            if want != have {
-                table += &format!(
-                    "  {rpc:<22} {credential:<14} etcd: {want}\n  {:<37} {}: {have}\n",
-                    "",
-                    kind.name()
-                );
-            }
-        }
+        table += &differences(kind, &expected.cells, &got.cells, &known);
         if !table.is_empty() {
             failures.push(format!("{} differs from etcd:\n{table}", kind.name()));
         }
@@ -687,5 +737,153 @@ fn every_rpc_with_every_credential_as_etcd_answers() {
         }
     }
     println!("auth matrix ran in {:?}", started.elapsed());
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------
+// Client certificates (`--client-cert-auth`).
+
+/// The common names of the client certificates: two users, and a name no
+/// user has.
+const CERT_NAMES: [&str; 3] = ["reader", "root", "stranger"];
+
+/// The credentials of the certificate matrix: a label, the common name of
+/// the certificate presented, and whose token is sent too (if anyone's).
+const CERT_CREDENTIALS: [(&str, &str, Option<&str>); 5] = [
+    ("CN reader", "reader", None),
+    ("CN root", "root", None),
+    ("CN stranger", "stranger", None),
+    ("CN reader+writer tk", "reader", Some("writer")),
+    ("CN root+reader tk", "root", Some("reader")),
+];
+
+/// The calls of the certificate matrix: reads and writes of a key and a
+/// prefix, a txn, a watch, an admin read and admin maintenance.
+const CERT_RPCS: [&str; 8] = [
+    "Range a",
+    "Range p/ prefix",
+    "Put a",
+    "Txn cmp a, put a",
+    "Watch a",
+    "UserList",
+    "MemberList",
+    "HashKV",
+];
+
+/// Longest a TLS server may take to say it serves clients (its port
+/// accepts connections before its certificates are loaded).
+const TLS_READY_DEADLINE: Duration = Duration::from_secs(20);
+
+/// What etcd and oxetcd log once they serve clients.
+const READY_LINE: &str = "enabled capabilities for version";
+
+/// Starts `kind` on an `https://` URL with `pki`'s server certificate,
+/// client certificates verified against its CA (`--client-cert-auth`);
+/// returns the server and its URL.
+fn start_tls(kind: ServerKind, pki: &Pki, data: &Path) -> (Server, String) {
+    let url = Ports::Kernel.https_url();
+    let flags = [
+        path_arg("cert-file", &pki.server_cert),
+        path_arg("key-file", &pki.server_key),
+        path_arg("trusted-ca-file", &pki.ca),
+        "--client-cert-auth".to_owned(),
+        format!("--auth-token-ttl={TOKEN_TTL_S}"),
+    ];
+    let server = Launch::new(
+        kind,
+        "default",
+        &data.join(kind.name()),
+        vec![url.clone()],
+        Ports::Kernel.http_url(),
+    )
+    .flags(&flags)
+    .start()
+    .unwrap_or_else(|e| panic!("{}: {e}", kind.name()));
+    let started = Instant::now();
+    while !server.log().contains(READY_LINE) {
+        assert!(
+            started.elapsed() < TLS_READY_DEADLINE,
+            "{} never logged {READY_LINE:?}\n{}",
+            kind.name(),
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (server, url)
+}
+
+/// Sets the server at `url` up (the matrix's users and roles, auth on)
+/// and runs the certificate matrix against it.
+fn cert_answers(url: &str, pki: &Pki) -> Vec<((String, String), Outcome)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut by_name = std::collections::BTreeMap::new();
+        for name in CERT_NAMES {
+            let client = pki.named_client(name).expect("a certificate per name");
+            by_name.insert(name, Clients::connect_tls(url, &pki.ca, client).await);
+        }
+        let setup = by_name.get_mut("root").expect("root's clients");
+        setup.set_up().await;
+        let mut tokens = std::collections::BTreeMap::new();
+        for user in ["root", "reader", "writer"] {
+            let token = setup
+                .authenticate(user, password(user))
+                .await
+                .expect("authenticates");
+            tokens.insert(user, token);
+        }
+        let root = tokens["root"].clone();
+        let mut cells = Vec::new();
+        for rpc in CERT_RPCS {
+            for (label, name, token_of) in CERT_CREDENTIALS {
+                let token = token_of.map(|user| tokens[user].clone());
+                let clients = by_name.get_mut(name).expect("clients per name");
+                let got = clients.call(rpc, token.as_deref(), &root).await;
+                cells.push(((rpc.to_owned(), label.to_owned()), got));
+            }
+        }
+        cells
+    })
+}
+
+#[test]
+fn client_certificate_names_as_etcd_answers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pki: Pki =
+        TestPkiIn::write_with_clients(tempfile::tempdir().expect("temp dir"), &CERT_NAMES)
+            .expect("test PKI");
+    let (etcd, url) = start_tls(ServerKind::Etcd, &pki, dir.path());
+    let expected = cert_answers(&url, &pki);
+    drop(etcd);
+    // The reference itself: a name acts as its user, a token wins.
+    let cell = |rpc: &str, credential: &str| {
+        expected
+            .iter()
+            .find(|((r, c), _)| r == rpc && c == credential)
+            .map(|(_, o)| o.clone())
+            .expect("a cell")
+    };
+    assert_eq!(cell("Range a", "CN reader"), "ok");
+    assert!(cell("Put a", "CN reader").contains("permission denied"));
+    assert_eq!(cell("Put a", "CN reader+writer tk"), "ok");
+    assert!(cell("Put a", "CN root+reader tk").contains("permission denied"));
+    assert_eq!(cell("UserList", "CN root"), "ok");
+
+    let mut failures = Vec::new();
+    for kind in [ServerKind::Oxetcd, ServerKind::OxetcdSmol] {
+        let (server, url) = start_tls(kind, &pki, dir.path());
+        let got = cert_answers(&url, &pki);
+        let table = differences(kind, &expected, &got, &[]);
+        if !table.is_empty() {
+            failures.push(format!(
+                "{} differs from etcd:\n{table}\n--- log ---\n{}",
+                kind.name(),
+                server.log_tail()
+            ));
+        }
+    }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }

@@ -1,7 +1,9 @@
 //! A throwaway PKI for tests: a CA, a server certificate for
 //! `127.0.0.1`/`localhost`, a client certificate and a peer certificate it
 //! signed, and a second, unrelated CA with a peer certificate of its own,
-//! written as PEM files into a directory the caller owns.
+//! written as PEM files into a directory the caller owns. On request, more
+//! client certificates, each with a common name of the caller's choosing
+//! (the name etcd's `--client-cert-auth` takes as the user's).
 //!
 //! A peer certificate carries both extended key usages, server and client
 //! authentication: a member presents the same certificate when it accepts
@@ -44,11 +46,30 @@ pub struct TestPki {
     pub other_peer_cert: PathBuf,
     /// Its key.
     pub other_peer_key: PathBuf,
+    /// Client certificates with the common names asked for.
+    pub named_clients: Vec<NamedClient>,
+}
+
+/// A client certificate whose subject's common name is `name`.
+#[derive(Debug, Clone)]
+pub struct NamedClient {
+    /// The common name.
+    pub name: String,
+    /// The certificate.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
 }
 
 impl TestPki {
     /// Makes fresh keys and certificates and writes them into `dir`.
     pub fn write_to(dir: &Path) -> io::Result<Self> {
+        Self::write_with_clients(dir, &[])
+    }
+
+    /// As [`TestPki::write_to`], plus a client certificate (signed by the
+    /// same CA) for each of `names`, that name its common name.
+    pub fn write_with_clients(dir: &Path, names: &[&str]) -> io::Result<Self> {
         let write = |name: &str, text: &str| {
             let path = dir.join(name);
             std::fs::write(&path, text).map(|()| path)
@@ -66,6 +87,16 @@ impl TestPki {
         ];
         let (peer_cert, peer_key) = authority.sign(&local, &peer_usages)?;
         let (other_peer_cert, other_peer_key) = other.sign(&local, &peer_usages)?;
+        let mut named_clients = Vec::with_capacity(names.len());
+        for name in names {
+            let (cert, key) =
+                authority.sign_named(name, &[], &[ExtendedKeyUsagePurpose::ClientAuth])?;
+            named_clients.push(NamedClient {
+                name: (*name).to_owned(),
+                cert: write(&format!("client-{name}.pem"), &cert)?,
+                key: write(&format!("client-{name}-key.pem"), &key)?,
+            });
+        }
         Ok(Self {
             ca: write("ca.pem", &authority.cert.pem())?,
             other_ca: write("other-ca.pem", &other.cert.pem())?,
@@ -77,7 +108,13 @@ impl TestPki {
             peer_key: write("peer-key.pem", &peer_key)?,
             other_peer_cert: write("other-peer.pem", &other_peer_cert)?,
             other_peer_key: write("other-peer-key.pem", &other_peer_key)?,
+            named_clients,
         })
+    }
+
+    /// The client certificate made for common name `name`, if any.
+    pub fn named_client(&self, name: &str) -> Option<&NamedClient> {
+        self.named_clients.iter().find(|c| c.name == name)
     }
 }
 
@@ -94,7 +131,13 @@ pub struct TestPkiIn<D> {
 impl<D: AsRef<Path>> TestPkiIn<D> {
     /// Makes fresh keys and certificates and writes them into `dir`.
     pub fn write(dir: D) -> io::Result<Self> {
-        let files = TestPki::write_to(dir.as_ref())?;
+        Self::write_with_clients(dir, &[])
+    }
+
+    /// As [`TestPkiIn::write`], with [`TestPki::write_with_clients`]'s
+    /// named client certificates.
+    pub fn write_with_clients(dir: D, names: &[&str]) -> io::Result<Self> {
+        let files = TestPki::write_with_clients(dir.as_ref(), names)?;
         Ok(Self { dir, files })
     }
 }
@@ -132,11 +175,21 @@ impl Authority {
         names: &[&str],
         usages: &[ExtendedKeyUsagePurpose],
     ) -> io::Result<(String, String)> {
+        self.sign_named("oxetcd test", names, usages)
+    }
+
+    /// As [`Authority::sign`], with `common_name` as the subject's.
+    fn sign_named(
+        &self,
+        common_name: &str,
+        names: &[&str],
+        usages: &[ExtendedKeyUsagePurpose],
+    ) -> io::Result<(String, String)> {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).map_err(other)?;
         params
             .distinguished_name
-            .push(DnType::CommonName, "oxetcd test");
+            .push(DnType::CommonName, common_name);
         params.extended_key_usages = usages.to_vec();
         let key = KeyPair::generate().map_err(other)?;
         let cert = params

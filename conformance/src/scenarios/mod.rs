@@ -17,6 +17,8 @@
 //! lease (shown when non-zero).
 
 mod alarm;
+mod auth;
+mod auth_checks;
 mod compaction;
 mod election;
 mod hash;
@@ -109,6 +111,13 @@ pub const ALL: &[Scenario] = scenarios![
     election::election_leader_is_the_oldest_key,
     election::election_errors,
     election::lock_and_unlock,
+    auth::auth_enable_needs_root,
+    auth::auth_users_and_roles,
+    auth::auth_role_permissions,
+    auth::auth_user_without_password,
+    auth_checks::auth_key_permissions,
+    auth_checks::auth_txn_permissions,
+    auth_checks::auth_leases_tokens_and_disable,
 ];
 
 /// Compares the rendering of `actual` with `expected`, naming the caller's

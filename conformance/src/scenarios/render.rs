@@ -333,3 +333,42 @@ impl Render for oxetcd_proto::etcdserverpb::AlarmResponse {
         format!("alarms [{}]", alarms.join(", "))
     }
 }
+
+/// Auth answers: what each one says beyond its header (the header's
+/// revision is the KV store's, shown by KV answers). A token is random,
+/// so only its presence shows.
+impl Render for oxetcd_core::auth::AuthResponse {
+    fn render(&self) -> String {
+        use oxetcd_core::auth::AuthResponse as A;
+        match self {
+            A::Status(r) => format!("enabled {} auth revision {}", r.enabled, r.auth_revision),
+            A::Authenticate(r) if r.token.is_empty() => "no token".to_owned(),
+            A::Authenticate(_) => "token".to_owned(),
+            A::UserGet(r) => format!("roles [{}]", r.roles.join(", ")),
+            A::UserList(r) => format!("users [{}]", r.users.join(", ")),
+            A::RoleList(r) => format!("roles [{}]", r.roles.join(", ")),
+            A::RoleGet(r) => {
+                let perms: Vec<String> = r.perm.iter().map(permission).collect();
+                format!("perms [{}]", perms.join(", "))
+            }
+            A::Password(_) => "password hash".to_owned(),
+            _ => "ok".to_owned(),
+        }
+    }
+}
+
+/// `READ key`, or `WRITE [key, end)` for a range.
+fn permission(p: &oxetcd_proto::authpb::Permission) -> String {
+    use oxetcd_proto::authpb::permission::Type;
+    let kind = match Type::try_from(p.perm_type) {
+        Ok(Type::Read) => "READ",
+        Ok(Type::Write) => "WRITE",
+        Ok(Type::Readwrite) => "READWRITE",
+        Err(_) => "UNKNOWN",
+    };
+    if p.range_end.is_empty() {
+        format!("{kind} {}", bytes(&p.key))
+    } else {
+        format!("{kind} [{}, {})", bytes(&p.key), bytes(&p.range_end))
+    }
+}

@@ -266,10 +266,17 @@ impl AuthStore {
 
     /// Resolves a request's credentials at `now`: an unknown or expired
     /// token is refused; nobody is [`AuthInfo::default`]. While auth is off
-    /// credentials are ignored.
+    /// a user is not checked, but a simple token still is, as etcd looks
+    /// every token up: none is known then (disabling forgets them all), so
+    /// a token kept from before is refused as invalid.
     pub fn resolve(&mut self, credentials: &Credentials, now: Instant) -> Result<AuthInfo, Error> {
         if !self.enabled {
-            return Ok(AuthInfo::default());
+            return match credentials {
+                Credentials::Token(token) if self.tokens.resolve(token, now).is_none() => {
+                    Err(Error::InvalidAuthToken)
+                }
+                _ => Ok(AuthInfo::default()),
+            };
         }
         match credentials {
             Credentials::Anonymous => Ok(AuthInfo::default()),
@@ -507,6 +514,12 @@ impl AuthStore {
                 roles: self.roles.keys().cloned().collect(),
             }),
             AuthRead::Password { name } => {
+                // etcd's password check tells a user without a password
+                // apart, in its own words.
+                let no_password = |u: &User| u.options.as_ref().is_some_and(|o| o.no_password);
+                if self.enabled && self.users.get(name).is_some_and(no_password) {
+                    return Err(Error::NoPasswordUser);
+                }
                 let user = self.authenticable(name)?;
                 AuthResponse::Password(PasswordHash {
                     header: None,
@@ -724,9 +737,14 @@ mod tests {
         store.apply(read_a, t0).unwrap();
         store.apply(grant("reader", "r"), t0).unwrap();
         assert_eq!(
-            store.resolve(&Credentials::Token("x".into()), t0),
+            store.resolve(&Credentials::Anonymous, t0),
             Ok(AuthInfo::default()),
-            "off: ignored"
+            "off: nobody may do anything"
+        );
+        assert_eq!(
+            store.resolve(&Credentials::Token("x".into()), t0),
+            Err(Error::InvalidAuthToken),
+            "off: a token is still looked up"
         );
         store.apply(enable(), t0).unwrap();
         assert!(store.enabled());

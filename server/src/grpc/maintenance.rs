@@ -60,11 +60,10 @@ impl<K: KvStore> MaintenanceService<K> {
         let read = Request::Auth(AuthRequest::Read(AuthRead::Admin));
         match self.handle.request_as(who, read).await {
             Ok(_) => Ok(()),
-            Err(e) if e.is_auth() => {
-                let message = e.message().replacen("etcdserver: ", "auth: ", 1);
-                Err(Status::new(tonic::Code::Unknown, message))
-            }
-            Err(e) => Err(status_from_error(&e)),
+            Err(e) => match e.auth_package_message() {
+                Some(message) => Err(Status::new(tonic::Code::Unknown, message)),
+                None => Err(status_from_error(&e)),
+            },
         }
     }
 }

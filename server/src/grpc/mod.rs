@@ -386,6 +386,7 @@ mod tests {
         use oxetcd_core::Code;
         for code in [
             Code::Cancelled,
+            Code::Unknown,
             Code::InvalidArgument,
             Code::DeadlineExceeded,
             Code::NotFound,
@@ -400,7 +401,10 @@ mod tests {
             Code::Unauthenticated,
         ] {
             let grpc = tonic::Code::from_i32(code as i32);
-            assert_ne!(grpc, tonic::Code::Unknown, "{code:?}");
+            // from_i32 answers Unknown for a number it does not know.
+            if !matches!(code, Code::Unknown) {
+                assert_ne!(grpc, tonic::Code::Unknown, "{code:?}");
+            }
             assert_eq!(grpc as i32, code as i32, "{code:?}");
         }
     }
