@@ -1,0 +1,401 @@
+//! Linearizability of a KV history, decided with etcd's revisions.
+//!
+//! Design. etcd numbers every change of its key space: a write that
+//! changed something answers the revision it made, unique and one more
+//! than the last. So the order of the writes is read off their answers,
+//! not searched for, and the check is a replay:
+//!
+//! 1. The writes whose answers show a change are placed at their
+//!    revisions; two at one revision, or a revision below the start, is a
+//!    violation at once.
+//! 2. The model replays revisions in order. At a revision held by a known
+//!    write, its answer must be the model's; at a revision nobody answered
+//!    for (a gap), one of the writes whose outcome is unknown (a timeout, a
+//!    lost connection) must have made it: each candidate is tried, with
+//!    backtracking, under a bound on the steps.
+//! 3. Every answer that did not change anything (reads, deletes of
+//!    nothing, txns that wrote nothing) is checked against the model at
+//!    its header revision once the replay has passed it.
+//! 4. Real time: an operation must not see an older revision than one an
+//!    operation completed before it started saw; a write that changed
+//!    something must come strictly after. Serializable reads may be stale
+//!    and are exempt from this rule only.
+//!
+//! A violation names the operation, the revision and what differed.
+
+use std::collections::{BTreeMap, HashMap};
+
+use oxetcd_proto::etcdserverpb::{response_op, RangeResponse, ResponseOp};
+
+use crate::model::{Model, Request, Response};
+
+/// A time in any unit, the same for every operation of a history.
+pub type Time = u64;
+
+/// How an operation ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Answered.
+    Ok(Response),
+    /// Refused: it certainly changed nothing.
+    Failed,
+    /// No answer (a timeout, a lost connection): it may have been applied.
+    Unknown,
+}
+
+/// One client operation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operation {
+    pub client: u32,
+    pub invoke: Time,
+    /// When the answer came; `None` without one.
+    pub complete: Option<Time>,
+    pub request: Request,
+    pub outcome: Outcome,
+}
+
+/// Why a history is not linearizable, or could not be decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Violation {
+    /// The operation at fault, as an index into the history.
+    pub operation: Option<usize>,
+    pub revision: i64,
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.operation {
+            Some(op) => write!(
+                f,
+                "operation {op} at revision {}: {}",
+                self.revision, self.what
+            ),
+            None => write!(f, "revision {}: {}", self.revision, self.what),
+        }
+    }
+}
+
+/// Replay steps at most before the check gives up undecided.
+pub const STEPS_MAX: u64 = 1_000_000;
+
+/// Checks `history`, run against a key space that was empty at
+/// `start_revision`. Answers the model the history leads to.
+pub fn check(history: &[Operation], start_revision: i64) -> Result<Model, Violation> {
+    check_real_time(history)?;
+    let plan = Plan::new(history, start_revision)?;
+    let mut search = Search {
+        history,
+        plan: &plan,
+        steps: 0,
+        best: None,
+    };
+    let mut used = vec![false; history.len()];
+    match search.replay(Model::new(start_revision), start_revision + 1, &mut used) {
+        Some(model) => Ok(model),
+        None => Err(search.best.unwrap_or(Violation {
+            operation: None,
+            revision: start_revision,
+            what: "no order of the unknown writes explains the history".into(),
+        })),
+    }
+}
+
+fn violation(operation: usize, revision: i64, what: impl Into<String>) -> Violation {
+    Violation {
+        operation: Some(operation),
+        revision,
+        what: what.into(),
+    }
+}
+
+/// The known writes by revision, and the other answers by the revision
+/// at which they are checked.
+struct Plan {
+    writes: BTreeMap<i64, usize>,
+    checks: BTreeMap<i64, Vec<usize>>,
+    unknown: Vec<usize>,
+    /// The last revision anything answered.
+    last: i64,
+    /// Per operation: the highest revision answered by an operation that
+    /// completed before it was invoked.
+    floor: Vec<i64>,
+}
+
+impl Plan {
+    fn new(history: &[Operation], start: i64) -> Result<Self, Violation> {
+        let mut writes = BTreeMap::new();
+        let mut checks: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        let mut unknown = Vec::new();
+        let mut last = start;
+        for (i, op) in history.iter().enumerate() {
+            match &op.outcome {
+                Outcome::Ok(response) => {
+                    let revision = response.revision();
+                    last = last.max(revision);
+                    if response.changed() {
+                        if revision <= start {
+                            return Err(violation(i, revision, "a change at or below the start"));
+                        }
+                        if let Some(other) = writes.insert(revision, i) {
+                            return Err(violation(
+                                i,
+                                revision,
+                                format!("the same revision as operation {other}"),
+                            ));
+                        }
+                    } else {
+                        checks.entry(revision).or_default().push(i);
+                    }
+                }
+                Outcome::Unknown if !matches!(op.request, Request::Range(_)) => unknown.push(i),
+                _ => {}
+            }
+        }
+        Ok(Self {
+            writes,
+            checks,
+            unknown,
+            last,
+            floor: floors(history),
+        })
+    }
+}
+
+/// For each operation, the highest revision answered by any operation
+/// that completed before it was invoked.
+fn floors(history: &[Operation]) -> Vec<i64> {
+    let mut completed: Vec<(Time, i64)> = history
+        .iter()
+        .filter_map(|op| match (&op.outcome, op.complete) {
+            (Outcome::Ok(r), Some(at)) => Some((at, r.revision())),
+            _ => None,
+        })
+        .collect();
+    completed.sort_unstable();
+    let mut best = Vec::with_capacity(completed.len());
+    let mut max = 0;
+    for (_, revision) in &completed {
+        max = max.max(*revision);
+        best.push(max);
+    }
+    history
+        .iter()
+        .map(|op| {
+            let before = completed.partition_point(|(at, _)| *at < op.invoke);
+            before.checked_sub(1).map_or(0, |i| best[i])
+        })
+        .collect()
+}
+
+/// Real time against revisions, for the answered operations.
+fn check_real_time(history: &[Operation]) -> Result<(), Violation> {
+    let floor = floors(history);
+    for (i, op) in history.iter().enumerate() {
+        let Outcome::Ok(response) = &op.outcome else {
+            continue;
+        };
+        let revision = response.revision();
+        let stale_allowed = matches!(&op.request, Request::Range(r) if r.serializable);
+        if stale_allowed {
+            continue;
+        }
+        if response.changed() && revision <= floor[i] {
+            return Err(violation(
+                i,
+                revision,
+                format!(
+                    "a write made revision {revision} after revision {} was seen",
+                    floor[i]
+                ),
+            ));
+        }
+        if revision < floor[i] {
+            return Err(violation(
+                i,
+                revision,
+                format!(
+                    "answered at revision {revision} after revision {} was seen",
+                    floor[i]
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+struct Search<'a> {
+    history: &'a [Operation],
+    plan: &'a Plan,
+    steps: u64,
+    /// The violation found furthest into the replay, for the report.
+    best: Option<Violation>,
+}
+
+impl Search<'_> {
+    fn fail(&mut self, v: Violation) -> Option<Model> {
+        if self.best.as_ref().is_none_or(|b| v.revision >= b.revision) {
+            self.best = Some(v);
+        }
+        None
+    }
+
+    /// Replays from `revision` on; `model` is at `revision - 1`.
+    fn replay(&mut self, mut model: Model, revision: i64, used: &mut [bool]) -> Option<Model> {
+        let mut revision = revision;
+        loop {
+            self.steps += 1;
+            if self.steps > STEPS_MAX {
+                return self.fail(Violation {
+                    operation: None,
+                    revision,
+                    what: format!("undecided after {STEPS_MAX} steps"),
+                });
+            }
+            if let Err(v) = self.check_answers_at(&mut model, revision - 1) {
+                return self.fail(v);
+            }
+            if revision > self.plan.last {
+                return Some(model);
+            }
+            match self.plan.writes.get(&revision) {
+                Some(&i) => {
+                    let Outcome::Ok(answered) = &self.history[i].outcome else {
+                        return None;
+                    };
+                    let applied = model.apply(&self.history[i].request);
+                    if !applied.changed || !same_answer(&applied.response, answered) {
+                        return self.fail(violation(
+                            i,
+                            revision,
+                            format!(
+                                "answered {answered:?}, the model answers {:?}",
+                                applied.response
+                            ),
+                        ));
+                    }
+                }
+                None => return self.fill_gap(model, revision, used),
+            }
+            revision += 1;
+        }
+    }
+
+    /// Tries each unused unknown write at the gap `revision`.
+    fn fill_gap(&mut self, model: Model, revision: i64, used: &mut [bool]) -> Option<Model> {
+        for k in 0..self.plan.unknown.len() {
+            let i = self.plan.unknown[k];
+            // It cannot have made a revision below one that was seen before
+            // it was sent.
+            if used[i] || revision <= self.plan.floor[i] {
+                continue;
+            }
+            let mut tried = model.clone();
+            if !tried.apply(&self.history[i].request).changed {
+                continue;
+            }
+            used[i] = true;
+            if let Some(done) = self.replay(tried, revision + 1, used) {
+                return Some(done);
+            }
+            used[i] = false;
+        }
+        self.fail(Violation {
+            operation: None,
+            revision,
+            what: "nothing answered for this revision, and no unknown write fits it".into(),
+        })
+    }
+
+    /// The answers that changed nothing, at `revision`, against the model
+    /// now that it is there. The model is left as it was unless an answer
+    /// is wrong (a write the model says changes something).
+    fn check_answers_at(&self, model: &mut Model, revision: i64) -> Result<(), Violation> {
+        for &i in self.plan.checks.get(&revision).into_iter().flatten() {
+            let op = &self.history[i];
+            let Outcome::Ok(answered) = &op.outcome else {
+                continue;
+            };
+            let expected = model.apply(&op.request);
+            if expected.changed {
+                return Err(violation(
+                    i,
+                    revision,
+                    "answered as if nothing changed, the model changes something",
+                ));
+            }
+            if !same_answer(&expected.response, answered) {
+                return Err(violation(
+                    i,
+                    revision,
+                    format!(
+                        "answered {answered:?}, the model answers {:?}",
+                        expected.response
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An answer against the model's: what etcd promises of it (the header
+/// revision, the keys read, previous values, deleted counts, the branch
+/// taken, the reads inside a txn), not its member or raft fields.
+fn same_answer(model: &Response, answered: &Response) -> bool {
+    if model.revision() != answered.revision() {
+        return false;
+    }
+    match (model, answered) {
+        (Response::Range(m), Response::Range(a)) => same_range(m, a),
+        (Response::Put(m), Response::Put(a)) => m.prev_kv == a.prev_kv,
+        (Response::DeleteRange(m), Response::DeleteRange(a)) => {
+            m.deleted == a.deleted && m.prev_kvs == a.prev_kvs
+        }
+        (Response::Txn(m), Response::Txn(a)) => {
+            m.succeeded == a.succeeded && same_ops(&m.responses, &a.responses)
+        }
+        _ => false,
+    }
+}
+
+fn same_range(model: &RangeResponse, answered: &RangeResponse) -> bool {
+    if model.count != answered.count || model.more != answered.more {
+        return false;
+    }
+    // Sorted requests are answered by the model in key order: compare as
+    // sets keyed by key.
+    let by_key = |kvs: &[oxetcd_proto::mvccpb::KeyValue]| {
+        kvs.iter()
+            .map(|kv| (kv.key.clone(), kv.clone()))
+            .collect::<HashMap<_, _>>()
+    };
+    model.kvs == answered.kvs || by_key(&model.kvs) == by_key(&answered.kvs)
+}
+
+fn same_ops(model: &[ResponseOp], answered: &[ResponseOp]) -> bool {
+    model.len() == answered.len()
+        && model
+            .iter()
+            .zip(answered)
+            .all(|(m, a)| match (&m.response, &a.response) {
+                (
+                    Some(response_op::Response::ResponseRange(m)),
+                    Some(response_op::Response::ResponseRange(a)),
+                ) => same_range(m, a),
+                (
+                    Some(response_op::Response::ResponsePut(m)),
+                    Some(response_op::Response::ResponsePut(a)),
+                ) => m.prev_kv == a.prev_kv,
+                (
+                    Some(response_op::Response::ResponseDeleteRange(m)),
+                    Some(response_op::Response::ResponseDeleteRange(a)),
+                ) => m.deleted == a.deleted && m.prev_kvs == a.prev_kvs,
+                (
+                    Some(response_op::Response::ResponseTxn(m)),
+                    Some(response_op::Response::ResponseTxn(a)),
+                ) => m.succeeded == a.succeeded && same_ops(&m.responses, &a.responses),
+                (None, None) => true,
+                _ => false,
+            })
+}

@@ -1,0 +1,23 @@
+//! Checking what clients saw of an etcd-compatible store: a recorded
+//! history of KV operations ([`check`]) and of watches ([`watch`]) against
+//! a model of etcd's MVCC ([`model`]).
+//!
+//! Design. The checker is pure and knows nothing of how a history was
+//! made: the node simulator in `core`'s tests and the process tests in
+//! `tests/` both record [`Operation`]s (request, answer or the lack of
+//! one, invoke and completion times) and [`Watch`]es, and hand them here.
+//! Linearizability is decided with etcd's own revision numbers, which
+//! order every change, so the search is over the writes whose outcome is
+//! unknown only (see [`check`]). A violation names the operation, the
+//! revision and what differed.
+
+pub mod check;
+pub mod model;
+pub mod watch;
+
+pub use check::{check, Operation, Outcome, Time, Violation};
+pub use model::{Model, Request, Response};
+pub use watch::{check_watch, Watch, WatchViolation};
+
+#[cfg(test)]
+mod tests;

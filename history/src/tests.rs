@@ -1,0 +1,386 @@
+//! Histories written by hand: each promise of etcd kept once and broken
+//! once, so every rule of the checker is shown to pass what is right and
+//! catch what is wrong.
+
+use oxetcd_proto::etcdserverpb::{
+    compare, request_op, response_op, Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest,
+    TxnResponse, WatchResponse,
+};
+use oxetcd_proto::mvccpb::{event::EventType, Event, KeyValue};
+
+use crate::*;
+
+fn header(revision: i64) -> Option<ResponseHeader> {
+    Some(ResponseHeader {
+        revision,
+        ..Default::default()
+    })
+}
+
+fn kv(key: &str, value: &str, create: i64, modified: i64, version: i64) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: value.into(),
+        create_revision: create,
+        mod_revision: modified,
+        version,
+        lease: 0,
+    }
+}
+
+fn put_req(key: &str, value: &str) -> Request {
+    Request::Put(PutRequest {
+        key: key.into(),
+        value: value.into(),
+        prev_kv: true,
+        ..Default::default()
+    })
+}
+
+fn put_ok(revision: i64, prev: Option<KeyValue>) -> Outcome {
+    Outcome::Ok(Response::Put(PutResponse {
+        header: header(revision),
+        prev_kv: prev,
+    }))
+}
+
+fn get_req(key: &str) -> Request {
+    Request::Range(RangeRequest {
+        key: key.into(),
+        ..Default::default()
+    })
+}
+
+fn get_ok(revision: i64, kvs: Vec<KeyValue>) -> Outcome {
+    Outcome::Ok(Response::Range(RangeResponse {
+        header: header(revision),
+        count: kvs.len() as i64,
+        kvs,
+        more: false,
+    }))
+}
+
+/// An operation by client 0 over `[invoke, complete]`.
+fn op(invoke: u64, complete: u64, request: Request, outcome: Outcome) -> Operation {
+    Operation {
+        client: 0,
+        invoke,
+        complete: Some(complete),
+        request,
+        outcome,
+    }
+}
+
+/// put a=1, put a=2, a CAS on a's mod revision, delete a, and reads of
+/// each, all as etcd answers them.
+fn good_history() -> Vec<Operation> {
+    let cas = TxnRequest {
+        compare: vec![Compare {
+            result: compare::CompareResult::Equal as i32,
+            target: compare::CompareTarget::Mod as i32,
+            key: b"a".to_vec(),
+            target_union: Some(compare::TargetUnion::ModRevision(3)),
+            ..Default::default()
+        }],
+        success: vec![RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: b"a".to_vec(),
+                value: b"3".to_vec(),
+                ..Default::default()
+            })),
+        }],
+        failure: Vec::new(),
+    };
+    vec![
+        op(0, 1, put_req("a", "1"), put_ok(2, None)),
+        op(
+            2,
+            3,
+            put_req("a", "2"),
+            put_ok(3, Some(kv("a", "1", 2, 2, 1))),
+        ),
+        op(4, 5, get_req("a"), get_ok(3, vec![kv("a", "2", 2, 3, 2)])),
+        op(
+            6,
+            7,
+            Request::Txn(cas),
+            Outcome::Ok(Response::Txn(TxnResponse {
+                header: header(4),
+                succeeded: true,
+                responses: vec![ResponseOp {
+                    response: Some(response_op::Response::ResponsePut(PutResponse::default())),
+                }],
+            })),
+        ),
+        op(
+            8,
+            9,
+            Request::DeleteRange(DeleteRangeRequest {
+                key: b"a".to_vec(),
+                ..Default::default()
+            }),
+            Outcome::Ok(Response::DeleteRange(DeleteRangeResponse {
+                header: header(5),
+                deleted: 1,
+                prev_kvs: Vec::new(),
+            })),
+        ),
+        op(10, 11, get_req("a"), get_ok(5, Vec::new())),
+        // A delete of nothing makes no revision.
+        op(
+            12,
+            13,
+            Request::DeleteRange(DeleteRangeRequest {
+                key: b"a".to_vec(),
+                ..Default::default()
+            }),
+            Outcome::Ok(Response::DeleteRange(DeleteRangeResponse {
+                header: header(5),
+                deleted: 0,
+                prev_kvs: Vec::new(),
+            })),
+        ),
+    ]
+}
+
+#[test]
+fn a_history_as_etcd_answers_it_passes() {
+    let model = check(&good_history(), 1).unwrap();
+    assert_eq!(model.revision(), 5);
+    assert_eq!(
+        model.get_at(b"a", 4).map(|kv| kv.value.clone()),
+        Some(b"3".to_vec())
+    );
+}
+
+#[test]
+fn a_wrong_value_is_caught() {
+    let mut history = good_history();
+    history[2].outcome = get_ok(3, vec![kv("a", "1", 2, 2, 1)]);
+    let v = check(&history, 1).unwrap_err();
+    assert_eq!((v.operation, v.revision), (Some(2), 3), "{v}");
+}
+
+#[test]
+fn a_stale_read_is_caught() {
+    let mut history = good_history();
+    // Invoked after put a=2 (revision 3) completed, it answers revision 2.
+    history[2].outcome = get_ok(2, vec![kv("a", "1", 2, 2, 1)]);
+    let v = check(&history, 1).unwrap_err();
+    assert_eq!(v.operation, Some(2), "{v}");
+    assert!(v.what.contains("after revision 3 was seen"), "{v}");
+    // A serializable read may be that stale.
+    if let Request::Range(r) = &mut history[2].request {
+        r.serializable = true;
+    }
+    check(&history, 1).unwrap();
+}
+
+#[test]
+fn a_reused_revision_is_caught() {
+    let mut history = good_history();
+    // Concurrent with the first put, so real time allows either order.
+    history[1].invoke = 0;
+    history[1].outcome = put_ok(2, Some(kv("a", "1", 2, 2, 1)));
+    let v = check(&history, 1).unwrap_err();
+    assert!(v.what.contains("same revision"), "{v}");
+}
+
+#[test]
+fn a_wrong_branch_is_caught() {
+    let mut history = good_history();
+    // The compare held (a's mod revision was 3): failing it is wrong.
+    if let Outcome::Ok(Response::Txn(t)) = &mut history[3].outcome {
+        t.succeeded = false;
+    }
+    let v = check(&history, 1).unwrap_err();
+    assert_eq!(v.operation, Some(3), "{v}");
+}
+
+#[test]
+fn a_wrong_prev_kv_is_caught() {
+    let mut history = good_history();
+    history[1].outcome = put_ok(3, Some(kv("a", "0", 2, 2, 1)));
+    let v = check(&history, 1).unwrap_err();
+    assert_eq!(v.operation, Some(1), "{v}");
+}
+
+#[test]
+fn unknown_writes_fill_the_revisions_nobody_answered() {
+    // Two puts time out; a read shows that the second was applied.
+    let history = vec![
+        op(0, 1, put_req("a", "1"), put_ok(2, None)),
+        Operation {
+            complete: None,
+            outcome: Outcome::Unknown,
+            ..op(2, 0, put_req("b", "x"), Outcome::Unknown)
+        },
+        Operation {
+            complete: None,
+            outcome: Outcome::Unknown,
+            ..op(2, 0, put_req("b", "y"), Outcome::Unknown)
+        },
+        op(9, 10, get_req("b"), get_ok(3, vec![kv("b", "y", 3, 3, 1)])),
+    ];
+    let model = check(&history, 1).unwrap();
+    assert_eq!(
+        model.get_at(b"b", 3).map(|kv| kv.value.clone()),
+        Some(b"y".to_vec())
+    );
+
+    // A revision nobody could have made.
+    let mut broken = history.clone();
+    broken.truncate(1);
+    broken.push(op(
+        9,
+        10,
+        get_req("b"),
+        get_ok(3, vec![kv("b", "z", 3, 3, 1)]),
+    ));
+    let v = check(&broken, 1).unwrap_err();
+    assert!(v.what.contains("no unknown write fits"), "{v}");
+}
+
+#[test]
+fn a_write_that_failed_never_explains_a_revision() {
+    let history = vec![
+        op(0, 1, put_req("a", "1"), put_ok(2, None)),
+        op(2, 3, put_req("b", "x"), Outcome::Failed),
+        op(9, 10, get_req("b"), get_ok(3, vec![kv("b", "x", 3, 3, 1)])),
+    ];
+    check(&history, 1).unwrap_err();
+}
+
+fn put_event(key: &str, value: &str, create: i64, at: i64, version: i64) -> Event {
+    Event {
+        r#type: EventType::Put as i32,
+        kv: Some(kv(key, value, create, at, version)),
+        prev_kv: None,
+    }
+}
+
+fn events(revision: i64, events: Vec<Event>) -> WatchResponse {
+    WatchResponse {
+        header: header(revision),
+        events,
+        ..Default::default()
+    }
+}
+
+/// Puts of a and b in one txn at revision 2, then a again at 3.
+fn two_revisions() -> Model {
+    let mut model = Model::new(1);
+    let txn = TxnRequest {
+        success: ["a", "b"]
+            .iter()
+            .map(|k| RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: k.as_bytes().to_vec(),
+                    value: b"1".to_vec(),
+                    ..Default::default()
+                })),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    assert!(model.apply(&Request::Txn(txn)).changed);
+    assert!(model.apply(&put_req("a", "2")).changed);
+    model
+}
+
+fn watch_all(responses: Vec<WatchResponse>) -> Watch {
+    Watch {
+        key: vec![0],
+        range_end: vec![0],
+        start_revision: 2,
+        prev_kv: false,
+        responses,
+        created_revision: 1,
+    }
+}
+
+#[test]
+fn a_watch_as_etcd_delivers_it_passes() {
+    let model = two_revisions();
+    let watch = watch_all(vec![
+        events(
+            2,
+            vec![put_event("a", "1", 2, 2, 1), put_event("b", "1", 2, 2, 1)],
+        ),
+        events(3, Vec::new()),
+        events(3, vec![put_event("a", "2", 2, 3, 2)]),
+    ]);
+    // The progress notification at 3 comes before revision 3's event: it
+    // is ahead of what was delivered.
+    let v = check_watch(&watch, &model).unwrap_err();
+    assert_eq!(v.response, 1, "{v}");
+    let mut fixed = watch.clone();
+    fixed.responses.swap(1, 2);
+    check_watch(&fixed, &model).unwrap();
+}
+
+#[test]
+fn a_skipped_split_or_repeated_event_is_caught() {
+    let model = two_revisions();
+    let skipped = watch_all(vec![events(3, vec![put_event("a", "2", 2, 3, 2)])]);
+    assert!(check_watch(&skipped, &model).is_err(), "skipped revision 2");
+    let split = watch_all(vec![
+        events(2, vec![put_event("a", "1", 2, 2, 1)]),
+        events(2, vec![put_event("b", "1", 2, 2, 1)]),
+    ]);
+    let v = check_watch(&split, &model).unwrap_err();
+    assert!(v.what.contains("split"), "{v}");
+    let repeated = watch_all(vec![
+        events(
+            2,
+            vec![put_event("a", "1", 2, 2, 1), put_event("b", "1", 2, 2, 1)],
+        ),
+        events(
+            2,
+            vec![put_event("a", "1", 2, 2, 1), put_event("b", "1", 2, 2, 1)],
+        ),
+    ]);
+    assert!(
+        check_watch(&repeated, &model).is_err(),
+        "repeated revision 2"
+    );
+}
+
+#[test]
+fn a_wrong_prev_kv_in_a_watch_is_caught() {
+    let model = two_revisions();
+    let mut with_prev = put_event("a", "2", 2, 3, 2);
+    with_prev.prev_kv = Some(kv("a", "1", 2, 2, 1));
+    let mut watch = Watch {
+        key: b"a".to_vec(),
+        range_end: Vec::new(),
+        start_revision: 3,
+        prev_kv: true,
+        responses: vec![events(3, vec![with_prev.clone()])],
+        created_revision: 2,
+    };
+    check_watch(&watch, &model).unwrap();
+    with_prev.prev_kv = Some(kv("a", "0", 2, 2, 1));
+    watch.responses = vec![events(3, vec![with_prev])];
+    assert!(check_watch(&watch, &model).is_err());
+}
+
+#[test]
+fn a_cancellation_for_compaction_must_be_owed() {
+    let model = two_revisions();
+    let cancelled = |compact_revision| WatchResponse {
+        header: header(3),
+        canceled: true,
+        compact_revision,
+        ..Default::default()
+    };
+    // Revision 2 delivered, 3 owed: compacted at 4 it is gone, at 3 kept.
+    let first = events(
+        2,
+        vec![put_event("a", "1", 2, 2, 1), put_event("b", "1", 2, 2, 1)],
+    );
+    check_watch(&watch_all(vec![first.clone(), cancelled(4)]), &model).unwrap();
+    let v = check_watch(&watch_all(vec![first, cancelled(3)]), &model).unwrap_err();
+    assert!(v.what.contains("is kept"), "{v}");
+}
