@@ -214,6 +214,21 @@ impl Member {
         }
     }
 
+    /// Sends the running process a signal by name (`STOP`, `CONT`, …).
+    pub fn signal(&self, name: &str) {
+        let pid = self
+            .server
+            .as_ref()
+            .and_then(Server::pid)
+            .unwrap_or_else(|| panic!("{} is not running", self.name));
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap_or_else(|e| panic!("kill -{name}: {e}"));
+        assert!(status.success(), "kill -{name} {pid}: {status}");
+    }
+
     /// Whether the process was started and not stopped since.
     pub fn is_up(&self) -> bool {
         self.server.is_some()

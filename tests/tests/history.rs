@@ -1,6 +1,7 @@
-//! What clients see of a three-member cluster (both binaries mixed) while
-//! its leader is killed with SIGKILL and restarted, checked by
-//! `oxetcd-history`: concurrent puts, linearizable and serializable reads,
+//! What clients see of a three-member cluster (both binaries mixed) under
+//! a fault — its leader killed with SIGKILL and restarted, its leader
+//! paused with SIGSTOP for two election timeouts and more, a follower
+//! killed and restarted — checked by `oxetcd-history`: concurrent puts, linearizable and serializable reads,
 //! compare-and-set txns on mod revisions and deletes over a few keys,
 //! each recorded with its invoke and completion times; a write that got
 //! no answer is recorded as unknown. The history must be linearizable,
@@ -134,8 +135,30 @@ fn remember(outcome: &Outcome, seen: &mut [i64]) {
     }
 }
 
+/// What happens to the cluster a third of the way in.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    KillLeader,
+    PauseLeader,
+    KillFollower,
+}
+
 #[test]
 fn a_history_across_a_killed_leader_is_linearizable() {
+    history_under(Fault::KillLeader);
+}
+
+#[test]
+fn a_history_across_a_paused_leader_is_linearizable() {
+    history_under(Fault::PauseLeader);
+}
+
+#[test]
+fn a_history_across_a_killed_follower_is_linearizable() {
+    history_under(Fault::KillFollower);
+}
+
+fn history_under(fault: Fault) {
     let mut cluster = Cluster::start(ClusterOptions::new("history-test"), &MIXED);
     let leader = cluster.wait_leader();
     let watched = (leader + 1) % 3;
@@ -207,14 +230,28 @@ fn a_history_across_a_killed_leader_is_linearizable() {
         })
         .collect();
 
-    // A third of the way in, the leader is killed, and restarted a second
-    // later.
+    // A third of the way in, the fault; a second or two later, the heal.
     while done.load(Ordering::Acquire) < CLIENTS * OPS / 3 && started.elapsed() < CLIENT_DEADLINE {
         thread::sleep(Duration::from_millis(10));
     }
-    cluster.members[leader].kill();
-    thread::sleep(Duration::from_secs(1));
-    cluster.members[leader].restart();
+    let follower = (leader + 2) % 3;
+    match fault {
+        Fault::KillLeader | Fault::KillFollower => {
+            let victim = if matches!(fault, Fault::KillLeader) {
+                leader
+            } else {
+                follower
+            };
+            cluster.members[victim].kill();
+            thread::sleep(Duration::from_secs(1));
+            cluster.members[victim].restart();
+        }
+        Fault::PauseLeader => {
+            cluster.members[leader].signal("STOP");
+            thread::sleep(Duration::from_secs(2));
+            cluster.members[leader].signal("CONT");
+        }
+    }
     for client in clients {
         client.join().expect("client");
     }
@@ -256,7 +293,7 @@ fn a_history_across_a_killed_leader_is_linearizable() {
                 .enumerate()
                 .filter(|(i, _)| v.operation.is_some_and(|o| i.abs_diff(o) < 3))
                 .collect();
-            panic!("not linearizable: {v}\naround it: {around:#?}");
+            panic!("{fault:?}: not linearizable: {v}\naround it: {around:#?}");
         }
     };
     assert!(
@@ -279,7 +316,11 @@ fn a_history_across_a_killed_leader_is_linearizable() {
             responses.push(response);
         }
     }
-    assert_eq!(last, model.revision(), "the watch delivered everything");
+    assert_eq!(
+        last,
+        model.revision(),
+        "{fault:?}: the watch delivered everything"
+    );
     let watch = Watch {
         key: b"k".to_vec(),
         range_end: b"l".to_vec(),
@@ -288,9 +329,9 @@ fn a_history_across_a_killed_leader_is_linearizable() {
         responses,
         created_revision: created.header.map_or(0, |h| h.revision),
     };
-    check_watch(&watch, &model).unwrap_or_else(|v| panic!("watch: {v}"));
+    check_watch(&watch, &model).unwrap_or_else(|v| panic!("{fault:?}: watch: {v}"));
     eprintln!(
-        "{} operations ({unknown} unknown), {} revisions, checked",
+        "{fault:?}: {} operations ({unknown} unknown), {} revisions, checked",
         history.len(),
         model.revision()
     );
