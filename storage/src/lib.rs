@@ -48,6 +48,8 @@ mod codec;
 mod crc32c;
 pub mod defrag;
 mod error;
+pub mod etcd_dir;
+pub mod etcd_wal;
 mod format;
 pub mod go_json;
 pub mod kv;

@@ -69,8 +69,8 @@ pub const AUTH_USERS_BUCKET: &[u8] = b"authUsers";
 /// The bucket of roles.
 pub const AUTH_ROLES_BUCKET: &[u8] = b"authRoles";
 
-const CONSISTENT_INDEX_KEY: &[u8] = b"consistent_index";
-const SCHEDULED_COMPACT_KEY: &[u8] = b"scheduledCompactRev";
+pub(crate) const CONSISTENT_INDEX_KEY: &[u8] = b"consistent_index";
+pub(crate) const SCHEDULED_COMPACT_KEY: &[u8] = b"scheduledCompactRev";
 const FINISHED_COMPACT_KEY: &[u8] = b"finishedCompactRev";
 const CLUSTER_VERSION_KEY: &[u8] = b"clusterVersion";
 const AUTH_REVISION_KEY: &[u8] = b"authRevision";
@@ -344,6 +344,17 @@ pub fn import<F: ReadAt, W: KvWrite>(
     reader: &BoltReader<F>,
     write: &mut W,
 ) -> Result<KvMeta, ImportError> {
+    import_with(reader, write, false)
+}
+
+/// [`import`], taking a backend with auth enabled as it is when
+/// `auth_enabled_ok` (an etcd data directory taken over whole keeps its
+/// users, roles and the switch).
+pub fn import_with<F: ReadAt, W: KvWrite>(
+    reader: &BoltReader<F>,
+    write: &mut W,
+    auth_enabled_ok: bool,
+) -> Result<KvMeta, ImportError> {
     let root = reader.root();
     let key_bucket = reader
         .bucket(&root, KEY_BUCKET)?
@@ -392,7 +403,7 @@ pub fn import<F: ReadAt, W: KvWrite>(
             Ok(())
         })?;
     }
-    write.set_auth(&import_auth(reader)?)?;
+    write.set_auth(&import_auth(reader, auth_enabled_ok)?)?;
     let meta = KvMeta {
         applied_index: 0,
         applied_term: 0,
@@ -404,7 +415,10 @@ pub fn import<F: ReadAt, W: KvWrite>(
 }
 
 /// The users, roles and auth state of an etcd (or oxetcd) bolt backend.
-fn import_auth<F: ReadAt>(reader: &BoltReader<F>) -> Result<AuthState, ImportError> {
+fn import_auth<F: ReadAt>(
+    reader: &BoltReader<F>,
+    auth_enabled_ok: bool,
+) -> Result<AuthState, ImportError> {
     let root = reader.root();
     let mut auth = AuthState::default();
     if let Some(bucket) = reader.bucket(&root, AUTH_BUCKET)? {
@@ -439,7 +453,7 @@ fn import_auth<F: ReadAt>(reader: &BoltReader<F>) -> Result<AuthState, ImportErr
             Ok(())
         })?;
     }
-    if auth.enabled {
+    if auth.enabled && !auth_enabled_ok {
         // Restoring it with auth off would open the data to everyone.
         return Err(ImportError::Unsupported(
             "auth is enabled in it, and this oxetcd does not enforce permissions yet; \
