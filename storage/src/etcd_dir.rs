@@ -203,7 +203,23 @@ pub fn import(
     };
     let file = File::open(&db_path).map_err(|e| io(&db_path, e))?;
     let reader = BoltReader::open(file).map_err(|e| corrupt(&db_path, e.to_string()))?;
-    let facts = Facts::read(&reader).map_err(|e| corrupt(&db_path, e.to_string()))?;
+    let mut facts = Facts::read(&reader).map_err(|e| corrupt(&db_path, e.to_string()))?;
+    // The members as etcd rebuilds them (v2 store and log), else the
+    // backend's copy.
+    let from = snap.as_ref().map_or(0, |s| s.index);
+    let commit = wal.hard_state.commit.max(facts.consistent_index);
+    let replay: Option<Vec<&Entry>> = (from + 1..=commit).map(|i| wal.entry(i)).collect();
+    if let Some(members) = replay.and_then(|entries| {
+        crate::etcd_members::members(snap.as_ref().map(|s| s.data.as_slice()), &entries)
+    }) {
+        facts.membership = membership(members);
+    }
+    if facts.membership.members.is_empty() {
+        return Err(corrupt(
+            &db_path,
+            "no member found in the backend or the log".into(),
+        ));
+    }
     if expected_member.is_some_and(|id| !facts.membership.members.iter().any(|m| m.id == id)) {
         return Err(corrupt(
             &db_path,
@@ -213,7 +229,7 @@ pub fn import(
             ),
         ));
     }
-    let plan = plan(&wal, snap, &facts)?;
+    let plan = plan(&wal, snap.as_ref(), &facts)?;
 
     let scratch = member.join(SCRATCH_DIR);
     if scratch.exists() {
@@ -292,18 +308,7 @@ impl Facts {
         if let Some(e) = bad {
             return Err(e);
         }
-        if members.is_empty() {
-            return Err("the backend holds no member (not an etcd 3.4+ data directory?)".into());
-        }
         members.sort_by_key(|m| m.id);
-        let mut conf_state = ConfState::default();
-        for member in &members {
-            if member.is_learner {
-                conf_state.learners.push(member.id);
-            } else {
-                conf_state.voters.push(member.id);
-            }
-        }
         let mut alarms = Vec::new();
         if let Some(bucket) = reader
             .bucket(&root, etcd::ALARM_BUCKET)
@@ -325,12 +330,25 @@ impl Facts {
         alarms.sort_by_key(|a| (a.alarm, a.member_id));
         Ok(Self {
             consistent_index,
-            membership: Membership {
-                conf_state,
-                members,
-            },
+            membership: membership(members),
             alarms,
         })
+    }
+}
+
+/// `members` and the raft configuration they make.
+fn membership(members: Vec<Member>) -> Membership {
+    let mut conf_state = ConfState::default();
+    for member in &members {
+        if member.is_learner {
+            conf_state.learners.push(member.id);
+        } else {
+            conf_state.voters.push(member.id);
+        }
+    }
+    Membership {
+        conf_state,
+        members,
     }
 }
 
@@ -391,10 +409,22 @@ struct SnapFileProto {
     data: Vec<u8>,
 }
 
-/// The index and term of the newest valid raft snapshot in etcd's `snap`
-/// directory (`%016x-%016x.snap`), `None` if there is none. As etcd does,
-/// a file that fails its checksum is passed over for an older one.
-pub fn read_snap(dir: &Path) -> Result<Option<(u64, u64)>, EtcdDirError> {
+/// A raft snapshot of etcd's: its index, term and data (etcd 3.4's v2
+/// store, as JSON).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snap {
+    /// The index of the last entry it holds.
+    pub index: u64,
+    /// That entry's term.
+    pub term: u64,
+    /// The state machine's data.
+    pub data: Vec<u8>,
+}
+
+/// The newest valid raft snapshot in etcd's `snap` directory
+/// (`%016x-%016x.snap`), `None` if there is none. As etcd does, a file
+/// that fails its checksum is passed over for an older one.
+pub fn read_snap(dir: &Path) -> Result<Option<Snap>, EtcdDirError> {
     let io = |path: &Path, error| EtcdDirError::Io {
         path: path.to_path_buf(),
         error,
@@ -433,8 +463,8 @@ fn parse_snap_name(name: &str) -> Option<(u64, u64)> {
     ))
 }
 
-/// The `(index, term)` of a snap file's raft snapshot, if it verifies.
-pub fn decode_snap(bytes: &[u8]) -> Option<(u64, u64)> {
+/// A snap file's raft snapshot, if it verifies.
+pub fn decode_snap(bytes: &[u8]) -> Option<Snap> {
     let file = SnapFileProto::decode(bytes).ok()?;
     let mut crc = Crc32c::default();
     crc.update(&file.data);
@@ -443,7 +473,11 @@ pub fn decode_snap(bytes: &[u8]) -> Option<(u64, u64)> {
     }
     let snapshot = raft_proto::eraftpb::Snapshot::parse_from_bytes(&file.data).ok()?;
     let meta = snapshot.metadata.as_ref()?;
-    Some((meta.index, meta.term))
+    Some(Snap {
+        index: meta.index,
+        term: meta.term,
+        data: snapshot.data.to_vec(),
+    })
 }
 
 /// The raft side of an import.
@@ -457,7 +491,7 @@ struct Plan {
     dropped: u64,
 }
 
-fn plan(wal: &EtcdWal, snap: Option<(u64, u64)>, facts: &Facts) -> Result<Plan, EtcdDirError> {
+fn plan(wal: &EtcdWal, snap: Option<&Snap>, facts: &Facts) -> Result<Plan, EtcdDirError> {
     let applied_index = facts.consistent_index;
     let commit = wal.hard_state.commit.max(applied_index);
     let term_of = |index: u64| -> Option<u64> {
@@ -467,7 +501,8 @@ fn plan(wal: &EtcdWal, snap: Option<(u64, u64)>, facts: &Facts) -> Result<Plan, 
         if let Some(entry) = wal.entry(index) {
             return Some(entry.term);
         }
-        snap.filter(|(i, _)| *i == index)
+        snap.map(|s| (s.index, s.term))
+            .filter(|(i, _)| *i == index)
             .or_else(|| wal.snapshots.iter().copied().find(|(i, _)| *i == index))
             .map(|(_, term)| term)
     };
@@ -481,7 +516,7 @@ fn plan(wal: &EtcdWal, snap: Option<(u64, u64)>, facts: &Facts) -> Result<Plan, 
     let mut first = None;
     for index in applied_index + 1..=commit {
         let entry = wal.entry(index).ok_or_else(|| missing(index))?;
-        match translate(entry, &facts.membership) {
+        match translate(entry) {
             Ok(data) => {
                 entries.push(Entry {
                     index: entry.index,
@@ -515,19 +550,6 @@ fn plan(wal: &EtcdWal, snap: Option<(u64, u64)>, facts: &Facts) -> Result<Plan, 
         entries,
         dropped: last_index.saturating_sub(commit),
     })
-}
-
-/// etcd's raftpb.ConfChange (its type numbers are not raft-rs's).
-#[derive(Clone, PartialEq, Message)]
-struct ConfChangeProto {
-    #[prost(uint64, tag = "1")]
-    id: u64,
-    #[prost(int32, tag = "2")]
-    kind: i32,
-    #[prost(uint64, tag = "3")]
-    node_id: u64,
-    #[prost(bytes = "vec", tag = "4")]
-    context: Vec<u8>,
 }
 
 /// Just enough of an etcd entry's data to tell a v3 request (it has a
@@ -603,13 +625,15 @@ impl RaftRequestProto {
 }
 
 /// The data of oxetcd's entry for etcd's committed `entry` that the
-/// backend (whose membership is `membership`) does not reflect yet: a
+/// backend does not reflect yet: a
 /// `Proposal` to apply, or nothing (an empty entry) when there is nothing
 /// to apply; an error saying what it is when oxetcd cannot replay it.
-pub(crate) fn translate(entry: &Entry, membership: &Membership) -> Result<Vec<u8>, String> {
+pub(crate) fn translate(entry: &Entry) -> Result<Vec<u8>, String> {
     match entry.entry_type {
         EntryType::EntryNormal => {}
-        EntryType::EntryConfChange => return conf_change(entry, membership),
+        // The imported membership is the one as of the commit index
+        // (module `etcd_members`): nothing left to apply.
+        EntryType::EntryConfChange => return Ok(Vec::new()),
         EntryType::EntryConfChangeV2 => return Err("a ConfChangeV2".into()),
     }
     if entry.data.is_empty() {
@@ -656,31 +680,6 @@ pub(crate) fn translate(entry: &Entry, membership: &Membership) -> Result<Vec<u8
         auth_revision: 0,
     }
     .encode_to_vec())
-}
-
-/// A membership change is replayed only when the backend shows it already
-/// (etcd saves the members at once): then it is an empty entry.
-fn conf_change(entry: &Entry, membership: &Membership) -> Result<Vec<u8>, String> {
-    let change = ConfChangeProto::decode(entry.data.as_ref())
-        .map_err(|e| format!("a conf change that does not decode: {e}"))?;
-    let member = membership.members.iter().find(|m| m.id == change.node_id);
-    let shown = match change.kind {
-        // AddNode (a new voter, or a learner promoted).
-        0 => member.is_some_and(|m| !m.is_learner),
-        // RemoveNode.
-        1 => member.is_none(),
-        // UpdateNode, AddLearnerNode.
-        2 | 3 => member.is_some(),
-        _ => false,
-    };
-    if shown {
-        Ok(Vec::new())
-    } else {
-        Err(format!(
-            "a membership change (type {}) of member {:x} the backend does not show",
-            change.kind, change.node_id
-        ))
-    }
 }
 
 struct Counts {
@@ -796,17 +795,6 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn membership() -> Membership {
-        Membership {
-            conf_state: ConfState::default(),
-            members: vec![Member {
-                id: 0x10,
-                name: "a".into(),
-                ..Default::default()
-            }],
-        }
-    }
-
     fn normal(data: Vec<u8>) -> Entry {
         Entry {
             index: 5,
@@ -841,7 +829,7 @@ mod tests {
             range: None,
         }
         .encode_to_vec();
-        let out = translate(&normal(data), &membership()).unwrap();
+        let out = translate(&normal(data)).unwrap();
         let proposal = Proposal::decode(out.as_slice()).unwrap();
         assert_eq!(proposal.id, 0);
         assert_eq!(proposal.request, Some(proposal::Request::Put(put)));
@@ -852,7 +840,7 @@ mod tests {
             user_add: None,
             range: Some(vec![10, 1, b'k']),
         };
-        assert!(translate(&normal(range.encode_to_vec()), &membership())
+        assert!(translate(&normal(range.encode_to_vec()))
             .unwrap()
             .is_empty());
         let auth = Wrapped {
@@ -861,38 +849,13 @@ mod tests {
             user_add: Some(vec![10, 1, b'u']),
             range: None,
         };
-        let why = translate(&normal(auth.encode_to_vec()), &membership()).unwrap_err();
+        let why = translate(&normal(auth.encode_to_vec())).unwrap_err();
         assert!(why.contains("auth"), "{why}");
         // A v2 request (no header): nothing to apply.
         let v2 = [8, 7, 18, 3, b'P', b'U', b'T', 26, 2, b'/', b'0'];
-        assert!(translate(&normal(v2.to_vec()), &membership())
-            .unwrap()
-            .is_empty());
-        assert!(translate(&normal(Vec::new()), &membership())
-            .unwrap()
-            .is_empty());
-        assert!(translate(&normal(vec![0xff; 9]), &membership()).is_err());
-    }
-
-    #[test]
-    fn conf_changes_pass_only_when_the_backend_shows_them() {
-        let change = |kind: i32, node_id: u64| {
-            let mut e = normal(
-                ConfChangeProto {
-                    id: 1,
-                    kind,
-                    node_id,
-                    context: Vec::new(),
-                }
-                .encode_to_vec(),
-            );
-            e.entry_type = EntryType::EntryConfChange;
-            e
-        };
-        assert!(translate(&change(0, 0x10), &membership()).is_ok());
-        assert!(translate(&change(1, 0x11), &membership()).is_ok());
-        assert!(translate(&change(0, 0x11), &membership()).is_err());
-        assert!(translate(&change(1, 0x10), &membership()).is_err());
+        assert!(translate(&normal(v2.to_vec())).unwrap().is_empty());
+        assert!(translate(&normal(Vec::new())).unwrap().is_empty());
+        assert!(translate(&normal(vec![0xff; 9])).is_err());
     }
 
     #[test]
@@ -924,7 +887,8 @@ mod tests {
             data: data.clone(),
         }
         .encode_to_vec();
-        assert_eq!(decode_snap(&file), Some((12, 3)));
+        let snap = decode_snap(&file).unwrap();
+        assert_eq!((snap.index, snap.term), (12, 3));
         let mut bad = file.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;

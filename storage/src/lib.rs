@@ -49,6 +49,7 @@ mod crc32c;
 pub mod defrag;
 mod error;
 pub mod etcd_dir;
+pub mod etcd_members;
 pub mod etcd_wal;
 mod format;
 pub mod go_json;
