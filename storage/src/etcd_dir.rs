@@ -859,6 +859,76 @@ mod tests {
     }
 
     #[test]
+    fn committed_entries_after_the_consistent_index_are_replayed_or_refused() {
+        #[derive(Clone, PartialEq, Message)]
+        struct Request {
+            #[prost(bytes = "vec", optional, tag = "100")]
+            header: Option<Vec<u8>>,
+            #[prost(message, optional, tag = "4")]
+            put: Option<PutRequest>,
+            #[prost(bytes = "vec", optional, tag = "1000")]
+            auth_enable: Option<Vec<u8>>,
+        }
+        let entry = |index: u64, request: Option<Request>| Entry {
+            index,
+            term: 2,
+            data: request
+                .map(|r| r.encode_to_vec())
+                .unwrap_or_default()
+                .into(),
+            ..Default::default()
+        };
+        let put = Request {
+            header: Some(vec![8, 1]),
+            put: Some(PutRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            }),
+            auth_enable: None,
+        };
+        let auth = Request {
+            header: Some(vec![8, 2]),
+            put: None,
+            auth_enable: Some(Vec::new()),
+        };
+        let mut wal = EtcdWal {
+            entries: vec![entry(1, None), entry(2, Some(put)), entry(3, None)],
+            ..Default::default()
+        };
+        wal.hard_state.commit = 2;
+        wal.hard_state.term = 2;
+        let facts = Facts {
+            consistent_index: 1,
+            membership: Membership::default(),
+            alarms: Vec::new(),
+        };
+        let planned = plan(&wal, None, &facts).unwrap();
+        assert_eq!((planned.applied_index, planned.applied_term), (1, 2));
+        assert_eq!(planned.entries.len(), 1);
+        assert!(Proposal::decode(planned.entries[0].data.as_ref()).is_ok());
+        assert_eq!(planned.hard_state.commit, 2);
+        // Entry 3 was never committed: dropped.
+        assert_eq!(planned.dropped, 1);
+
+        wal.entries.push(entry(4, Some(auth)));
+        wal.hard_state.commit = 4;
+        let error = plan(&wal, None, &facts).err().unwrap();
+        assert!(
+            matches!(&error, EtcdDirError::Unapplied { count: 1, .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("stop it cleanly"), "{error}");
+        // An entry the import needs that the log does not hold.
+        wal.entries.remove(0);
+        wal.hard_state.commit = 2;
+        let facts = Facts {
+            consistent_index: 0,
+            ..facts
+        };
+        assert!(plan(&wal, None, &facts).is_err());
+    }
+
+    #[test]
     fn members_parse_from_etcd_json() {
         let member = parse_member(
             b"8e9e05c52164694d",

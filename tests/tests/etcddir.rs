@@ -345,3 +345,101 @@ fn etcdctl_restored_directory_starts_under_oxetcd() {
         server.terminate(STOP).expect("oxetcd stops");
     }
 }
+
+/// The readers of etcd's files on what Debian's etcd writes: the WAL's
+/// metadata, hard state and entries; a torn tail ends the log, a flipped
+/// byte before it is an error naming the file and offset; a snapshot file
+/// (etcd made to snapshot every few entries) with its members, which
+/// oxetcd then serves.
+#[test]
+fn readers_of_etcd_files_on_what_etcd_writes() {
+    use oxetcd_storage::{etcd_dir, etcd_wal};
+
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("etcd");
+    let flags = Flags::new("m1", &dir);
+    let cluster = format!("m1={}", flags.peer_url);
+    let mut etcd = Launch::new(
+        ServerKind::Etcd,
+        "m1",
+        &dir,
+        vec![flags.client_url.clone()],
+        flags.peer_url.clone(),
+    )
+    .member(&flags.peer_url, &cluster, "new", TOKEN)
+    .flags(&["--snapshot-count=5"])
+    .start()
+    .expect("etcd starts");
+    let address = etcd.address();
+    for n in 0..20 {
+        ok(&address, &["put", &format!("k{n}"), &format!("v{n}")]);
+    }
+    let header = json(&ok(&address, &["get", "k0", "-w", "json"]))["header"].clone();
+    etcd.terminate(STOP).expect("etcd stops cleanly");
+
+    let wal = etcd_wal::read_dir(&dir.join("member/wal")).expect("etcd's WAL reads");
+    assert_eq!(Some(wal.member_id), header["member_id"].as_u64());
+    assert_eq!(Some(wal.cluster_id), header["cluster_id"].as_u64());
+    assert!(!wal.torn);
+    let last = wal.entries.last().map(|e| e.index).unwrap_or(0);
+    assert!(
+        wal.hard_state.commit >= 21 && wal.hard_state.commit <= last,
+        "{wal:?}"
+    );
+    let snap = etcd_dir::read_snap(&dir.join("member/snap"))
+        .expect("snap dir reads")
+        .expect("etcd wrote a snapshot");
+    assert!(snap.index >= 5 && snap.index <= last, "{}", snap.index);
+    assert!(
+        String::from_utf8_lossy(&snap.data).contains("raftAttributes"),
+        "the v2 store holds the members"
+    );
+
+    // A torn tail: the WAL file cut inside its last record.
+    let (name, bytes) = fs::read_dir(dir.join("member/wal"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".wal"))
+        .map(|e| (e.file_name(), fs::read(e.path()).unwrap()))
+        .max()
+        .unwrap();
+    let records = etcd_wal::decode_file(&bytes, &mut 0, true).expect("decodes");
+    let last_record = records.records.last().unwrap().offset as usize;
+    let broken = scratch.path().join("broken");
+    fs::create_dir(&broken).unwrap();
+    fs::write(broken.join(&name), &bytes[..last_record + 12]).unwrap();
+    let torn = etcd_wal::read_dir(&broken).expect("a torn tail is the end of the log");
+    assert!(torn.torn);
+    assert_eq!(torn.records + 1, wal.records);
+    // A flipped byte inside an earlier record is an error with the file
+    // and the offset.
+    let mut flipped = bytes.clone();
+    let third = records.records[3].offset as usize;
+    flipped[third + 14] ^= 0x40;
+    fs::write(broken.join(&name), &flipped).unwrap();
+    let error = etcd_wal::read_dir(&broken).unwrap_err().to_string();
+    assert!(
+        error.contains(&name.to_string_lossy().to_string())
+            && error.contains(&format!("offset {third}")),
+        "{error}"
+    );
+
+    // Another member's flags: refused, nothing written.
+    let error = etcd_dir::import(&dir, Some(1)).unwrap_err().to_string();
+    assert!(error.contains("belongs to member"), "{error}");
+    assert!(!dir.join("member/kv.redb").exists());
+    assert!(!dir.join("member/oxetcd-import.tmp").exists());
+
+    // oxetcd serves the directory, members from the snapshot's v2 store.
+    let mut server = flags.start(ServerKind::Oxetcd);
+    wait_ready(&server);
+    let address = server.address();
+    let members = json(&ok(&address, &["member", "list", "-w", "json"]));
+    assert_eq!(members["members"][0]["name"].as_str(), Some("m1"));
+    assert_eq!(members["members"][0]["ID"], header["member_id"]);
+    assert_eq!(
+        ok(&address, &["get", "k19", "--print-value-only"]).trim(),
+        "v19"
+    );
+    server.terminate(STOP).expect("oxetcd stops");
+}
