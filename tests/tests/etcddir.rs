@@ -430,6 +430,16 @@ fn readers_of_etcd_files_on_what_etcd_writes() {
     assert!(!dir.join("member/kv.redb").exists());
     assert!(!dir.join("member/oxetcd-import.tmp").exists());
 
+    // What an import that did not finish leaves (its scratch directory,
+    // a segment of oxetcd's WAL beside etcd's) is started over.
+    fs::create_dir_all(dir.join("member/oxetcd-import.tmp/member")).unwrap();
+    fs::write(dir.join("member/oxetcd-import.tmp/member/junk"), b"x").unwrap();
+    fs::write(
+        dir.join("member/wal/0000000000000000.wal"),
+        vec![0x5a; 4096],
+    )
+    .unwrap();
+
     // oxetcd serves the directory, members from the snapshot's v2 store.
     let mut server = flags.start(ServerKind::Oxetcd);
     wait_ready(&server);
@@ -442,4 +452,5 @@ fn readers_of_etcd_files_on_what_etcd_writes() {
         "v19"
     );
     server.terminate(STOP).expect("oxetcd stops");
+    assert!(!dir.join("member/oxetcd-import.tmp").exists());
 }
