@@ -454,3 +454,108 @@ fn readers_of_etcd_files_on_what_etcd_writes() {
     server.terminate(STOP).expect("oxetcd stops");
     assert!(!dir.join("member/oxetcd-import.tmp").exists());
 }
+
+/// A whole three-member etcd cluster switched while stopped (to both
+/// binaries, side by side): each member imports its own directory, raft carries on from etcd's term and index,
+/// a leader is elected, the data is etcd's, and writes go through.
+#[test]
+fn a_stopped_etcd_cluster_restarts_as_oxetcd() {
+    let scratch = tempfile::tempdir().unwrap();
+    let members: Vec<Flags> = (1..=3)
+        .map(|n| Flags::new(&format!("m{n}"), &scratch.path().join(format!("m{n}"))))
+        .collect();
+    let cluster = members
+        .iter()
+        .map(|m| format!("{}={}", m.name, m.peer_url))
+        .collect::<Vec<_>>()
+        .join(",");
+    let launch = |m: &Flags, kind: ServerKind| {
+        Launch::new(
+            kind,
+            &m.name,
+            &m.data_dir,
+            vec![m.client_url.clone()],
+            m.peer_url.clone(),
+        )
+        .member(&m.peer_url, &cluster, "new", TOKEN)
+    };
+    // etcd's members wait for each other: start them side by side.
+    let mut etcds: Vec<Server> = std::thread::scope(|s| {
+        let handles: Vec<_> = members
+            .iter()
+            .map(|m| s.spawn(move || launch(m, ServerKind::Etcd).start()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().expect("etcd member starts"))
+            .collect()
+    });
+    let address = etcds[0].address();
+    for n in 0..5 {
+        ok(&address, &["put", &format!("k{n}"), &format!("v{n}")]);
+    }
+    let before = json(&ok(&address, &["get", "k", "--prefix", "-w", "json"]));
+    // Every member has applied everything before it stops.
+    for etcd in &etcds {
+        let mut applied = false;
+        for _ in 0..100 {
+            let value = ok(
+                &etcd.address(),
+                &["get", "k4", "--consistency=s", "--print-value-only"],
+            );
+            if value.trim() == "v4" {
+                applied = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(applied, "{} applies k4", etcd.address());
+    }
+    for etcd in &mut etcds {
+        etcd.terminate(STOP).expect("etcd stops cleanly");
+    }
+
+    let servers: Vec<Server> = std::thread::scope(|s| {
+        let handles: Vec<_> = members
+            .iter()
+            .enumerate()
+            .map(|(n, m)| {
+                // Both binaries, in one cluster.
+                let kind = if n == 1 {
+                    ServerKind::OxetcdSmol
+                } else {
+                    ServerKind::Oxetcd
+                };
+                s.spawn(move || launch(m, kind).start())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().expect("oxetcd member starts"))
+            .collect()
+    });
+    for server in &servers {
+        wait_ready(server);
+    }
+    for server in &servers {
+        let after = json(&ok(
+            &server.address(),
+            &["get", "k", "--prefix", "-w", "json"],
+        ));
+        assert_eq!(after["kvs"], before["kvs"]);
+        assert_eq!(
+            after["header"]["cluster_id"],
+            before["header"]["cluster_id"]
+        );
+    }
+    let put = json(&ok(
+        &servers[1].address(),
+        &["put", "k5", "v5", "-w", "json"],
+    ));
+    assert_eq!(
+        put["header"]["revision"].as_i64(),
+        before["header"]["revision"].as_i64().map(|r| r + 1)
+    );
+    let status = ok(&servers[2].address(), &["member", "list"]);
+    assert_eq!(status.lines().count(), 3, "{status}");
+}
