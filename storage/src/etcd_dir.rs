@@ -182,7 +182,9 @@ pub fn import(
     }
     let started = Instant::now();
     let member = data_dir.join(MEMBER_DIR);
-    let wal = etcd_wal::read_dir(&member.join(WAL_DIR))?;
+    let snap = read_snap(&member.join(SNAP_DIR))?;
+    let wal =
+        etcd_wal::read_dir_after(&member.join(WAL_DIR), snap.as_ref().map_or(0, |s| s.index))?;
     if let Some(expected) = expected_member {
         if wal.member_id != expected {
             return Err(EtcdDirError::OtherMember {
@@ -191,7 +193,6 @@ pub fn import(
             });
         }
     }
-    let snap = read_snap(&member.join(SNAP_DIR))?;
     let db_path = member.join(SNAP_DIR).join(ETCD_DB_FILE);
     let io = |path: &Path, error| EtcdDirError::Io {
         path: path.to_path_buf(),

@@ -296,6 +296,12 @@ impl EtcdWal {
 
 /// Reads the WAL in `dir`: every `%016x-%016x.wal` file in sequence order.
 pub fn read_dir(dir: &Path) -> Result<EtcdWal, WalError> {
+    read_dir_after(dir, 0)
+}
+
+/// [`read_dir`], keeping only the entries after index `after` (those up
+/// to a snapshot are not needed, and need not be held in memory).
+pub fn read_dir_after(dir: &Path, after: u64) -> Result<EtcdWal, WalError> {
     let io = |path: &Path, error| WalError::Io {
         path: path.to_path_buf(),
         error,
@@ -362,7 +368,9 @@ pub fn read_dir(dir: &Path) -> Result<EtcdWal, WalError> {
                 ENTRY_TYPE => {
                     let entry = Entry::parse_from_bytes(&record.data)
                         .map_err(|e| bad(format!("entry: {e}")))?;
-                    push_entry(&mut wal.entries, entry);
+                    if entry.index > after {
+                        push_entry(&mut wal.entries, entry);
+                    }
                 }
                 STATE_TYPE => {
                     wal.hard_state = HardState::parse_from_bytes(&record.data)
