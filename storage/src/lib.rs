@@ -7,6 +7,12 @@
 //! <data-dir>/member/kv.redb    MVCC backend and its meta    RedbKv:  KvStore
 //! ```
 //!
+//! A directory etcd wrote (`member/snap/db`, `member/wal/*.wal`, no
+//! `kv.redb`) is imported into this layout first, by the server at start
+//! ([`etcd_dir`], reading etcd's WAL with [`etcd_wal`] and its members with
+//! [`etcd_members`]); etcd's files stay, and oxetcd's WAL segments sit
+//! beside etcd's (their names differ).
+//!
 //! The raft log is a segmented, preallocated, append-only WAL ([`wal`]): an
 //! append is one write and one `fdatasync`, which is all a put has to wait
 //! for. The runtime's log thread appends while the apply step commits the
