@@ -13,7 +13,7 @@
 //! cluster's IDs from the WAL's metadata; the hard state from the WAL.
 //! oxetcd's raft log starts compacted at A (with the term of entry A), and
 //! holds etcd's committed entries after A, up to the commit index C,
-//! translated into oxetcd's own entries ([`translate`]): key and lease
+//! translated into oxetcd's own entries (`translate`): key and lease
 //! requests become the same requests in oxetcd's `Proposal`, and the node
 //! applies them when it starts, as it replays its own log after a crash.
 //! Entries that changed nothing oxetcd keeps (empty entries, v2 requests,
