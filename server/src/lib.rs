@@ -135,6 +135,7 @@ pub async fn run<R: Runtime>(runtime: R, mut config: Config) -> Result<(), RunEr
         .map_err(RunError::AuthToken)?;
     let peer_tls = peer::tls::configure(&config).map_err(RunError::PeerTls)?;
     let peer_listeners = bind_peers(&config)?;
+    import_etcd_data_dir(&config)?;
     let (log, kv) = oxetcd_storage::open(&config.data_dir)
         .map_err(|e| RunError::DataDir(format!("{}: {e}", config.data_dir.display())))?;
     if is_fresh(&log, &config.data_dir)? {
@@ -344,6 +345,44 @@ fn stored_cluster_id(log: &impl LogStore, data_dir: &std::path::Path) -> Result<
 /// Whether this member starts for the first time: nothing in its log yet,
 /// so it learns its cluster (from the flags, or by discovery). A restarted
 /// member has its cluster in its log and never discovers again.
+/// Takes over the data directory if etcd wrote it (`member/snap/db`, no
+/// oxetcd backend yet): see `oxetcd_storage::etcd_dir`. The member keeps
+/// etcd's member ID, which must be the one the flags give.
+fn import_etcd_data_dir(config: &Config) -> Result<(), RunError> {
+    let dir = &config.data_dir;
+    if !oxetcd_storage::etcd_dir::holds_etcd_data(dir) {
+        return Ok(());
+    }
+    info!(data_dir = %dir.display(), "found an etcd data directory; importing it");
+    let imported = oxetcd_storage::etcd_dir::import(dir, Some(config.member_id()))
+        .map_err(|e| RunError::DataDir(format!("{}: importing etcd's data: {e}", dir.display())))?;
+    if let Some(done) = imported {
+        let secs = done.took.as_secs_f64().max(1e-6);
+        info!(
+            data_dir = %dir.display(),
+            member_id = %format_args!("{:x}", done.member_id),
+            cluster_id = %format_args!("{:x}", done.cluster_id),
+            versions = done.versions,
+            leases = done.leases,
+            members = done.members,
+            revision = done.revision,
+            compact_revision = done.compact_revision,
+            applied_index = done.applied_index,
+            commit_index = done.commit_index,
+            replayed_entries = done.replayed,
+            dropped_uncommitted = done.dropped,
+            term = done.term,
+            backend_bytes = done.backend_bytes,
+            took = ?done.took,
+            versions_per_sec = (done.versions as f64 / secs) as u64,
+            mb_per_sec = format_args!("{:.1}", done.backend_bytes as f64 / 1e6 / secs),
+            "imported etcd data directory {}",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 fn is_fresh(log: &impl LogStore, data_dir: &std::path::Path) -> Result<bool, RunError> {
     let state = log
         .state()

@@ -14,6 +14,12 @@ impl Default for Crc32c {
 }
 
 impl Crc32c {
+    /// A CRC that continues from the checksum `sum` (as Go's
+    /// `crc32.Update(sum, …)` does): etcd chains its WAL's checksums.
+    pub(crate) fn resume(sum: u32) -> Self {
+        Self(!sum)
+    }
+
     /// Adds `bytes`.
     pub(crate) fn update(&mut self, bytes: &[u8]) {
         let mut crc = self.0;

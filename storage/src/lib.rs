@@ -7,6 +7,12 @@
 //! <data-dir>/member/kv.redb    MVCC backend and its meta    RedbKv:  KvStore
 //! ```
 //!
+//! A directory etcd wrote (`member/snap/db`, `member/wal/*.wal`, no
+//! `kv.redb`) is imported into this layout first, by the server at start
+//! ([`etcd_dir`], reading etcd's WAL with [`etcd_wal`] and its members with
+//! [`etcd_members`]); etcd's files stay, and oxetcd's WAL segments sit
+//! beside etcd's (their names differ).
+//!
 //! The raft log is a segmented, preallocated, append-only WAL ([`wal`]): an
 //! append is one write and one `fdatasync`, which is all a put has to wait
 //! for. The runtime's log thread appends while the apply step commits the
@@ -48,6 +54,9 @@ mod codec;
 mod crc32c;
 pub mod defrag;
 mod error;
+pub mod etcd_dir;
+pub mod etcd_members;
+pub mod etcd_wal;
 mod format;
 pub mod go_json;
 pub mod kv;

@@ -69,8 +69,8 @@ pub const AUTH_USERS_BUCKET: &[u8] = b"authUsers";
 /// The bucket of roles.
 pub const AUTH_ROLES_BUCKET: &[u8] = b"authRoles";
 
-const CONSISTENT_INDEX_KEY: &[u8] = b"consistent_index";
-const SCHEDULED_COMPACT_KEY: &[u8] = b"scheduledCompactRev";
+pub(crate) const CONSISTENT_INDEX_KEY: &[u8] = b"consistent_index";
+pub(crate) const SCHEDULED_COMPACT_KEY: &[u8] = b"scheduledCompactRev";
 const FINISHED_COMPACT_KEY: &[u8] = b"finishedCompactRev";
 const CLUSTER_VERSION_KEY: &[u8] = b"clusterVersion";
 const AUTH_REVISION_KEY: &[u8] = b"authRevision";

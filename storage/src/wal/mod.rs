@@ -31,3 +31,11 @@ pub use store::{WalLog, WalOptions};
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `name` is a WAL segment's file name (`%016x.wal`).
+pub(crate) fn is_segment_name(name: &str) -> bool {
+    segment::parse_segment_name(name).is_some()
+}
+
+/// Name of the segment being prepared, see [`segment`].
+pub(crate) const SPARE_NAME: &str = segment::SPARE_FILE;
