@@ -43,6 +43,8 @@ pub mod auth;
 pub mod compactor;
 pub mod discovery;
 pub mod error;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod ids;
 pub mod lease;
 pub mod memory;

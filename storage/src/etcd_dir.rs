@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{KvStore, KvWrite, LogStore, Membership};
 use oxetcd_proto::etcdserverpb::{
-    AlarmRequest, CompactionRequest, DeleteRangeRequest, LeaseCheckpointRequest,
-    LeaseGrantRequest, LeaseRevokeRequest, Member, PutRequest, TxnRequest,
+    AlarmRequest, CompactionRequest, DeleteRangeRequest, LeaseCheckpointRequest, LeaseGrantRequest,
+    LeaseRevokeRequest, Member, PutRequest, TxnRequest,
 };
 use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 use prost::Message;

@@ -58,6 +58,8 @@ pub mod etcd_dir;
 pub mod etcd_members;
 pub mod etcd_wal;
 mod format;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod go_json;
 pub mod kv;
 pub mod log;

@@ -31,6 +31,8 @@
 //! snapshots and pulls from a snapshot's chunk iterator run as blocking work.
 
 mod admission;
+#[cfg(test)]
+mod fuzz_tests;
 mod hash_kv;
 mod inbound;
 mod outbound;

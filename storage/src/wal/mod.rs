@@ -21,6 +21,8 @@
 //! (file and offset) rather than mistaken for the end of the log.
 
 mod frame;
+#[cfg(test)]
+mod fuzz_tests;
 mod image;
 pub(crate) mod import;
 mod segment;

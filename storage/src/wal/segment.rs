@@ -110,6 +110,12 @@ pub(crate) fn read_segment(path: &Path) -> Result<SegmentRead, ReadError> {
     // Sized up front: a segment is read whole, once, at open.
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    scan_segment(&bytes)
+}
+
+/// Every frame of a segment's bytes: what [`read_segment`] reads, with no
+/// file (so that any bytes at all can be tried on it).
+pub(crate) fn scan_segment(bytes: &[u8]) -> Result<SegmentRead, ReadError> {
     let mut frames = Vec::new();
     let mut at = 0usize;
     let mut header_end = 0;
@@ -135,7 +141,7 @@ pub(crate) fn read_segment(path: &Path) -> Result<SegmentRead, ReadError> {
             Err(e) => break e,
         }
     };
-    if let Some(later) = next_valid_frame(&bytes, at + FRAME_ALIGN) {
+    if let Some(later) = next_valid_frame(bytes, at + FRAME_ALIGN) {
         return Err(ReadError::Corrupt {
             offset: at as u64,
             detail: format!("{error}, yet a valid record follows at offset {later}"),

@@ -2,6 +2,7 @@
 
 mod cluster;
 mod file;
+mod fuzz;
 mod table;
 mod tls;
 
