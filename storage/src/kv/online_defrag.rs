@@ -13,10 +13,12 @@
 //!    appended tail, normally; back to the oldest removed version after a
 //!    compaction). Leases and the meta records are small and copied whole.
 //!    Rounds repeat while they still have much to copy.
-//! 2. The swap, brief: new transactions wait on the database lock; a write
-//!    transaction begun on the old database waits out the one in flight,
-//!    and through it the last changes are synced; the copy is committed
-//!    durably, renamed over `kv.redb`, and becomes the database. Readers
+//! 2. The swap, brief: the copy is made durable first; then new
+//!    transactions wait on the database lock, a write transaction begun
+//!    on the old database waits out the one in flight, and through it the
+//!    last changes are synced; the copy is committed durably (only those
+//!    changes are left to write), renamed over `kv.redb`, and becomes the
+//!    database. Readers
 //!    that began before keep their snapshot of the old file, which closes
 //!    when the last of them ends.
 //!
@@ -127,6 +129,10 @@ pub(super) fn defragment(kv: &RedbKv) -> Result<Report, StorageError> {
         }
     }
 
+    // The copy's pages reach the disk now, so that the commit made while
+    // writes wait has only the last changes to sync.
+    make_durable(&copy)?;
+
     let mut db = kv.shared.db.write().unwrap_or_else(PoisonError::into_inner);
     let held = Instant::now();
     // Waits for the write transaction in flight, if any; no other can
@@ -135,10 +141,7 @@ pub(super) fn defragment(kv: &RedbKv) -> Result<Report, StorageError> {
     let (from, ()) = dirty.take_then(|| ());
     let swap_versions = sync(&Source::Writer(&last), &copy, from)?;
     drop(last);
-    let mut txn = copy.begin_write().map_err(err(WHAT))?;
-    txn.set_durability(Durability::Immediate)
-        .map_err(err(WHAT))?;
-    txn.commit().map_err(err(WHAT))?;
+    make_durable(&copy)?;
     std::fs::rename(&copy_at, &path).map_err(|e| io_error(WHAT, e))?;
     sync_dir(&path)?;
     let old = std::mem::replace(&mut *db, copy);
@@ -151,6 +154,14 @@ pub(super) fn defragment(kv: &RedbKv) -> Result<Report, StorageError> {
         swap_versions,
         swap_ms,
     })
+}
+
+/// An empty durable commit: every earlier commit of `copy` is on disk.
+fn make_durable(copy: &Database) -> Result<(), StorageError> {
+    let mut txn = copy.begin_write().map_err(err(WHAT))?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(err(WHAT))?;
+    txn.commit().map_err(err(WHAT))
 }
 
 /// Removes a copy a crashed defragmentation left behind.
