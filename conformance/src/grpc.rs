@@ -13,12 +13,12 @@ use oxetcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
 use oxetcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DefragmentRequest,
-    DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest, HashKvResponse,
-    HashRequest, HashResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest,
-    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
-    WatchRequest, WatchResponse,
+    DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, DowngradeRequest,
+    DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest,
+    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusRequest,
+    StatusResponse, TxnRequest, TxnResponse, WatchRequest, WatchResponse,
 };
 use oxetcd_proto::v3electionpb::election_client::ElectionClient;
 use oxetcd_proto::v3electionpb::{
@@ -157,6 +157,12 @@ impl Grpc {
     pub fn status(&mut self) -> Result<StatusResponse, Failure> {
         let mut maintenance = self.maintenance.clone();
         self.block_on(async move { maintenance.status(StatusRequest {}).await })
+    }
+
+    /// `Maintenance.Downgrade`.
+    pub fn downgrade(&mut self, request: DowngradeRequest) -> Result<DowngradeResponse, Failure> {
+        let mut maintenance = self.maintenance.clone();
+        self.block_on(async move { maintenance.downgrade(request).await })
     }
 
     /// `Maintenance.Alarm`.

@@ -180,6 +180,17 @@ pub enum Error {
     /// `etcdserver: revision of auth store is old`: the auth store changed
     /// between the request's admission and its apply.
     AuthOldRevision,
+    /// `etcdserver: cluster version not found during downgrade`.
+    ClusterVersionUnavailable,
+    /// `etcdserver: wrong downgrade target version format`.
+    WrongDowngradeVersionFormat,
+    /// `etcdserver: invalid downgrade target version`: not exactly one
+    /// minor below the cluster version.
+    InvalidDowngradeTargetVersion,
+    /// `etcdserver: cluster has a downgrade job in progress`.
+    DowngradeInProcess,
+    /// `etcdserver: no inflight downgrade job`.
+    NoInflightDowngrade,
 }
 
 impl Error {
@@ -232,6 +243,11 @@ impl Error {
             Self::AuthFailed | Self::AuthOldRevision => Code::InvalidArgument,
             Self::PermissionDenied => Code::PermissionDenied,
             Self::InvalidAuthToken => Code::Unauthenticated,
+            Self::ClusterVersionUnavailable => Code::Unavailable,
+            Self::WrongDowngradeVersionFormat | Self::InvalidDowngradeTargetVersion => {
+                Code::InvalidArgument
+            }
+            Self::DowngradeInProcess | Self::NoInflightDowngrade => Code::FailedPrecondition,
         }
     }
 
@@ -303,6 +319,15 @@ impl Error {
             Self::PermissionDenied => "etcdserver: permission denied",
             Self::InvalidAuthToken => "etcdserver: invalid auth token",
             Self::AuthOldRevision => "etcdserver: revision of auth store is old",
+            Self::ClusterVersionUnavailable => {
+                "etcdserver: cluster version not found during downgrade"
+            }
+            Self::WrongDowngradeVersionFormat => {
+                "etcdserver: wrong downgrade target version format"
+            }
+            Self::InvalidDowngradeTargetVersion => "etcdserver: invalid downgrade target version",
+            Self::DowngradeInProcess => "etcdserver: cluster has a downgrade job in progress",
+            Self::NoInflightDowngrade => "etcdserver: no inflight downgrade job",
             Self::Unimplemented(what) => return format!("unknown service {what}"),
             Self::Storage(e) => return format!("etcdserver: storage: {e}"),
         };

@@ -301,6 +301,7 @@ impl Config {
                 i64::try_from(self.pending.quota_backend_bytes).unwrap_or(i64::MAX),
             ),
             auto_compaction: self.pending.auto_compaction,
+            downgrade_check_interval: self.settings.duration("downgrade-check-time"),
             ..oxetcd_core::Config::single(&self.name)
         }
     }

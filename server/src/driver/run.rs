@@ -437,6 +437,10 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
         if let Some(done) = stop {
             return Some(Ending::Stop(done));
         }
+        if let Some(refusal) = node.version_refusal() {
+            error!(server_version = %node.server_version(), "{refusal}; stopping");
+            return Some(Ending::Removed);
+        }
         if node.is_removed() || self.executor.links.refused_as_removed {
             error!("the member has been permanently removed from the cluster; stopping");
             return Some(Ending::Removed);

@@ -4,8 +4,8 @@
 //! `Snapshot` streams the backend as an etcd snapshot: a bolt database
 //! with etcd's schema and its SHA-256 (see `oxetcd_storage::snapshot_file`),
 //! so etcd's tools read it; `Alarm` goes through the log; `Hash` and
-//! `HashKV` hash this member's own backend; `Downgrade` is not served yet
-//! and answers `Unimplemented`.
+//! `HashKV` hash this member's own backend; `Downgrade` goes to the node,
+//! which holds the cluster version and the downgrade job.
 
 use std::path::Path;
 
@@ -44,12 +44,6 @@ impl<K: KvStore> MaintenanceService<K> {
     }
 }
 
-fn unimplemented(method: &str) -> Status {
-    Status::unimplemented(format!(
-        "unknown method {method} for service etcdserverpb.Maintenance"
-    ))
-}
-
 impl<K: KvStore> MaintenanceService<K> {
     /// Maintenance this member serves itself (hashes, snapshots,
     /// defragmentation) is for administrators once auth is on, as in etcd,
@@ -82,9 +76,8 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
             Response::Status(status) => status,
             other => return Err(mismatched("status", &other)),
         };
-        status.version = ETCD_VERSION.to_owned();
-        if status.storage_version.is_empty() {
-            status.storage_version = ETCD_VERSION.to_owned();
+        if status.version.is_empty() {
+            status.version = ETCD_VERSION.to_owned();
         }
         let db_size = i64::try_from(dir_size(&self.member.data_dir)).unwrap_or(i64::MAX);
         status.db_size = db_size;
@@ -248,11 +241,19 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         }
     }
 
+    /// VALIDATE, ENABLE or CANCEL a downgrade: the node applies etcd's
+    /// rules (root only once auth is on).
     async fn downgrade(
         &self,
-        _request: tonic::Request<DowngradeRequest>,
+        request: tonic::Request<DowngradeRequest>,
     ) -> Result<tonic::Response<DowngradeResponse>, Status> {
-        Err(unimplemented("Downgrade"))
+        let who = self.gate.credentials(&request);
+        let request = Request::Downgrade(request.into_inner());
+        match self.handle.request_as(who, request).await {
+            Ok(Response::Downgrade(response)) => Ok(tonic::Response::new(response)),
+            Ok(other) => Err(mismatched("downgrade", &other)),
+            Err(e) => Err(status_from_error(&e)),
+        }
     }
 }
 

@@ -209,7 +209,7 @@ impl Metrics {
         };
         r.register(prometheus::process_collector::ProcessCollector::for_self());
         Self {
-            node: node::NodeFamilies::new(&r),
+            node: node::NodeFamilies::new(&r, cluster_version),
             grpc: GrpcMetrics::new(&r, settings.extensive),
             peers,
             wal_fsync: r.histogram(
@@ -276,6 +276,17 @@ impl Metrics {
             tracing::error!(error = %e, "encoding the metrics failed");
         }
         text
+    }
+
+    /// The cluster version as the node last applied it; `None` until the
+    /// leader first set it.
+    pub fn cluster_version(&self) -> Option<oxetcd_core::version::Version> {
+        let shown = self
+            .node
+            .cluster_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *shown
     }
 
     /// Times one backend commit (the storage's commit hook).

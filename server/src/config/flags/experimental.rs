@@ -105,7 +105,7 @@ const FLAGS: &[Flag] = &[
         "300ms",
         "warning-unary-request-duration",
     ),
-    not_yet(
+    wired(
         "downgrade-check-time",
         Kind::Duration,
         "5s",
