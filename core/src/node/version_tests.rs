@@ -205,3 +205,38 @@ fn a_downgrade_ends_once_every_member_runs_the_target() {
         assert_eq!(cluster.node(id).versions().cluster(), Some(V35));
     }
 }
+
+#[test]
+fn a_member_below_the_cluster_version_is_refused() {
+    let mut cluster = Cluster::with(3, |_| {});
+    assert!(cluster_version_reaches(&mut cluster, V36));
+    let follower = cluster.followers()[0];
+    assert_eq!(cluster.node(follower).version_refusal(), None);
+    // An older binary on the same data: refused at once, from what its
+    // own backend holds.
+    cluster.crash(follower);
+    cluster
+        .members
+        .get_mut(&follower)
+        .unwrap()
+        .config
+        .server_version = Version::new(3, 5, 1);
+    cluster.restart(follower);
+    let refusal = cluster.node(follower).version_refusal().expect("refused");
+    assert!(refusal
+        .to_string()
+        .starts_with("invalid downgrade; server version is lower than determined cluster version"));
+    // A binary two minors newer is outside the range too.
+    cluster.crash(follower);
+    cluster
+        .members
+        .get_mut(&follower)
+        .unwrap()
+        .config
+        .server_version = Version::new(3, 8, 0);
+    cluster.restart(follower);
+    let refusal = cluster.node(follower).version_refusal().expect("refused");
+    assert!(refusal
+        .to_string()
+        .starts_with("incompatible with current running cluster"));
+}

@@ -188,7 +188,7 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
     /// now (whole 4096-byte pages) followed by its SHA-256, the layout
     /// etcd's clients check for, in messages of about a megabyte, built
     /// as it is sent. The image records the cluster version as etcd does,
-    /// `major.minor.0` of the version this server reports. The total is
+    /// `major.minor.0`. The total is
     /// not known before the first page is planned, so `remaining_bytes`
     /// stays 0; clients read until the stream ends, as etcd's do.
     async fn snapshot(
@@ -196,9 +196,15 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         request: tonic::Request<SnapshotRequest>,
     ) -> Result<tonic::Response<Self::SnapshotStream>, Status> {
         self.check_admin(&request).await?;
+        // The applied cluster version; this member's own until it is set.
+        let version = self
+            .handle
+            .metrics()
+            .cluster_version()
+            .map_or_else(|| cluster_version(ETCD_VERSION), |v| v.to_string());
         let chunks = self
             .handle
-            .snapshot_file(cluster_version(ETCD_VERSION))
+            .snapshot_file(version)
             .await
             .map_err(|e| status_from_error(&e))?;
         let handle = self.handle.clone();
