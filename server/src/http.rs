@@ -19,7 +19,6 @@ use tonic::body::Body;
 
 use crate::driver::Handle;
 use crate::gateway::Gateway;
-use crate::grpc::ETCD_VERSION;
 use crate::runtime::Runtime;
 
 /// Serves the HTTP endpoints.
@@ -74,9 +73,10 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
                     .metrics()
                     .cluster_version()
                     .map_or_else(|| "not_decided".to_owned(), |v| v.to_string());
+                let server = self.handle.metrics().server_version();
                 json(
                     StatusCode::OK,
-                    format!(r#"{{"etcdserver":"{ETCD_VERSION}","etcdcluster":"{cluster}"}}"#),
+                    format!(r#"{{"etcdserver":"{server}","etcdcluster":"{cluster}"}}"#),
                 )
             }
             _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),

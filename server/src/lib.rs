@@ -240,7 +240,7 @@ pub async fn run<R: Runtime>(runtime: R, mut config: Config) -> Result<(), RunEr
             let capabilities = handle
                 .metrics()
                 .cluster_version()
-                .unwrap_or(oxetcd_core::version::SERVER_VERSION);
+                .unwrap_or(config.server_version);
             info!(
                 "enabled capabilities for version {}",
                 capabilities.major_minor_string()

@@ -4,7 +4,10 @@
 //! etcd's answers and errors: enable lowers the cluster version on every
 //! member, cancel restores it.
 //!
-//! Every wait is bounded; the test prints how long it took.
+//! `--unsafe-run-as-version` runs members as 3.5 for a rolling downgrade
+//! and upgrade with real processes.
+//!
+//! Every wait is bounded; each test prints how long it took.
 
 use std::time::{Duration, Instant};
 
@@ -153,4 +156,101 @@ fn cluster_version_and_downgrade_end_to_end() {
         "etcdserver: no inflight downgrade job",
     );
     eprintln!("versions end to end: {:?}", started.elapsed());
+}
+
+/// `--unsafe-run-as-version` of the version below this build's.
+const RUN_AS_3_5: [&str; 2] = ["--unsafe-run-as-version", "3.5.0"];
+
+/// Longest a refused member may run before it stops.
+const REFUSAL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Restarts member `i` with `flags` and waits until the cluster has a
+/// leader again.
+fn restart_member(cluster: &mut Cluster, i: usize, flags: &[&str]) {
+    cluster.members[i].kill();
+    cluster.members[i]
+        .restart_with(flags)
+        .unwrap_or_else(|e| panic!("member {i} did not restart: {e}"));
+    cluster.wait_leader();
+}
+
+/// A rolling downgrade with real processes, then a rolling upgrade:
+/// a member run as 3.5 is refused while the cluster version is 3.6;
+/// once a downgrade to 3.5 is enabled, each member is restarted as 3.5,
+/// the leader ends the job (`--downgrade-check-time`), and restarting
+/// them as 3.6 raises the cluster version again.
+#[test]
+fn rolling_downgrade_then_upgrade_with_real_processes() {
+    let started = Instant::now();
+    let options = ClusterOptions::new("versions-rolling")
+        .flags(&["--downgrade-check-time", "500ms"])
+        .deadlines(DEADLINE, DEADLINE);
+    let mut cluster = Cluster::start(options, &MIXED);
+    cluster.wait_leader();
+    let addresses: Vec<String> = cluster.members.iter().map(|m| m.address()).collect();
+    wait_cluster_version(&addresses, "3.6.0");
+
+    // Without a downgrade, an older member is refused with etcd's words.
+    cluster.members[1].kill();
+    let refused = cluster.members[1].restart_with(&RUN_AS_3_5);
+    if refused.is_ok() {
+        let deadline = Instant::now() + REFUSAL_DEADLINE;
+        let server = cluster.members[1].server.as_mut().expect("started");
+        while server.is_running() {
+            assert!(Instant::now() < deadline, "the 3.5 member kept running");
+            std::thread::sleep(POLL);
+        }
+    }
+    let log = match refused {
+        Err(e) => e,
+        Ok(()) => cluster.members[1].log(),
+    };
+    assert!(
+        log.contains("invalid downgrade; server version is lower than determined cluster version"),
+        "no refusal logged: {log}"
+    );
+    cluster.members[1].kill();
+    cluster.members[1]
+        .restart_with(&[])
+        .unwrap_or_else(|e| panic!("member 1 did not restart as 3.6: {e}"));
+    cluster.wait_leader();
+
+    oxetcdctl_ok(&addresses[0], &["downgrade", "enable", "3.5"]);
+    wait_cluster_version(&addresses, "3.5.0");
+    for (i, address) in addresses.iter().enumerate() {
+        restart_member(&mut cluster, i, &RUN_AS_3_5);
+        assert_eq!(version(address).0, "3.5.0", "member {i} runs as 3.5");
+    }
+    // Every member runs the target: the leader ends the job. Validating
+    // the next minor down finds the job until then.
+    let deadline = Instant::now() + VERSION_DEADLINE;
+    loop {
+        let out = oxetcdctl(&addresses[0], &["downgrade", "validate", "3.4"]);
+        if out.code == 0 {
+            break;
+        }
+        assert!(
+            out.stderr
+                .contains("etcdserver: cluster has a downgrade job in progress"),
+            "{out:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the downgrade job never ended: {out:?}"
+        );
+        std::thread::sleep(POLL);
+    }
+    let logs: String = cluster.members.iter().map(|m| m.log()).collect();
+    assert!(
+        logs.contains("the cluster has been downgraded to 3.5"),
+        "not logged"
+    );
+    wait_cluster_version(&addresses, "3.5.0");
+
+    // A rolling upgrade: the cluster version rises once all run 3.6.
+    for i in 0..3 {
+        restart_member(&mut cluster, i, &[]);
+    }
+    wait_cluster_version(&addresses, "3.6.0");
+    eprintln!("rolling downgrade and upgrade: {:?}", started.elapsed());
 }

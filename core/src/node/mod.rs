@@ -349,7 +349,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             disk_full: false,
             counters: metrics::Counters::default(),
             versions,
-            version_monitor: VersionMonitor::default(),
+            version_monitor: VersionMonitor::starting_at(state.hard_state.commit),
             config,
         };
         node.update_sole_voter();

@@ -212,8 +212,8 @@ fn a_member_below_the_cluster_version_is_refused() {
     assert!(cluster_version_reaches(&mut cluster, V36));
     let follower = cluster.followers()[0];
     assert_eq!(cluster.node(follower).version_refusal(), None);
-    // An older binary on the same data: refused at once, from what its
-    // own backend holds.
+    // An older binary on the same data: refused once a leader confirmed
+    // what its backend holds.
     cluster.crash(follower);
     cluster
         .members
@@ -222,6 +222,10 @@ fn a_member_below_the_cluster_version_is_refused() {
         .config
         .server_version = Version::new(3, 5, 1);
     cluster.restart(follower);
+    assert!(cluster.run_until(SPREAD_TIME_MAX, |c| c
+        .node(follower)
+        .version_refusal()
+        .is_some()));
     let refusal = cluster.node(follower).version_refusal().expect("refused");
     assert!(refusal
         .to_string()
@@ -235,6 +239,10 @@ fn a_member_below_the_cluster_version_is_refused() {
         .config
         .server_version = Version::new(3, 8, 0);
     cluster.restart(follower);
+    assert!(cluster.run_until(SPREAD_TIME_MAX, |c| c
+        .node(follower)
+        .version_refusal()
+        .is_some()));
     let refusal = cluster.node(follower).version_refusal().expect("refused");
     assert!(refusal
         .to_string()

@@ -41,9 +41,21 @@ pub(super) struct VersionMonitor {
     proposed: Option<(Version, Instant)>,
     /// When to check next whether the downgrade in progress is complete.
     check_at: Option<Instant>,
+    /// The commit index this member started with: what it applied up to
+    /// there may be older than the cluster's state (entries it held but
+    /// did not know committed), so it judges its own version only once a
+    /// leader moved the commit index past it.
+    commit_at_start: u64,
 }
 
 impl VersionMonitor {
+    pub(super) fn starting_at(commit: u64) -> Self {
+        Self {
+            commit_at_start: commit,
+            ..Self::default()
+        }
+    }
+
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
         self.check_at
     }
@@ -64,6 +76,15 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// as of the applied cluster version (etcd refuses such a member at
     /// start): the runtime stops it.
     pub fn version_refusal(&self) -> Option<crate::version::VersionRefusal> {
+        // Judged once a leader moved the commit index past where this
+        // member started, and all of it is applied: until then the stored
+        // cluster version may be older than the cluster's (a downgrade
+        // this member had not applied durably before it stopped).
+        let committed = self.raft.committed();
+        if committed <= self.version_monitor.commit_at_start || self.meta.applied_index < committed
+        {
+            return None;
+        }
         self.versions.check_member(self.config.server_version).err()
     }
 

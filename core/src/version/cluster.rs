@@ -185,13 +185,16 @@ impl ClusterVersions {
 
     /// Whether a member running `server` may run in this cluster (etcd's
     /// start-up checks): not below the cluster version, and at most one
-    /// minor above it. Nothing is refused before the cluster version is
-    /// set.
+    /// minor above it; a member of a downgrade's target version always
+    /// runs. Nothing is refused before the cluster version is set.
     pub fn check_member(&self, server: Version) -> Result<(), VersionRefusal> {
         let Some(cluster) = self.cluster else {
             return Ok(());
         };
         let server_minor = server.major_minor();
+        if self.downgrade == Some(server_minor) {
+            return Ok(());
+        }
         if server_minor < cluster {
             return Err(VersionRefusal::BelowClusterVersion { server, cluster });
         }
@@ -381,8 +384,14 @@ mod tests {
         assert!(high
             .to_string()
             .starts_with("incompatible with current running cluster"));
-        // During a downgrade the cluster version is the target: members
-        // of the target version run.
+        // Once a downgrade is enabled, members of its target run, even
+        // before the cluster version is lowered.
+        v.apply_downgrade(&DowngradeInfoSet {
+            enabled: true,
+            target_version: "3.5.0".into(),
+        })
+        .expect("enabled");
+        assert_eq!(v.check_member(Version::new(3, 5, 2)), Ok(()));
         v.apply_cluster_version(V35);
         assert_eq!(v.check_member(Version::new(3, 5, 2)), Ok(()));
         assert_eq!(v.check_member(V36), Ok(()));

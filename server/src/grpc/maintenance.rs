@@ -201,7 +201,8 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
             .handle
             .metrics()
             .cluster_version()
-            .map_or_else(|| cluster_version(ETCD_VERSION), |v| v.to_string());
+            .unwrap_or_else(|| self.handle.metrics().server_version().major_minor())
+            .to_string();
         let chunks = self
             .handle
             .snapshot_file(version)
@@ -260,15 +261,6 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
             Ok(other) => Err(mismatched("downgrade", &other)),
             Err(e) => Err(status_from_error(&e)),
         }
-    }
-}
-
-/// etcd's form of a cluster version: `major.minor.0`.
-fn cluster_version(version: &str) -> String {
-    let mut parts = version.split('.');
-    match (parts.next(), parts.next()) {
-        (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
-        _ => version.to_owned(),
     }
 }
 
