@@ -48,7 +48,7 @@ pub(super) struct Member {
     pub(super) config: Config,
     /// The running member on the reference driver; `None` while crashed.
     running: Option<driver::Member>,
-    log: MemoryLog,
+    pub(super) log: MemoryLog,
     kv: MemoryKv,
     pub(super) answers: HashMap<RequestId, Result<Response, Error>>,
     watched: Vec<WatchResponse>,
@@ -66,11 +66,11 @@ pub(super) struct Cluster {
     next_request: RequestId,
 }
 
-fn url(id: u64) -> String {
+pub(super) fn url(id: u64) -> String {
     format!("http://m{id}:2380")
 }
 
-fn config(id: u64, initial: &[u64], state: ClusterState) -> Config {
+pub(super) fn config(id: u64, initial: &[u64], state: ClusterState) -> Config {
     let mut config = Config::single(&format!("m{id}"));
     config.member_id = id;
     config.cluster_id = 0xc1;
@@ -87,7 +87,7 @@ fn config(id: u64, initial: &[u64], state: ClusterState) -> Config {
     config
 }
 
-fn put(key: &str, value: &str) -> Request {
+pub(super) fn put(key: &str, value: &str) -> Request {
     Request::Put(PutRequest {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),
@@ -142,7 +142,7 @@ impl Cluster {
     }
 
     /// Starts a member on empty storage.
-    fn start(&mut self, id: u64, config: Config) {
+    pub(super) fn start(&mut self, id: u64, config: Config) {
         let log = MemoryLog::default();
         let kv = MemoryKv::default();
         let running = driver::Member::start(config.clone(), log.clone(), kv.clone(), self.now);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use oxetcd_proto::etcdserverpb::{downgrade_request::DowngradeAction, DowngradeRequest};
 
-use super::cluster_tests::Cluster;
+use oxetcd_proto::etcdserverpb::MemberAddRequest;
+
+use super::cluster_tests::{config, put, url, Cluster};
 use super::*;
 use crate::version::Version;
 
@@ -247,4 +249,45 @@ fn a_member_below_the_cluster_version_is_refused() {
     assert!(refusal
         .to_string()
         .starts_with("incompatible with current running cluster"));
+}
+
+#[test]
+fn versions_travel_in_snapshots() {
+    let mut cluster = Cluster::with(3, |config| {
+        config.snapshot_count = 20;
+        config.snapshot_catch_up_entries = 5;
+    });
+    assert!(cluster_version_reaches(&mut cluster, V36));
+    let leader = cluster.leader().expect("a leader");
+    let enabled = cluster.call(leader, downgrade(DowngradeAction::Enable, "3.5"));
+    assert!(enabled.is_ok());
+    assert!(cluster_version_reaches(&mut cluster, V35));
+    for i in 0..60 {
+        cluster.call(leader, put(&format!("k{i:02}"), "v")).unwrap();
+    }
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![url(4)],
+        is_learner: true,
+    });
+    let Ok(Response::MemberAdd(added)) = cluster.call(leader, add) else {
+        panic!("learner add failed");
+    };
+    let learner = added.member.expect("the learner").id;
+    let mut config = config(learner, &[1, 2, 3], ClusterState::Existing);
+    config.snapshot_count = 20;
+    config.server_version = V35;
+    cluster.start(learner, config);
+    assert!(cluster.run_until(SPREAD_TIME_MAX, |c| {
+        c.node(learner).applied_index() >= c.node(leader).applied_index()
+    }));
+    assert!(
+        cluster.members[&learner].log.state().unwrap().first_index > 1,
+        "the learner started from a snapshot"
+    );
+    let versions = cluster.node(learner).versions();
+    assert_eq!(versions.cluster(), Some(V35));
+    assert_eq!(versions.storage(), Some(V35));
+    assert_eq!(versions.downgrade_target(), Some(V35));
+    assert_eq!(versions.member(leader), Some(V36));
+    assert_eq!(cluster.node(learner).version_refusal(), None);
 }
