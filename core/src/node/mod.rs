@@ -317,6 +317,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             meta.applied_index,
         ]);
         let watches = WatchRegistry::new(config.watch_progress_notify_interval);
+        // What the raft knows committed before it hears from anyone.
+        let commit_at_start = raft.committed();
         let mut node = Self {
             sole_voter: false,
             raft,
@@ -349,7 +351,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             disk_full: false,
             counters: metrics::Counters::default(),
             versions,
-            version_monitor: VersionMonitor::starting_at(state.hard_state.commit),
+            version_monitor: VersionMonitor::starting_at(commit_at_start),
             config,
         };
         node.update_sole_voter();

@@ -88,10 +88,6 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.versions.check_member(self.config.server_version).err()
     }
 
-    fn member_ids(&self) -> Vec<u64> {
-        self.members.list().iter().map(|m| m.id).collect()
-    }
-
     /// On the leader: proposes the cluster version once every member has
     /// published its server version and the minimum differs from the
     /// applied one (etcd's `monitorVersions`). Runs on every drain.
@@ -100,7 +96,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.version_monitor.proposed = None;
             return;
         }
-        let Some(wanted) = self.versions.decide(self.member_ids()) else {
+        // Runs on every drain: no copy of the membership.
+        let Some(wanted) = self.versions.decide(self.members.ids()) else {
             self.version_monitor.proposed = None;
             return;
         };
@@ -135,7 +132,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             Some(at) if at > self.now => return,
             Some(_) => self.version_monitor.check_at = Some(self.now + interval),
         }
-        if self.versions.downgrade_complete(self.member_ids()) {
+        if self.versions.downgrade_complete(self.members.ids()) {
             info!(
                 cluster_version = %target,
                 "the cluster has been downgraded to {}",
