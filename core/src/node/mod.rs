@@ -61,6 +61,14 @@
 //! is fed the time and the revision, and a compaction it asks for is
 //! proposed through the log like a client's, its outcome reported back.
 //!
+//! Versions ([`versions`], [`crate::version`]). A member publishes its
+//! server version with its attributes; the leader sets the cluster version
+//! through the log once every member has published, and ends a finished
+//! downgrade every `--downgrade-check-time`. `Maintenance.Downgrade`
+//! validates after a read barrier and enables or cancels through the log.
+//! A member outside the cluster version's range reports it
+//! ([`Node::version_refusal`]); the runtime stops it.
+//!
 //! Leases and watches hang off the apply step: every applied write moves
 //! keys between leases ([`crate::lease`]) and is matched against the synced
 //! watchers ([`crate::watch`]) on every member.
