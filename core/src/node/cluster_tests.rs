@@ -56,14 +56,14 @@ pub(super) struct Member {
 
 pub(super) struct Cluster {
     pub(super) members: BTreeMap<u64, Member>,
-    now: Instant,
+    pub(super) now: Instant,
     network: VecDeque<Packet>,
     /// Directed links that drop everything: (from, to).
     cut: BTreeSet<(u64, u64)>,
     /// Messages larger than this (encoded) are dropped, as the peer
     /// transport drops those that exceed its frame bound.
     message_bytes_max: usize,
-    next_request: RequestId,
+    pub(super) next_request: RequestId,
 }
 
 pub(super) fn url(id: u64) -> String {
@@ -167,7 +167,7 @@ impl Cluster {
             .node
     }
 
-    fn node_mut(&mut self, id: u64) -> &mut Node<MemoryLog, MemoryKv> {
+    pub(super) fn node_mut(&mut self, id: u64) -> &mut Node<MemoryLog, MemoryKv> {
         &mut self
             .members
             .get_mut(&id)

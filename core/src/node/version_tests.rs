@@ -291,3 +291,76 @@ fn versions_travel_in_snapshots() {
     assert_eq!(versions.member(leader), Some(V36));
     assert_eq!(cluster.node(learner).version_refusal(), None);
 }
+
+/// Sends `request` to member `id` as `credentials` and runs the cluster
+/// until it is answered.
+fn call_as(
+    cluster: &mut Cluster,
+    id: u64,
+    request: Request,
+    credentials: crate::auth::Credentials,
+) -> Result<Response, Error> {
+    let request_id = cluster.next_request;
+    cluster.next_request += 1;
+    let now = cluster.now;
+    cluster
+        .node_mut(id)
+        .handle(now, Input::Client(request_id, request, credentials));
+    assert!(cluster.run_until(SPREAD_TIME_MAX, |c| c.members[&id]
+        .answers
+        .contains_key(&request_id)));
+    cluster.take_answer(id, request_id).expect("answered")
+}
+
+#[test]
+fn only_root_may_downgrade_once_auth_is_on() {
+    use crate::auth::{AuthRequest, Credentials};
+    use oxetcd_proto::authpb::UserAddOptions;
+    use oxetcd_proto::etcdserverpb::{
+        AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
+    };
+    use oxetcd_proto::oxetcdpb::auth_change::Change;
+
+    let mut cluster = Cluster::with(3, |_| {});
+    assert!(cluster_version_reaches(&mut cluster, V36));
+    let leader = cluster.leader().expect("a leader");
+    let user = |name: &str| {
+        Change::UserAdd(AuthUserAddRequest {
+            name: name.into(),
+            options: Some(UserAddOptions { no_password: true }),
+            ..Default::default()
+        })
+    };
+    for change in [
+        user("root"),
+        Change::UserGrantRole(AuthUserGrantRoleRequest {
+            user: "root".into(),
+            role: "root".into(),
+        }),
+        user("alice"),
+        Change::Enable(AuthEnableRequest {}),
+    ] {
+        let answer = cluster.call(leader, Request::Auth(AuthRequest::Change(change)));
+        assert!(answer.is_ok(), "{answer:?}");
+    }
+    let as_user = |name: &str| Credentials::User {
+        name: name.into(),
+        revision: None,
+    };
+    let validate = || downgrade(DowngradeAction::Validate, "3.5");
+    assert_eq!(
+        call_as(&mut cluster, leader, validate(), as_user("alice")),
+        Err(Error::PermissionDenied)
+    );
+    assert_eq!(
+        call_as(
+            &mut cluster,
+            leader,
+            downgrade(DowngradeAction::Enable, "3.5"),
+            as_user("alice")
+        ),
+        Err(Error::PermissionDenied)
+    );
+    let by_root = call_as(&mut cluster, leader, validate(), as_user("root"));
+    assert_eq!(downgrade_version(by_root), "3.6");
+}
