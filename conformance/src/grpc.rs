@@ -16,12 +16,13 @@ use oxetcd_proto::etcdserverpb::watch_client::WatchClient;
 use oxetcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, AuthDisableRequest, AuthEnableRequest, AuthRoleListRequest,
     AuthStatusRequest, AuthUserListRequest, CompactionRequest, CompactionResponse,
-    DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest,
-    HashKvResponse, HashRequest, HashResponse, LeaseGrantRequest, LeaseGrantResponse,
-    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse,
-    LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, StatusRequest, StatusResponse,
-    TxnRequest, TxnResponse, WatchRequest, WatchResponse,
+    DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse,
+    DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse, WatchRequest,
+    WatchResponse,
 };
 use oxetcd_proto::v3electionpb::election_client::ElectionClient;
 use oxetcd_proto::v3electionpb::{
@@ -223,6 +224,13 @@ impl Grpc {
         let mut maintenance = self.maintenance.clone();
         let request = self.authorized(StatusRequest {});
         self.block_on(async move { maintenance.status(request).await })
+    }
+
+    /// `Maintenance.Downgrade`.
+    pub fn downgrade(&mut self, request: DowngradeRequest) -> Result<DowngradeResponse, Failure> {
+        let mut maintenance = self.maintenance.clone();
+        let request = self.authorized(request);
+        self.block_on(async move { maintenance.downgrade(request).await })
     }
 
     /// `Maintenance.Alarm`.

@@ -11,11 +11,11 @@ use oxetcd_core::testing::{Effect, Member};
 use oxetcd_core::{Config, Error, Input, Instant, Request, RequestId, Response};
 use oxetcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
-    DeleteRangeResponse, HashResponse, LeaseGrantRequest, LeaseGrantResponse,
-    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest,
-    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, ResponseHeader, StatusResponse, TxnRequest, TxnResponse,
-    WatchRequest, WatchResponse,
+    DeleteRangeResponse, DowngradeRequest, DowngradeResponse, HashResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, ResponseHeader, StatusResponse,
+    TxnRequest, TxnResponse, WatchRequest, WatchResponse,
 };
 
 use oxetcd_proto::oxetcdpb::auth_change::Change;
@@ -191,6 +191,14 @@ impl InProcess {
         match self.call(Request::Compact(request))? {
             Response::Compact(r) => Ok(r),
             other => Err(unexpected("compact", &other)),
+        }
+    }
+
+    /// `Maintenance.Downgrade`.
+    pub fn downgrade(&mut self, request: DowngradeRequest) -> Result<DowngradeResponse, Failure> {
+        match self.call(Request::Downgrade(request))? {
+            Response::Downgrade(r) => Ok(r),
+            other => Err(unexpected("downgrade", &other)),
         }
     }
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use oxetcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
-    DeleteRangeResponse, HashResponse, LeaseGrantRequest, LeaseGrantResponse,
-    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest,
-    LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse, WatchRequest,
-    WatchResponse,
+    DeleteRangeResponse, DowngradeRequest, DowngradeResponse, HashResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse,
+    WatchRequest, WatchResponse,
 };
 
 use oxetcd_proto::v3electionpb::{
@@ -184,6 +184,14 @@ impl Target {
         match self {
             Self::InProcess(_) => None,
             Self::Grpc(t) => t.server().map(|s| http_get(&s.address(), path)),
+        }
+    }
+
+    /// `Maintenance.Downgrade`.
+    pub fn downgrade(&mut self, request: DowngradeRequest) -> Result<DowngradeResponse, Failure> {
+        match self {
+            Self::InProcess(t) => t.downgrade(request),
+            Self::Grpc(t) => t.downgrade(request),
         }
     }
 

@@ -188,6 +188,17 @@ pub enum Error {
     /// auth package error, which etcd passes on unconverted (code
     /// `Unknown`).
     NoPasswordUser,
+    /// `etcdserver: cluster version not found during downgrade`.
+    ClusterVersionUnavailable,
+    /// `etcdserver: wrong downgrade target version format`.
+    WrongDowngradeVersionFormat,
+    /// `etcdserver: invalid downgrade target version`: not exactly one
+    /// minor below the cluster version.
+    InvalidDowngradeTargetVersion,
+    /// `etcdserver: cluster has a downgrade job in progress`.
+    DowngradeInProcess,
+    /// `etcdserver: no inflight downgrade job`.
+    NoInflightDowngrade,
 }
 
 impl Error {
@@ -241,6 +252,11 @@ impl Error {
             Self::PermissionDenied => Code::PermissionDenied,
             Self::InvalidAuthToken => Code::Unauthenticated,
             Self::NoPasswordUser => Code::Unknown,
+            Self::ClusterVersionUnavailable => Code::Unavailable,
+            Self::WrongDowngradeVersionFormat | Self::InvalidDowngradeTargetVersion => {
+                Code::InvalidArgument
+            }
+            Self::DowngradeInProcess | Self::NoInflightDowngrade => Code::FailedPrecondition,
         }
     }
 
@@ -324,6 +340,15 @@ impl Error {
             Self::NoPasswordUser => {
                 "auth: authentication failed, password was given for no password user"
             }
+            Self::ClusterVersionUnavailable => {
+                "etcdserver: cluster version not found during downgrade"
+            }
+            Self::WrongDowngradeVersionFormat => {
+                "etcdserver: wrong downgrade target version format"
+            }
+            Self::InvalidDowngradeTargetVersion => "etcdserver: invalid downgrade target version",
+            Self::DowngradeInProcess => "etcdserver: cluster has a downgrade job in progress",
+            Self::NoInflightDowngrade => "etcdserver: no inflight downgrade job",
             Self::Unimplemented(what) => return format!("unknown service {what}"),
             Self::Storage(e) => return format!("etcdserver: storage: {e}"),
         };

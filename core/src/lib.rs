@@ -55,6 +55,7 @@ pub mod storage;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod time;
+pub mod version;
 pub mod watch;
 
 pub use error::{Code, Error};
@@ -66,13 +67,13 @@ pub use time::{GoDuration, Instant};
 
 use oxetcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
-    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MemberAddRequest, MemberAddResponse,
-    MemberListRequest, MemberListResponse, MemberPromoteRequest, MemberPromoteResponse,
-    MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest, MemberUpdateResponse,
-    MoveLeaderRequest, MoveLeaderResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
-    StatusResponse, TxnRequest, TxnResponse,
+    DeleteRangeResponse, DowngradeRequest, DowngradeResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
+    MemberUpdateRequest, MemberUpdateResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, StatusResponse, TxnRequest, TxnResponse,
 };
 
 /// A client request the node handles.
@@ -120,6 +121,9 @@ pub enum Request {
     /// Lists, raises or clears alarms, through the log (as etcd's
     /// `Maintenance.Alarm`). The server raises CORRUPT with it too.
     Alarm(AlarmRequest),
+    /// Validates, enables or cancels a downgrade (`Maintenance.Downgrade`):
+    /// validation after a read barrier, enable and cancel through the log.
+    Downgrade(DowngradeRequest),
 }
 
 /// A write as the log carries it: the one form a write has from
@@ -191,4 +195,6 @@ pub enum Response {
     Auth(auth::AuthResponse),
     /// Answer to an alarm request.
     Alarm(AlarmResponse),
+    /// Answer to a downgrade request.
+    Downgrade(DowngradeResponse),
 }

@@ -85,6 +85,23 @@ pub struct Membership {
     pub conf_state: ConfState,
     /// Every member's record (name, URLs, learner flag), in ID order.
     pub members: Vec<Member>,
+    /// Published server versions, the cluster version, the downgrade job
+    /// and the storage version ([`crate::version::ClusterVersions`]).
+    pub versions: VersionRecord,
+}
+
+/// The cluster's versions as the backend stores them, with the membership.
+/// Empty strings mean "not set yet".
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VersionRecord {
+    /// Each member's published server version, in ID order.
+    pub members: Vec<oxetcd_proto::oxetcdpb::MemberVersion>,
+    /// The cluster version, `major.minor.0`.
+    pub cluster: String,
+    /// The downgrade job in progress.
+    pub downgrade: Option<oxetcd_proto::oxetcdpb::DowngradeInfoSet>,
+    /// The version of the backend's data format, `major.minor.0`.
+    pub storage: String,
 }
 
 impl Membership {
@@ -95,6 +112,10 @@ impl Membership {
             members: self.members.clone(),
             voters: self.conf_state.voters.clone(),
             learners: self.conf_state.learners.clone(),
+            versions: self.versions.members.clone(),
+            cluster_version: self.versions.cluster.clone(),
+            downgrade: self.versions.downgrade.clone(),
+            storage_version: self.versions.storage.clone(),
         }
         .encode_to_vec()
     }
@@ -111,6 +132,12 @@ impl Membership {
                 ..Default::default()
             },
             members: stored.members,
+            versions: VersionRecord {
+                members: stored.versions,
+                cluster: stored.cluster_version,
+                downgrade: stored.downgrade,
+                storage: stored.storage_version,
+            },
         })
     }
 }

@@ -1,7 +1,7 @@
 //! Plain HTTP endpoints on the client port (everything that is not gRPC).
 //!
 //! The health probes (`/health`, `/livez`, `/readyz`) are module
-//! [`health`]'s; `GET /version` reports the API version; `GET /metrics` is
+//! [`health`]'s; `GET /version` reports the server and cluster versions; `GET /metrics` is
 //! [`crate::metrics`]'s; on the client port, the JSON gateway's paths
 //! (`/v3/…`) are [`crate::gateway`]'s; anything else is 404. The
 //! endpoints other than the gateway only read: they never change state.
@@ -19,7 +19,6 @@ use tonic::body::Body;
 
 use crate::driver::Handle;
 use crate::gateway::Gateway;
-use crate::grpc::ETCD_VERSION;
 use crate::runtime::Runtime;
 
 /// Serves the HTTP endpoints.
@@ -67,10 +66,19 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
         }
         match path {
             "/metrics" => crate::metrics::scrape(&self.handle).await,
-            "/version" => json(
-                StatusCode::OK,
-                format!(r#"{{"etcdserver":"{ETCD_VERSION}","etcdcluster":"{ETCD_VERSION}"}}"#),
-            ),
+            "/version" => {
+                // etcd's words before the leader set the cluster version.
+                let cluster = self
+                    .handle
+                    .metrics()
+                    .cluster_version()
+                    .map_or_else(|| "not_decided".to_owned(), |v| v.to_string());
+                let server = self.handle.metrics().server_version();
+                json(
+                    StatusCode::OK,
+                    format!(r#"{{"etcdserver":"{server}","etcdcluster":"{cluster}"}}"#),
+                )
+            }
             _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
         }
     }

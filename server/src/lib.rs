@@ -237,7 +237,15 @@ pub async fn run<R: Runtime>(runtime: R, mut config: Config) -> Result<(), RunEr
                 config.advertise_client_urls.join(" "),
                 cluster_id
             );
-            info!("enabled capabilities for version 3.6");
+            // The cluster version once known, else this member's own.
+            let capabilities = handle
+                .metrics()
+                .cluster_version()
+                .unwrap_or(config.server_version);
+            info!(
+                "enabled capabilities for version {}",
+                capabilities.major_minor_string()
+            );
             info!("ready to serve client requests");
             let every = config.pending.corrupt_check_time;
             if !every.is_zero() {

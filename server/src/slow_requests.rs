@@ -279,6 +279,7 @@ fn method(request: &Request) -> &'static str {
         Request::MemberList(_) => "/etcdserverpb.Cluster/MemberList",
         Request::MoveLeader(_) => "/etcdserverpb.Maintenance/MoveLeader",
         Request::Alarm(_) => "/etcdserverpb.Maintenance/Alarm",
+        Request::Downgrade(_) => "/etcdserverpb.Maintenance/Downgrade",
         Request::Auth(_) => "/etcdserverpb.Auth",
     }
 }

@@ -326,9 +326,13 @@ fn membership(members: Vec<Member>) -> Membership {
             conf_state.voters.push(member.id);
         }
     }
+    // The versions are left undecided: the members publish their own
+    // once they run, and the leader decides the cluster version from
+    // those (etcd's recorded cluster version is of its own releases).
     Membership {
         conf_state,
         members,
+        ..Membership::default()
     }
 }
 

@@ -4,9 +4,10 @@
 //! as core's in-memory backend.
 
 use oxetcd_core::memory::MemoryKv;
-use oxetcd_core::storage::{KvMeta, KvRead, KvStore, KvWrite, Membership};
+use oxetcd_core::storage::{KvMeta, KvRead, KvStore, KvWrite, Membership, VersionRecord};
 use oxetcd_proto::eraftpb::ConfState;
 use oxetcd_proto::etcdserverpb::Member;
+use oxetcd_proto::oxetcdpb::{DowngradeInfoSet, MemberVersion};
 use oxetcd_storage::RedbKv;
 
 fn membership() -> Membership {
@@ -23,6 +24,18 @@ fn membership() -> Membership {
             client_ur_ls: vec![],
             is_learner: false,
         }],
+        versions: VersionRecord {
+            members: vec![MemberVersion {
+                id: 1,
+                server_version: "3.6.0".into(),
+            }],
+            cluster: "3.5.0".into(),
+            downgrade: Some(DowngradeInfoSet {
+                enabled: true,
+                target_version: "3.5.0".into(),
+            }),
+            storage: "3.5.0".into(),
+        },
     }
 }
 

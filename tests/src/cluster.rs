@@ -207,6 +207,19 @@ impl Member {
         self.start(&initial, &state);
     }
 
+    /// Starts this member again as it was started last, with `flags`
+    /// added (a flag given twice takes the later value); the error (with
+    /// the log) when it does not come up.
+    pub fn restart_with(&mut self, flags: &[&str]) -> Result<(), String> {
+        let (initial, state) = self
+            .started_with
+            .clone()
+            .unwrap_or_else(|| panic!("{} was never started", self.name));
+        let server = self.launch(&initial, &state).flags(flags).start()?;
+        self.server = Some(server);
+        Ok(())
+    }
+
     /// Kills the process with SIGKILL; its data dir stays.
     pub fn kill(&mut self) {
         if let Some(mut server) = self.server.take() {

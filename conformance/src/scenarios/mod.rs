@@ -30,6 +30,7 @@ mod range;
 pub mod render;
 mod status;
 mod txn;
+mod version;
 mod watch;
 
 use std::panic::Location;
@@ -93,6 +94,8 @@ pub const ALL: &[Scenario] = scenarios![
     limits::empty_key_errors,
     limits::oversized_requests_then_still_serves,
     status::status_reports_revision_and_leader,
+    version::version_reporting,
+    version::downgrade_rules,
     watch::watch_live_events_with_prev_kv,
     watch::watch_history_and_compaction,
     watch::watch_filters_ranges_ids_and_cancel,

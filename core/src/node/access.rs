@@ -41,7 +41,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             | Request::MemberRemove(_)
             | Request::MemberUpdate(_)
             | Request::MemberPromote(_)
-            | Request::MoveLeader(_) => auth.check_admin(who),
+            | Request::MoveLeader(_)
+            | Request::Downgrade(_) => auth.check_admin(who),
             Request::Auth(AuthRequest::Read(read)) => match read {
                 AuthRead::Status | AuthRead::Password { .. } => Ok(()),
                 AuthRead::UserGet(r) if r.name == who.user => Ok(()),

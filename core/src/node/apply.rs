@@ -20,6 +20,7 @@ use crate::auth::{AuthInfo, AuthStore};
 use crate::error::Error;
 use crate::lease::{self, Lessor};
 use crate::storage::{KvMeta, KvRead, KvStore, KvWrite, LogStore, Membership, StorageError};
+use crate::version::Version;
 use crate::watch::WatchRegistry;
 use crate::{mvcc, Instant, Response, Write};
 
@@ -95,7 +96,9 @@ pub(super) fn apply_proposal(
         }
         proposal::Request::MemberUpdate(_)
         | proposal::Request::MemberAttributes(_)
-        | proposal::Request::Alarm(_) => {
+        | proposal::Request::Alarm(_)
+        | proposal::Request::ClusterVersionSet(_)
+        | proposal::Request::DowngradeInfoSet(_) => {
             // Recorded by the node with the membership or the alarms, never here.
             Ok(Err(Error::Stopped))
         }
@@ -189,6 +192,7 @@ pub(super) fn stamp(response: &mut Response, identity: &ResponseHeader) {
         Response::MoveLeader(r) => &mut r.header,
         Response::Auth(r) => r.header_mut(),
         Response::Alarm(r) => &mut r.header,
+        Response::Downgrade(r) => &mut r.header,
     };
     let header = header.get_or_insert(ResponseHeader {
         revision: identity.revision,
@@ -250,6 +254,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                                 request,
                                 proposal::Request::MemberUpdate(_)
                                     | proposal::Request::MemberAttributes(_)
+                                    | proposal::Request::ClusterVersionSet(_)
+                                    | proposal::Request::DowngradeInfoSet(_)
                             );
                             self.apply_request(
                                 &mut txn,
@@ -307,6 +313,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         let membership = Membership {
             conf_state: self.raft.conf_state(),
             members: self.members.list(),
+            versions: self.versions.record(),
         };
         txn.set_membership(&membership)?;
         self.membership_unsaved = false;
@@ -347,8 +354,23 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 }))
             }
             proposal::Request::MemberAttributes(attributes) => {
+                if self.members.get(attributes.id).is_some() {
+                    let version = Version::parse_stored(&attributes.server_version);
+                    self.versions.record_member(attributes.id, version);
+                }
                 self.members.apply_attributes(&attributes);
                 Err(Error::Stopped)
+            }
+            proposal::Request::ClusterVersionSet(set) => {
+                self.apply_cluster_version(&set);
+                Err(Error::Stopped)
+            }
+            proposal::Request::DowngradeInfoSet(set) => {
+                let header = ResponseHeader {
+                    revision: meta.revision,
+                    ..identity
+                };
+                self.apply_downgrade(&set, header)
             }
             request => {
                 let mut cx = ApplyContext {

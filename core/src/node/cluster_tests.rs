@@ -44,33 +44,33 @@ enum Packet {
     },
 }
 
-struct Member {
-    config: Config,
+pub(super) struct Member {
+    pub(super) config: Config,
     /// The running member on the reference driver; `None` while crashed.
     running: Option<driver::Member>,
-    log: MemoryLog,
+    pub(super) log: MemoryLog,
     kv: MemoryKv,
-    answers: HashMap<RequestId, Result<Response, Error>>,
+    pub(super) answers: HashMap<RequestId, Result<Response, Error>>,
     watched: Vec<WatchResponse>,
 }
 
-struct Cluster {
-    members: BTreeMap<u64, Member>,
-    now: Instant,
+pub(super) struct Cluster {
+    pub(super) members: BTreeMap<u64, Member>,
+    pub(super) now: Instant,
     network: VecDeque<Packet>,
     /// Directed links that drop everything: (from, to).
     cut: BTreeSet<(u64, u64)>,
     /// Messages larger than this (encoded) are dropped, as the peer
     /// transport drops those that exceed its frame bound.
     message_bytes_max: usize,
-    next_request: RequestId,
+    pub(super) next_request: RequestId,
 }
 
-fn url(id: u64) -> String {
+pub(super) fn url(id: u64) -> String {
     format!("http://m{id}:2380")
 }
 
-fn config(id: u64, initial: &[u64], state: ClusterState) -> Config {
+pub(super) fn config(id: u64, initial: &[u64], state: ClusterState) -> Config {
     let mut config = Config::single(&format!("m{id}"));
     config.member_id = id;
     config.cluster_id = 0xc1;
@@ -87,7 +87,7 @@ fn config(id: u64, initial: &[u64], state: ClusterState) -> Config {
     config
 }
 
-fn put(key: &str, value: &str) -> Request {
+pub(super) fn put(key: &str, value: &str) -> Request {
     Request::Put(PutRequest {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),
@@ -119,7 +119,7 @@ impl Cluster {
         Self::with(n, |_| {})
     }
 
-    fn with(n: u64, tune: impl Fn(&mut Config)) -> Self {
+    pub(super) fn with(n: u64, tune: impl Fn(&mut Config)) -> Self {
         let ids: Vec<u64> = (1..=n).collect();
         let mut cluster = Self {
             members: BTreeMap::new(),
@@ -142,7 +142,7 @@ impl Cluster {
     }
 
     /// Starts a member on empty storage.
-    fn start(&mut self, id: u64, config: Config) {
+    pub(super) fn start(&mut self, id: u64, config: Config) {
         let log = MemoryLog::default();
         let kv = MemoryKv::default();
         let running = driver::Member::start(config.clone(), log.clone(), kv.clone(), self.now);
@@ -159,7 +159,7 @@ impl Cluster {
         );
     }
 
-    fn node(&self, id: u64) -> &Node<MemoryLog, MemoryKv> {
+    pub(super) fn node(&self, id: u64) -> &Node<MemoryLog, MemoryKv> {
         &self.members[&id]
             .running
             .as_ref()
@@ -167,7 +167,7 @@ impl Cluster {
             .node
     }
 
-    fn node_mut(&mut self, id: u64) -> &mut Node<MemoryLog, MemoryKv> {
+    pub(super) fn node_mut(&mut self, id: u64) -> &mut Node<MemoryLog, MemoryKv> {
         &mut self
             .members
             .get_mut(&id)
@@ -176,7 +176,7 @@ impl Cluster {
             .node
     }
 
-    fn running(&self) -> Vec<u64> {
+    pub(super) fn running(&self) -> Vec<u64> {
         self.members
             .iter()
             .filter(|(_, m)| m.running.is_some())
@@ -185,14 +185,14 @@ impl Cluster {
     }
 
     /// The running leader of the highest term, if any.
-    fn leader(&self) -> Option<u64> {
+    pub(super) fn leader(&self) -> Option<u64> {
         self.running()
             .into_iter()
             .filter(|&id| self.node(id).role() == Role::Leader)
             .max_by_key(|&id| self.node(id).term())
     }
 
-    fn followers(&self) -> Vec<u64> {
+    pub(super) fn followers(&self) -> Vec<u64> {
         let leader = self.leader();
         self.running()
             .into_iter()
@@ -213,11 +213,11 @@ impl Cluster {
         self.cut.clear();
     }
 
-    fn crash(&mut self, id: u64) {
+    pub(super) fn crash(&mut self, id: u64) {
         self.members.get_mut(&id).unwrap().running = None;
     }
 
-    fn restart(&mut self, id: u64) {
+    pub(super) fn restart(&mut self, id: u64) {
         let member = self.members.get_mut(&id).unwrap();
         let running = driver::Member::start(
             member.config.clone(),
@@ -229,7 +229,7 @@ impl Cluster {
     }
 
     /// Feeds a request to member `id`; returns its request ID.
-    fn send(&mut self, id: u64, request: Request) -> RequestId {
+    pub(super) fn send(&mut self, id: u64, request: Request) -> RequestId {
         let request_id = self.next_request;
         self.next_request += 1;
         let now = self.now;
@@ -240,12 +240,16 @@ impl Cluster {
         request_id
     }
 
-    fn take_answer(&mut self, id: u64, request_id: RequestId) -> Option<Result<Response, Error>> {
+    pub(super) fn take_answer(
+        &mut self,
+        id: u64,
+        request_id: RequestId,
+    ) -> Option<Result<Response, Error>> {
         self.members.get_mut(&id)?.answers.remove(&request_id)
     }
 
     /// Sends a request and runs the cluster until it is answered.
-    fn call(&mut self, id: u64, request: Request) -> Result<Response, Error> {
+    pub(super) fn call(&mut self, id: u64, request: Request) -> Result<Response, Error> {
         let request_id = self.send(id, request);
         let answered = self.run_until(CALL_TIME_MAX, |c| {
             c.members[&id].answers.contains_key(&request_id)
@@ -271,7 +275,7 @@ impl Cluster {
 
     /// Runs virtual time forward, firing timers, until `done` holds (true)
     /// or `limit` has passed (false).
-    fn run_until(&mut self, limit: Duration, done: impl Fn(&Self) -> bool) -> bool {
+    pub(super) fn run_until(&mut self, limit: Duration, done: impl Fn(&Self) -> bool) -> bool {
         let until = self.now + limit;
         for _ in 0..STEPS_MAX {
             self.settle();

@@ -99,6 +99,13 @@ pub struct Config {
     pub quota: crate::alarm::Quota,
     /// `--auto-compaction-mode` and `--auto-compaction-retention`.
     pub auto_compaction: crate::compactor::AutoCompaction,
+    /// The server version this member runs as and publishes (this
+    /// build's, [`crate::version::SERVER_VERSION`], unless a test runs a
+    /// member as another version).
+    pub server_version: crate::version::Version,
+    /// How often the leader checks whether a downgrade is complete
+    /// (`--downgrade-check-time`, etcd's default 5s).
+    pub downgrade_check_interval: Duration,
 }
 
 /// One member of the initial cluster.
@@ -158,6 +165,8 @@ impl Config {
             auth_token_ttl: Duration::from_secs(300),
             quota: crate::alarm::Quota::default(),
             auto_compaction: crate::compactor::AutoCompaction::Off,
+            server_version: crate::version::SERVER_VERSION,
+            downgrade_check_interval: Duration::from_secs(5),
         }
     }
 

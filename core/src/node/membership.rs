@@ -50,6 +50,11 @@ impl Members {
         self.by_id.values().cloned().collect()
     }
 
+    /// Every member's ID, in order, without copying the records.
+    pub(super) fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.by_id.keys().copied()
+    }
+
     pub(super) fn get(&self, id: u64) -> Option<&Member> {
         self.by_id.get(&id)
     }

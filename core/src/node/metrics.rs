@@ -70,6 +70,8 @@ pub struct NodeMetrics {
     pub bytes_in_use: u64,
     /// Compactions applied.
     pub compactions: u64,
+    /// The cluster version as of the applied index, once set.
+    pub cluster_version: Option<crate::version::Version>,
 }
 
 /// The node's running counts behind [`NodeMetrics`].
@@ -213,6 +215,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             watch_streams,
             bytes_in_use: self.alarms.used_bytes,
             compactions: c.compactions,
+            cluster_version: self.versions.cluster(),
         }
     }
 

@@ -61,6 +61,14 @@
 //! is fed the time and the revision, and a compaction it asks for is
 //! proposed through the log like a client's, its outcome reported back.
 //!
+//! Versions ([`versions`], [`crate::version`]). A member publishes its
+//! server version with its attributes; the leader sets the cluster version
+//! through the log once every member has published, and ends a finished
+//! downgrade every `--downgrade-check-time`. `Maintenance.Downgrade`
+//! validates after a read barrier and enables or cancels through the log.
+//! A member outside the cluster version's range reports it
+//! ([`Node::version_refusal`]); the runtime stops it.
+//!
 //! Leases and watches hang off the apply step: every applied write moves
 //! keys between leases ([`crate::lease`]) and is matched against the synced
 //! watchers ([`crate::watch`]) on every member.
@@ -84,11 +92,14 @@ mod reads;
 mod reconfigure;
 mod requests;
 mod snapshots;
+mod versions;
 
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod version_tests;
 
 use std::collections::VecDeque;
 
@@ -115,6 +126,7 @@ use self::proposals::Proposals;
 use self::publication::Publication;
 use self::reads::{PendingRead, ReadKind, Reads};
 use self::requests::{Leaderless, Requests};
+use self::versions::VersionMonitor;
 use crate::auth::{AuthInfo, AuthRequest, AuthStore};
 use crate::compactor::Compactor;
 use crate::error::Error;
@@ -122,6 +134,7 @@ use crate::lease::Lessor;
 use crate::mvcc;
 use crate::raft::{self, Action, DurableState, PersistId, ProposeError, Raft, Role, StartError};
 use crate::storage::{KvMeta, KvRead, KvStore, LogStore, StorageError};
+use crate::version::ClusterVersions;
 use crate::watch::{self, WatchRegistry};
 use crate::{Instant, Request, Response};
 
@@ -223,6 +236,10 @@ pub struct Node<L: LogStore, K: KvStore> {
     disk_full: bool,
     /// What the runtime's metrics read ([`Node::metrics`]).
     counters: metrics::Counters,
+    /// Members' server versions, the cluster version, the downgrade job.
+    versions: ClusterVersions,
+    /// The leader's version timers.
+    version_monitor: VersionMonitor,
 }
 
 /// The log and the backend must describe one history: the backend has
@@ -262,8 +279,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         check_stores_agree(&state, &meta)?;
         let fresh = state.last_index == 0 && state.hard_state.term == 0;
         let initial_voters: Vec<u64> = config.initial_members.iter().map(|m| m.id).collect();
+        let stored = view.membership()?;
+        let versions = stored
+            .as_ref()
+            .map(|m| ClusterVersions::from_record(&m.versions))
+            .unwrap_or_default();
         let (conf_state, members, membership_unsaved) =
-            stored_membership(view.membership()?, fresh, &config, &initial_voters);
+            stored_membership(stored, fresh, &config, &initial_voters);
         let lessor = Lessor::recover(config.lease, &view)?;
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
         let alarms = AlarmState::recover(&view)?;
@@ -303,6 +325,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             meta.applied_index,
         ]);
         let watches = WatchRegistry::new(config.watch_progress_notify_interval);
+        // What the raft knows committed before it hears from anyone.
+        let commit_at_start = raft.committed();
         let mut node = Self {
             sole_voter: false,
             raft,
@@ -334,6 +358,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             alarms,
             disk_full: false,
             counters: metrics::Counters::default(),
+            versions,
+            version_monitor: VersionMonitor::starting_at(commit_at_start),
             config,
         };
         node.update_sole_voter();
@@ -405,6 +431,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.start_read_round();
             self.campaign_if_alone();
             self.maybe_publish();
+            self.maybe_set_cluster_version();
             let action = self.raft.poll_action()?;
             self.handle_action(action);
         }
@@ -423,6 +450,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             self.leaderless.poll_timeout(),
             self.publication.poll_timeout(),
             self.compactor.poll_timeout(),
+            self.version_monitor.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -439,6 +467,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         self.handle_lease_timers();
         self.auto_promote_learners();
         self.run_compactor();
+        self.check_downgrade();
         self.expire_requests();
         self.with_watches(|watches, cx| watches.handle_timeout(cx));
     }
@@ -662,6 +691,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 _ => self.member_change(ticket, ConfChangeType::AddNode, r.id, Bytes::new()),
             },
             Request::MoveLeader(r) => self.move_leader(ticket, r.target_id),
+            Request::Downgrade(r) => self.downgrade(ticket, r, who),
             other => {
                 debug!(?other, "request kind not dispatched");
                 self.answer(ticket, Err(Error::Unimplemented("this request")))
@@ -792,6 +822,13 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             is_learner: self.is_learner(),
             errors: self.status_errors(),
             db_size_in_use: i64::try_from(self.alarms.used_bytes).unwrap_or(i64::MAX),
+            version: self.config.server_version.to_string(),
+            storage_version: self
+                .versions
+                .storage()
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            downgrade_info: Some(self.versions.downgrade_info()),
             ..Default::default()
         }
     }

@@ -103,7 +103,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             now: self.now,
             shown: self
                 .members
-                .shows(id, &self.config.name, &self.config.client_urls),
+                .shows(id, &self.config.name, &self.config.client_urls)
+                && self.versions.member(id) == Some(self.config.server_version),
             can_propose: leader.is_some() && self.members.get(id).is_some(),
             retry: self.config.election_timeout,
         };
@@ -124,6 +125,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                         id,
                         name: self.config.name.clone(),
                         client_urls: self.config.client_urls.clone(),
+                        server_version: self.config.server_version.to_string(),
                     })),
                 };
                 let data = Bytes::from(proposal.encode_to_vec());

@@ -44,6 +44,8 @@ pub(super) enum ReadKind {
     MemberList,
     /// Users, roles, permissions or auth status.
     Auth(AuthRead),
+    /// A downgrade VALIDATE of this target, checked on the applied state.
+    Downgrade(String),
 }
 
 #[derive(Debug)]
@@ -239,6 +241,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     });
                 }
             }
+            ReadKind::Downgrade(target) => self.answer_downgrade_validate(ticket, &target),
             ReadKind::MemberList => {
                 let response = MemberListResponse {
                     header: Some(self.header()),

@@ -185,6 +185,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         if cc.node_id == self.config.member_id && cc.change_type != ConfChangeType::RemoveNode {
             self.removed = false;
         }
+        if cc.change_type == ConfChangeType::RemoveNode {
+            self.versions.forget_member(cc.node_id);
+        }
         if cc.change_type == ConfChangeType::RemoveNode && cc.node_id == self.config.member_id {
             warn!(
                 member_id = %format_args!("{:x}", self.config.member_id),

@@ -65,6 +65,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             ..meta
         };
         if let Some(stored) = view.membership()? {
+            self.versions = crate::version::ClusterVersions::from_record(&stored.versions);
             self.members = Members::from_list(stored.members);
         }
         self.membership_unsaved = false;

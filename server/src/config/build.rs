@@ -108,6 +108,7 @@ fn build(
     let logging = logging(&settings);
     let listen_metrics_urls = listen_metrics_urls(&value("listen-metrics-urls"))?;
     let pending = Pending::new(&settings, gates)?;
+    let server_version = run_as_version(&settings.text("unsafe-run-as-version"))?;
     warnings.extend(quota_warning(pending.quota_backend_bytes));
     Ok(Config {
         name,
@@ -143,10 +144,36 @@ fn build(
         logging,
         metrics_extensive: settings.text("metrics") == "extensive",
         listen_metrics_urls,
+        server_version,
         pending,
         settings,
         warnings,
     })
+}
+
+/// `--unsafe-run-as-version`: empty for this build's version, else a
+/// version no newer than this build's and at most one minor older (a
+/// member older than that could not run this build's data).
+fn run_as_version(value: &str) -> Result<oxetcd_core::version::Version, ConfigError> {
+    use oxetcd_core::version::{min_cluster_version, Version, SERVER_VERSION};
+    if value.is_empty() {
+        return Ok(SERVER_VERSION);
+    }
+    let invalid = |reason: &str| ConfigError::InvalidValue {
+        flag: "unsafe-run-as-version",
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let version: Version = value
+        .parse()
+        .map_err(|_| invalid("not a major.minor.patch version"))?;
+    if version.major_minor() > SERVER_VERSION || version < min_cluster_version(SERVER_VERSION) {
+        return Err(invalid(&format!(
+            "this build runs as {} or one minor below",
+            SERVER_VERSION.major_minor_string()
+        )));
+    }
+    Ok(version)
 }
 
 /// `--listen-metrics-urls`: `http://`, `https://`, `unix://` and

@@ -133,6 +133,9 @@ pub struct Config {
     /// `/health` (over TLS with the client port's certificate for
     /// `https://`).
     pub listen_metrics_urls: Vec<ListenUrl>,
+    /// The server version this member runs as: this build's, or one minor
+    /// below it with `--unsafe-run-as-version`.
+    pub server_version: oxetcd_core::version::Version,
     /// Settings of features oxetcd does not have yet.
     pub pending: Pending,
     /// Every flag's value, given or default.
@@ -299,6 +302,8 @@ impl Config {
             auth_token_ttl: self.auth_token_ttl,
             quota: oxetcd_core::alarm::Quota::from_flag(self.pending.quota_backend_bytes),
             auto_compaction: self.pending.auto_compaction,
+            downgrade_check_interval: self.settings.duration("downgrade-check-time"),
+            server_version: self.server_version,
             ..oxetcd_core::Config::single(&self.name)
         }
     }

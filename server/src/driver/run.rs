@@ -437,6 +437,12 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
         if let Some(done) = stop {
             return Some(Ending::Stop(done));
         }
+        if let Some(refusal) = node.version_refusal() {
+            // etcd refuses to run such a member and exits non-zero; what
+            // this member has not acknowledged is not promised to anyone.
+            error!(server_version = %node.server_version(), "{refusal}; stopping");
+            std::process::exit(1);
+        }
         if node.is_removed() || self.executor.links.refused_as_removed {
             error!("the member has been permanently removed from the cluster; stopping");
             return Some(Ending::Removed);

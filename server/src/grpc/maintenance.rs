@@ -4,8 +4,8 @@
 //! `Snapshot` streams the backend as an etcd snapshot: a bolt database
 //! with etcd's schema and its SHA-256 (see `oxetcd_storage::snapshot_file`),
 //! so etcd's tools read it; `Alarm` goes through the log; `Hash` and
-//! `HashKV` hash this member's own backend; `Downgrade` is not served yet
-//! and answers `Unimplemented`.
+//! `HashKV` hash this member's own backend; `Downgrade` goes to the node,
+//! which holds the cluster version and the downgrade job.
 
 use std::path::Path;
 
@@ -44,12 +44,6 @@ impl<K: KvStore> MaintenanceService<K> {
     }
 }
 
-fn unimplemented(method: &str) -> Status {
-    Status::unimplemented(format!(
-        "unknown method {method} for service etcdserverpb.Maintenance"
-    ))
-}
-
 impl<K: KvStore> MaintenanceService<K> {
     /// Maintenance this member serves itself (hashes, snapshots,
     /// defragmentation) is for administrators once auth is on, as in etcd,
@@ -81,9 +75,8 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
             Response::Status(status) => status,
             other => return Err(mismatched("status", &other)),
         };
-        status.version = ETCD_VERSION.to_owned();
-        if status.storage_version.is_empty() {
-            status.storage_version = ETCD_VERSION.to_owned();
+        if status.version.is_empty() {
+            status.version = ETCD_VERSION.to_owned();
         }
         let db_size = i64::try_from(backend_size(&self.member.data_dir)).unwrap_or(i64::MAX);
         status.db_size = db_size;
@@ -194,7 +187,7 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
     /// now (whole 4096-byte pages) followed by its SHA-256, the layout
     /// etcd's clients check for, in messages of about a megabyte, built
     /// as it is sent. The image records the cluster version as etcd does,
-    /// `major.minor.0` of the version this server reports. The total is
+    /// `major.minor.0`. The total is
     /// not known before the first page is planned, so `remaining_bytes`
     /// stays 0; clients read until the stream ends, as etcd's do.
     async fn snapshot(
@@ -202,9 +195,16 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         request: tonic::Request<SnapshotRequest>,
     ) -> Result<tonic::Response<Self::SnapshotStream>, Status> {
         self.check_admin(&request).await?;
+        // The applied cluster version; this member's own until it is set.
+        let version = self
+            .handle
+            .metrics()
+            .cluster_version()
+            .unwrap_or_else(|| self.handle.metrics().server_version().major_minor())
+            .to_string();
         let chunks = self
             .handle
-            .snapshot_file(cluster_version(ETCD_VERSION))
+            .snapshot_file(version)
             .await
             .map_err(|e| status_from_error(&e))?;
         let handle = self.handle.clone();
@@ -247,20 +247,19 @@ impl<K: KvStore> Maintenance for MaintenanceService<K> {
         }
     }
 
+    /// VALIDATE, ENABLE or CANCEL a downgrade: the node applies etcd's
+    /// rules (root only once auth is on).
     async fn downgrade(
         &self,
-        _request: tonic::Request<DowngradeRequest>,
+        request: tonic::Request<DowngradeRequest>,
     ) -> Result<tonic::Response<DowngradeResponse>, Status> {
-        Err(unimplemented("Downgrade"))
-    }
-}
-
-/// etcd's form of a cluster version: `major.minor.0`.
-fn cluster_version(version: &str) -> String {
-    let mut parts = version.split('.');
-    match (parts.next(), parts.next()) {
-        (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
-        _ => version.to_owned(),
+        let who = self.gate.credentials(&request);
+        let request = Request::Downgrade(request.into_inner());
+        match self.handle.request_as(who, request).await {
+            Ok(Response::Downgrade(response)) => Ok(tonic::Response::new(response)),
+            Ok(other) => Err(mismatched("downgrade", &other)),
+            Err(e) => Err(status_from_error(&e)),
+        }
     }
 }
 

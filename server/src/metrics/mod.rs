@@ -48,7 +48,6 @@ use prometheus::{
 use tonic::body::Body;
 
 use crate::driver::Handle;
-use crate::grpc::ETCD_VERSION;
 
 pub(crate) use grpc::{GrpcMetrics, Received};
 pub(crate) use listen::serve_metrics_urls;
@@ -79,6 +78,9 @@ pub struct MetricsSettings {
     /// Every feature gate: name, stage label, on
     /// (`etcd_server_feature_enabled`).
     pub feature_gates: Vec<(&'static str, &'static str, bool)>,
+    /// The server version this member runs as (`etcd_server_version`);
+    /// `None`: this build's.
+    pub server_version: Option<oxetcd_core::version::Version>,
 }
 
 impl MetricsSettings {
@@ -99,6 +101,7 @@ impl MetricsSettings {
                 .iter()
                 .map(|(gate, on)| (gate.name, gate.stage.label(), on))
                 .collect(),
+            server_version: Some(config.server_version),
         }
     }
 }
@@ -125,6 +128,7 @@ pub struct Metrics {
     pub(crate) compaction_total_ms: Histogram,
     db_total_size: IntGauge,
     backend_file: Option<PathBuf>,
+    server_version: oxetcd_core::version::Version,
 }
 
 /// The peer transport's families, labelled per peer when it connects.
@@ -149,14 +153,20 @@ impl Metrics {
             "Which version is running. 1 for 'server_version' label with current version.",
             &["server_version"],
         );
-        version.with_label_values(&[ETCD_VERSION]).set(1);
+        let server_version = settings
+            .server_version
+            .unwrap_or(oxetcd_core::version::SERVER_VERSION);
+        version
+            .with_label_values(&[server_version.to_string().as_str()])
+            .set(1);
         let cluster_version = r.gauge_vec(
             "etcd_cluster_version",
             "Which version is running. 1 for 'cluster_version' label with current cluster version",
             &["cluster_version"],
         );
+        // This member's own until the leader sets the cluster version.
         cluster_version
-            .with_label_values(&[major_minor(ETCD_VERSION)])
+            .with_label_values(&[server_version.major_minor_string().as_str()])
             .set(1);
         let server_id = r.gauge_vec(
             "etcd_server_id",
@@ -210,7 +220,7 @@ impl Metrics {
         };
         r.register(prometheus::process_collector::ProcessCollector::for_self());
         Self {
-            node: node::NodeFamilies::new(&r),
+            node: node::NodeFamilies::new(&r, cluster_version),
             grpc: GrpcMetrics::new(&r, settings.extensive),
             peers,
             wal_fsync: r.histogram(
@@ -255,6 +265,7 @@ impl Metrics {
                 "Total size of the underlying database physically allocated in bytes.",
             ),
             backend_file: settings.backend_file.clone(),
+            server_version,
             registry,
         }
     }
@@ -277,6 +288,22 @@ impl Metrics {
             tracing::error!(error = %e, "encoding the metrics failed");
         }
         text
+    }
+
+    /// The server version this member runs as.
+    pub fn server_version(&self) -> oxetcd_core::version::Version {
+        self.server_version
+    }
+
+    /// The cluster version as the node last applied it; `None` until the
+    /// leader first set it.
+    pub fn cluster_version(&self) -> Option<oxetcd_core::version::Version> {
+        let shown = self
+            .node
+            .cluster_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *shown
     }
 
     /// Times one backend commit (the storage's commit hook).
@@ -363,14 +390,6 @@ fn buckets(start: f64, count: usize) -> Vec<f64> {
     exponential_buckets(start, 2.0, count).expect("positive start and count")
 }
 
-/// `3.6.0` → `3.6`: the cluster version as etcd reports it.
-fn major_minor(version: &str) -> &str {
-    match version.match_indices('.').nth(1) {
-        Some((at, _)) => &version[..at],
-        None => version,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,11 +418,5 @@ mod tests {
         });
         let text = String::from_utf8(extensive.encode()).unwrap();
         assert!(text.contains("# TYPE grpc_server_handling_seconds histogram\n"));
-    }
-
-    #[test]
-    fn cluster_version_is_major_minor() {
-        assert_eq!(major_minor("3.6.0"), "3.6");
-        assert_eq!(major_minor("3.6"), "3.6");
     }
 }

@@ -1,8 +1,11 @@
 //! The node's numbers as etcd's families: registered here, published by
 //! the driver thread after each round.
 
+use std::sync::{Arc, Mutex};
+
+use oxetcd_core::version::Version;
 use oxetcd_core::NodeMetrics;
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{IntCounter, IntGauge, IntGaugeVec};
 
 use super::Families;
 
@@ -32,10 +35,15 @@ pub(crate) struct NodeFamilies {
     slow_watchers: IntGauge,
     watch_streams: IntGauge,
     bytes_in_use: IntGauge,
+    /// `etcd_cluster_version`: one label, the cluster version's
+    /// `major.minor`, at 1.
+    cluster_version_gauge: IntGaugeVec,
+    /// The cluster version as last published, for `/version`.
+    pub(super) cluster_version: Arc<Mutex<Option<Version>>>,
 }
 
 impl NodeFamilies {
-    pub(super) fn new(r: &Families<'_>) -> Self {
+    pub(super) fn new(r: &Families<'_>, cluster_version_gauge: IntGaugeVec) -> Self {
         let lease_help = "The total number of expired leases.";
         Self {
             has_leader: r.gauge(
@@ -115,6 +123,8 @@ impl NodeFamilies {
                 "etcd_mvcc_db_total_size_in_use_in_bytes",
                 "Total size of the underlying database logically in use in bytes.",
             ),
+            cluster_version_gauge,
+            cluster_version: Arc::default(),
         }
     }
 }
@@ -187,6 +197,19 @@ impl NodePublisher {
         set(&f.slow_watchers, now.slow_watchers);
         set(&f.watch_streams, now.watch_streams);
         set(&f.bytes_in_use, now.bytes_in_use);
+        if let Some(version) = now
+            .cluster_version
+            .filter(|_| now.cluster_version != last.cluster_version)
+        {
+            f.cluster_version_gauge.reset();
+            f.cluster_version_gauge
+                .with_label_values(&[version.major_minor_string().as_str()])
+                .set(1);
+            // A poisoned lock only means a reader panicked; the value is a
+            // plain copy, still whole.
+            let mut shown = f.cluster_version.lock().unwrap_or_else(|e| e.into_inner());
+            *shown = Some(version);
+        }
         self.last = now;
     }
 }

@@ -48,9 +48,10 @@ const WHAT: &str = "kv defragment";
 const SWAP_BELOW_VERSIONS: u64 = 4096;
 /// Rounds at most before the swap, however busy the writers are.
 const ROUNDS_MAX: usize = 8;
-/// Versions copied per write transaction of the copy: bounds what one
-/// transaction of the copy holds.
-const COPY_BATCH_VERSIONS: usize = 50_000;
+/// Bytes of versions per write transaction of the copy, each made
+/// durable: the copy reaches the disk in steps this large, so a member's
+/// own log writes never queue behind one large flush of it.
+const COPY_BATCH_BYTES: usize = 8 * 1024 * 1024;
 
 /// The lowest main revision written or removed since it was last taken
 /// (`u64::MAX`: none). A writer holds it across its commit, and a round
@@ -220,7 +221,7 @@ fn sync_tables(
         changed += remove_gone(versions, copy, from)?;
         let mut cursor = from;
         loop {
-            let txn = begin(copy)?;
+            let mut txn = begin(copy)?;
             let mut batch = 0;
             let mut next = None;
             {
@@ -228,7 +229,7 @@ fn sync_tables(
                 for entry in versions.range(cursor..).map_err(err(WHAT))? {
                     let (key, value) = entry.map_err(err(WHAT))?;
                     let (key, value) = (key.value(), value.value());
-                    if batch == COPY_BATCH_VERSIONS {
+                    if batch >= COPY_BATCH_BYTES {
                         next = Some(key);
                         break;
                     }
@@ -239,9 +240,13 @@ fn sync_tables(
                     if !same {
                         table.insert(key, value).map_err(err(WHAT))?;
                         changed += 1;
+                        batch += value.len();
                     }
-                    batch += 1;
                 }
+            }
+            if next.is_some() {
+                txn.set_durability(Durability::Immediate)
+                    .map_err(err(WHAT))?;
             }
             txn.commit().map_err(err(WHAT))?;
             match next {
@@ -289,8 +294,8 @@ fn remove_gone(
     Ok(gone.len() as u64)
 }
 
-/// A write transaction on the copy; its commits need no fsync until the
-/// last one, made durable before the swap.
+/// A write transaction on the copy; unless it is a full batch, its
+/// commit is made durable later, with the next one or before the swap.
 fn begin(copy: &Database) -> Result<WriteTransaction, StorageError> {
     let mut txn = copy.begin_write().map_err(err(WHAT))?;
     txn.set_durability(Durability::None).map_err(err(WHAT))?;

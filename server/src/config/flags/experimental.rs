@@ -105,7 +105,7 @@ const FLAGS: &[Flag] = &[
         "300ms",
         "warning-unary-request-duration",
     ),
-    not_yet(
+    wired(
         "downgrade-check-time",
         Kind::Duration,
         "5s",
@@ -213,5 +213,15 @@ const UNSAFE_FLAGS: &[Flag] = &[
         Kind::Switch,
         "false",
         "Disables fsync, unsafe, will cause data loss (oxetcd always syncs).",
+    ),
+    // oxetcd's own, for tests of rolling upgrades and downgrades: etcd has
+    // no such flag.
+    wired(
+        "unsafe-run-as-version",
+        Kind::Text,
+        "",
+        "Run as this server version (major.minor.patch, at most one minor below this \
+         build's) instead of this build's: report it and publish it to the cluster. \
+         For testing rolling upgrades and downgrades only.",
     ),
 ];

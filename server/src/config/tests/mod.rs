@@ -429,3 +429,26 @@ fn watch_progress_notify_interval_has_etcds_default_and_minimum() {
         ConfigError::InvalidValue { .. }
     ));
 }
+
+#[test]
+fn run_as_version_is_this_build_or_one_minor_below() {
+    use oxetcd_core::version::{Version, SERVER_VERSION};
+    assert_eq!(run(&[], &[]).server_version, SERVER_VERSION);
+    assert_eq!(SERVER_VERSION.to_string(), crate::grpc::ETCD_VERSION);
+    let older = run(&["--unsafe-run-as-version", "3.5.2"], &[]);
+    assert_eq!(older.server_version, Version::new(3, 5, 2));
+    assert_eq!(older.node_config().server_version, Version::new(3, 5, 2));
+    for bad in ["3.4.0", "3.7.0", "3.5", "v3.5.0"] {
+        let e = error(&["--unsafe-run-as-version", bad], &[]);
+        assert!(
+            matches!(
+                e,
+                ConfigError::InvalidValue {
+                    flag: "unsafe-run-as-version",
+                    ..
+                }
+            ),
+            "{bad}: {e:?}"
+        );
+    }
+}

@@ -33,6 +33,7 @@ fn sample(flag: &Flag) -> Option<(String, Vec<(&'static str, &'static str)>)> {
         ("log-outputs" | "log-output", _) => "stdout,stderr".to_owned(),
         ("election-timeout", _) => "2000".to_owned(),
         ("initial-advertise-peer-urls", _) => "http://127.0.0.1:2480".to_owned(),
+        ("unsafe-run-as-version", _) => "3.5.1".to_owned(),
         (_, Kind::Switch) => (flag.default != "true").to_string(),
         (_, Kind::Text) => "/sample/text".to_owned(),
         (_, Kind::Uint | Kind::Uint32 | Kind::Int | Kind::Positive) => "7".to_owned(),
