@@ -1,5 +1,18 @@
 # Shell functions the benchmark scripts share; sourced, not run.
 
+# Debian's etcd installed if missing, and BIN set to the directory of the
+# binaries to measure: $BENCH_BIN if given (another build, measured in the
+# same sitting), else a fresh release build.
+bench_setup() {
+  command -v etcd >/dev/null || scripts/install-deps.sh
+  if [ -n "${BENCH_BIN:-}" ]; then
+    BIN=$BENCH_BIN
+  else
+    cargo build --release --bins -q
+    BIN=${CARGO_TARGET_DIR:-target}/release
+  fi
+}
+
 # A port nobody listens on, with the next one free too (the peer port).
 free_port() {
   python3 -c 'import socket

@@ -17,19 +17,13 @@
 # same window of the run without it. Raw samples land in bench-out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-common.sh
+bench_setup
 MIB=${1:-1024}
 RATE=${RATE:-2000}
 DURATION=${DURATION:-20}
 OUT=bench-out
 mkdir -p "$OUT"
-command -v etcd >/dev/null || scripts/install-deps.sh
-if [ -n "${BENCH_BIN:-}" ]; then
-  BIN=$BENCH_BIN
-else
-  cargo build --release --bins -q
-  BIN=${CARGO_TARGET_DIR:-target}/release
-fi
-. scripts/bench-common.sh
 
 start_server() { # name kind port dir
   local kind=$2 port=$3 dir=$4

@@ -10,16 +10,14 @@
 # scratch directory; every run is bounded by its request count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-common.sh
+bench_setup
 TOTAL=${1:-20000}
 CLIENTS=${2:-16}
-command -v etcd >/dev/null || scripts/install-deps.sh
-cargo build --release --bins -q
-BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d)
 PID=""
 trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$OUT"' EXIT
 
-. scripts/bench-common.sh
 
 # Requests per second of one `oxetcdctl bench` run: its summary's line.
 rate() { awk '/Requests\/sec/ {print $2}'; }

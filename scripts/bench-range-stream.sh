@@ -10,15 +10,13 @@
 # read and how long the read took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-common.sh
+bench_setup
 MB=${1:-60}
 KEYS=$((MB * 100))
-command -v etcd >/dev/null || scripts/install-deps.sh
-cargo build --release --bins -q
-BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-. scripts/bench-common.sh
 
 measure() { # server mode
   local server=$1 mode=$2 port

@@ -27,20 +27,14 @@
 # of 10 sequential etcdctl calls, less an unauthenticated call's time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-common.sh
+bench_setup
 TOTAL=${1:-20000}
 OUT=bench-out
 mkdir -p "$OUT"
-command -v etcd >/dev/null || scripts/install-deps.sh
-if [ -n "${BENCH_BIN:-}" ]; then
-  BIN=$BENCH_BIN
-else
-  cargo build --release --bins -q
-  BIN=${CARGO_TARGET_DIR:-target}/release
-fi
 
 clk=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-. scripts/bench-common.sh
 peak_rss_mib() { awk -v kib="$(peak_kib "$1")" 'BEGIN {printf "%.1f", kib / 1024}'; }
 
 start_server() { # name kind port dir

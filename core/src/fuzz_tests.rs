@@ -52,6 +52,20 @@ fn drain(member: &mut Member, now: Instant) -> Vec<Effect> {
     }
 }
 
+/// A member started on empty stores at time zero, its first outputs
+/// carried out.
+fn fresh(config: Config) -> Member {
+    let mut member = Member::start(
+        config,
+        MemoryLog::default(),
+        MemoryKv::default(),
+        Instant::ZERO,
+    )
+    .expect("a member starts on empty stores");
+    drain(&mut member, Instant::ZERO);
+    member
+}
+
 fn message(kind: MessageType, from: u64, term: u64) -> Message {
     Message {
         msg_type: kind,
@@ -105,15 +119,7 @@ fn fuzz_peer_message_step() {
         message.to = 1;
         message.from = 2 + message.from % 2;
         let mut now = Instant::ZERO;
-        let Ok(mut member) = Member::start(
-            three_member_config(),
-            MemoryLog::default(),
-            MemoryKv::default(),
-            now,
-        ) else {
-            return;
-        };
-        drain(&mut member, now);
+        let mut member = fresh(three_member_config());
         member.node.handle(now, Input::Peer(message));
         drain(&mut member, now);
         for _ in 0..3 {
@@ -222,15 +228,7 @@ fn fuzz_client_request_apply() {
             return;
         };
         let now = Instant::ZERO;
-        let Ok(mut member) = Member::start(
-            Config::single("fuzz"),
-            MemoryLog::default(),
-            MemoryKv::default(),
-            now,
-        ) else {
-            return;
-        };
-        drain(&mut member, now);
+        let mut member = fresh(Config::single("fuzz"));
         // A few keys (one on a lease) to act on.
         let setup = [
             Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 7 }),

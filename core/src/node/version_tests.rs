@@ -216,39 +216,30 @@ fn a_member_below_the_cluster_version_is_refused() {
     assert_eq!(cluster.node(follower).version_refusal(), None);
     // An older binary on the same data: refused once a leader confirmed
     // what its backend holds.
-    cluster.crash(follower);
-    cluster
-        .members
-        .get_mut(&follower)
-        .unwrap()
-        .config
-        .server_version = Version::new(3, 5, 1);
-    cluster.restart(follower);
-    assert!(cluster.run_until(SPREAD_TIME_MAX, |c| c
-        .node(follower)
-        .version_refusal()
-        .is_some()));
-    let refusal = cluster.node(follower).version_refusal().expect("refused");
+    let refusal = restart_refused(&mut cluster, follower, Version::new(3, 5, 1));
     assert!(refusal
-        .to_string()
         .starts_with("invalid downgrade; server version is lower than determined cluster version"));
     // A binary two minors newer is outside the range too.
-    cluster.crash(follower);
+    let refusal = restart_refused(&mut cluster, follower, Version::new(3, 8, 0));
+    assert!(refusal.starts_with("incompatible with current running cluster"));
+}
+
+/// Restarts member `id` as `version` and answers why it refuses to run.
+fn restart_refused(cluster: &mut Cluster, id: u64, version: Version) -> String {
+    cluster.crash(id);
     cluster
         .members
-        .get_mut(&follower)
-        .unwrap()
+        .get_mut(&id)
+        .expect("a member")
         .config
-        .server_version = Version::new(3, 8, 0);
-    cluster.restart(follower);
-    assert!(cluster.run_until(SPREAD_TIME_MAX, |c| c
-        .node(follower)
+        .server_version = version;
+    cluster.restart(id);
+    assert!(cluster.run_until(SPREAD_TIME_MAX, |c| c.node(id).version_refusal().is_some()));
+    cluster
+        .node(id)
         .version_refusal()
-        .is_some()));
-    let refusal = cluster.node(follower).version_refusal().expect("refused");
-    assert!(refusal
+        .expect("refused")
         .to_string()
-        .starts_with("incompatible with current running cluster"));
 }
 
 #[test]
