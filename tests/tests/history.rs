@@ -1,7 +1,8 @@
 //! What clients see of a three-member cluster (both binaries mixed) under
 //! a fault — its leader killed with SIGKILL and restarted, its leader
 //! paused with SIGSTOP for two election timeouts and more, a follower
-//! killed and restarted — checked by `oxetcd-history`: concurrent puts, linearizable and serializable reads,
+//! killed and restarted — or under maintenance (a compaction, then every
+//! member defragmented online), checked by `oxetcd-history`: concurrent puts, linearizable and serializable reads,
 //! compare-and-set txns on mod revisions and deletes over a few keys,
 //! each recorded with its invoke and completion times; a write that got
 //! no answer is recorded as unknown. The history must be linearizable,
@@ -16,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use oxetcd_history::{check, check_watch, Operation, Outcome, Request, Response, Watch};
 use oxetcd_proto::etcdserverpb::{
-    compare, request_op, watch_request, Compare, DeleteRangeRequest, PutRequest, RangeRequest,
-    RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
+    compare, request_op, watch_request, CompactionRequest, Compare, DeleteRangeRequest, PutRequest,
+    RangeRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
 };
 use oxetcd_tests::cluster::MIXED;
 use oxetcd_tests::{Cluster, ClusterOptions, Grpc};
@@ -141,6 +142,9 @@ enum Fault {
     KillLeader,
     PauseLeader,
     KillFollower,
+    /// Not a fault but maintenance under load: a compaction at the
+    /// current revision, then an online defragmentation of every member.
+    CompactAndDefragment,
 }
 
 #[test]
@@ -156,6 +160,11 @@ fn a_history_across_a_paused_leader_is_linearizable() {
 #[test]
 fn a_history_across_a_killed_follower_is_linearizable() {
     history_under(Fault::KillFollower);
+}
+
+#[test]
+fn a_history_across_compaction_and_defragmentation_is_linearizable() {
+    history_under(Fault::CompactAndDefragment);
 }
 
 fn history_under(fault: Fault) {
@@ -250,6 +259,24 @@ fn history_under(fault: Fault) {
             cluster.members[leader].signal("STOP");
             thread::sleep(Duration::from_secs(2));
             cluster.members[leader].signal("CONT");
+        }
+        Fault::CompactAndDefragment => {
+            let mut admin = Grpc::connect(&format!("http://{}", addresses[leader])).expect("admin");
+            let revision = admin
+                .status()
+                .expect("status")
+                .header
+                .map_or(1, |h| h.revision);
+            admin
+                .compact(CompactionRequest {
+                    revision,
+                    physical: true,
+                })
+                .expect("compact");
+            for address in &addresses {
+                let mut member = Grpc::connect(&format!("http://{address}")).expect("member");
+                member.defragment().expect("defragment");
+            }
         }
     }
     for client in clients {
