@@ -22,8 +22,8 @@
 //! with one more checkpoint, as etcd does.
 //!
 //! Expiry is rate-limited as etcd's is: one round of revokes proposes at
-//! most [`EXPIRED_REVOKES_PER_ROUND_MAX`] leases, and the next round comes
-//! [`REVOKE_ROUND_INTERVAL`] later at the earliest, so a thousand leases
+//! most `EXPIRED_REVOKES_PER_ROUND_MAX` leases, and the next round comes
+//! `REVOKE_ROUND_INTERVAL` later at the earliest, so a thousand leases
 //! expiring at once cost at most a thousand revokes a second. A new leader
 //! with many leases also spreads their expiries before anything is due
 //! (etcd's `Promote`): leases that would expire in the same second beyond

@@ -1,5 +1,5 @@
 //! Checking what clients saw of an etcd-compatible store: a recorded
-//! history of KV operations ([`check`]) and of watches ([`watch`]) against
+//! history of KV operations ([`mod@check`]) and of watches ([`mod@watch`]) against
 //! a model of etcd's MVCC ([`model`]).
 //!
 //! Design. The checker is pure and knows nothing of how a history was
@@ -8,7 +8,7 @@
 //! one, invoke and completion times) and [`Watch`]es, and hand them here.
 //! Linearizability is decided with etcd's own revision numbers, which
 //! order every change, so the search is over the writes whose outcome is
-//! unknown only (see [`check`]). A violation names the operation, the
+//! unknown only (see [`mod@check`]). A violation names the operation, the
 //! revision and what differed.
 
 pub mod check;

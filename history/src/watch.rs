@@ -1,5 +1,5 @@
 //! What a watch promises, checked against the model a linearizable
-//! history led to ([`crate::check`]).
+//! history led to ([`crate::check()`]).
 //!
 //! Design. A watch on `[key, range_end)` from revision `start` must
 //! deliver exactly the model's events on that range from `start` on, in

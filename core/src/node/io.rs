@@ -274,7 +274,7 @@ pub enum Output {
     /// Send this raft message to member `message.to`. Loss is tolerated.
     Send(Message),
     /// Make this durable, in this order — install the snapshot (the backend
-    /// data received for its index, then [`LogStore::install_snapshot`]),
+    /// data received for its index, then [`crate::storage::LogStore::install_snapshot`]),
     /// append the entries, store the hard state — then answer
     /// `Input::Persisted` with its ID. One is outstanding at a time.
     Persist(raft::Persist),
@@ -337,7 +337,7 @@ pub enum Output {
         message: Message,
     },
     /// The log up to and including `index` is no longer needed: make the
-    /// backend durable ([`KvStore::sync`]), then drop the entries with
+    /// backend durable ([`crate::storage::KvStore::sync`]), then drop the entries with
     /// [`LogStore::compact`]`(index + 1)`.
     CompactLog {
         /// Last index to drop.

@@ -14,10 +14,10 @@
 //! pages (its "overflow").
 //!
 //! - [`layout`]: the page and meta encodings, shared by both sides.
-//! - [`write`]: [`BoltWriter`] lays out a fresh file from sorted sources, in
+//! - [`mod@write`]: [`BoltWriter`] lays out a fresh file from sorted sources, in
 //!   two passes (plan, then emit), and yields it in chunks in file order,
 //!   so a snapshot never sits whole in memory.
-//! - [`read`]: [`BoltReader`] walks any bbolt file, etcd's included; every
+//! - [`mod@read`]: [`BoltReader`] walks any bbolt file, etcd's included; every
 //!   offset and page number is checked, so a corrupt file is an error,
 //!   never a panic or an endless walk.
 //! - [`etcd`]: etcd 3.4's schema (buckets, key encodings) on top of both:

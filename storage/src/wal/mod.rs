@@ -3,14 +3,14 @@
 //!
 //! Design. One concept per file:
 //!
-//! - [`frame`]: what one write puts on disk (length, CRC-32C, typed items).
-//! - [`segment`]: segment files: names, zero-filled preallocation, reading
+//! - `frame`: what one write puts on disk (length, CRC-32C, typed items).
+//! - `segment`: segment files: names, zero-filled preallocation, reading
 //!   one back and telling a torn tail from damage in the middle.
-//! - [`image`]: the log the items describe, in memory, which answers reads.
-//! - [`store`]: [`WalLog`], the `LogStore`: one write and one `fdatasync`
+//! - `image`: the log the items describe, in memory, which answers reads.
+//! - `store`: [`WalLog`], the `LogStore`: one write and one `fdatasync`
 //!   per append, rotation, compaction, recovery at open.
-//! - [`import`]: a `log.redb` from before the WAL, imported once.
-//! - [`space`]: the free space kept for the backend; appends of entries
+//! - `import`: a `log.redb` from before the WAL, imported once.
+//! - `space`: the free space kept for the backend; appends of entries
 //!   are refused as a full disk below it.
 //!
 //! etcd's `wal` package is the model: 64 MB segments, preallocated, a
