@@ -143,13 +143,17 @@ pub(super) fn defragment(kv: &RedbKv) -> Result<Report, StorageError> {
     let swap_versions = sync(&Source::Writer(&last), &copy, from)?;
     drop(last);
     make_durable(&copy)?;
+    // Until the rename, a failure leaves the old file in use and intact.
     std::fs::rename(&copy_at, &path).map_err(|e| io_error(WHAT, e))?;
-    sync_dir(&path)?;
+    // From the rename on, the copy is the backend whatever else fails: the
+    // writes that follow must go to the file at `path`.
     let old = std::mem::replace(&mut *db, copy);
     drop(db);
     let swap_ms = held.elapsed().as_millis() as u64;
+    let synced = sync_dir(&path);
     // The old file closes when its last reader ends.
     drop(old);
+    synced?;
     Ok(Report {
         rounds,
         swap_versions,
