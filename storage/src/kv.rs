@@ -124,6 +124,8 @@ struct Shared {
     commit_observer: OnceLock<CommitObserver>,
     /// What changed since an online defragmentation last looked.
     dirty_from: online_defrag::DirtyFrom,
+    /// Held by a defragmentation for its whole run: one at a time.
+    defragmenting: Mutex<()>,
 }
 
 /// Compaction hashes kept at most (etcd's `hashStorageMaxSize`): the
@@ -176,6 +178,7 @@ impl RedbKv {
                 compaction_hashes: Mutex::new(None),
                 commit_observer: OnceLock::new(),
                 dirty_from: online_defrag::DirtyFrom::default(),
+                defragmenting: Mutex::new(()),
             }),
         })
     }
@@ -309,6 +312,12 @@ impl KvStore for RedbKv {
     /// swapped in with writes held only for the last changes (see
     /// `online_defrag`).
     fn defragment(&self) -> Result<(), StorageError> {
+        // A second request waits for the first, then defragments again.
+        let _one_at_a_time = self
+            .shared
+            .defragmenting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let report = online_defrag::defragment(self)?;
         tracing::info!(
             rounds = report.rounds,
