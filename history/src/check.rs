@@ -23,7 +23,8 @@
 //!
 //! A violation names the operation, the revision and what differed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use oxetcd_proto::etcdserverpb::{response_op, RangeResponse, ResponseOp};
 
@@ -77,7 +78,7 @@ impl std::fmt::Display for Violation {
 }
 
 /// Replay steps at most before the check gives up undecided.
-pub const STEPS_MAX: u64 = 1_000_000;
+pub const STEPS_MAX: u64 = 200_000;
 
 /// Checks `history`, run against a key space that was empty at
 /// `start_revision`. Answers the model the history leads to.
@@ -89,6 +90,7 @@ pub fn check(history: &[Operation], start_revision: i64) -> Result<Model, Violat
         plan: &plan,
         steps: 0,
         best: None,
+        dead_ends: HashSet::new(),
     };
     let mut used = vec![false; history.len()];
     match search.replay(Model::new(start_revision), start_revision + 1, &mut used) {
@@ -120,9 +122,23 @@ struct Plan {
     /// Per operation: the highest revision answered by an operation that
     /// completed before it was invoked.
     floor: Vec<i64>,
+    /// Answered operations as (revision, completion), by revision: a write
+    /// that made revision `r` was sent before any answer at `r` or later
+    /// came back.
+    answered: Vec<(i64, Time)>,
+    /// What the answers showed of each revision: a key written at it
+    /// (with its value, when the answer showed that version), or created
+    /// at it. A write filling that revision must have done so.
+    observed: HashMap<i64, Vec<Seen>>,
 }
 
 impl Plan {
+    /// The earliest completion of an answer at `revision` or later.
+    fn ceiling(&self, revision: i64) -> Option<Time> {
+        let at = self.answered.partition_point(|(r, _)| *r < revision);
+        self.answered.get(at).map(|(_, time)| *time)
+    }
+
     fn new(history: &[Operation], start: i64) -> Result<Self, Violation> {
         let mut writes = BTreeMap::new();
         let mut checks: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
@@ -152,12 +168,46 @@ impl Plan {
                 _ => {}
             }
         }
+        let mut observed: HashMap<i64, Vec<Seen>> = HashMap::new();
+        for op in history {
+            if let Outcome::Ok(response) = &op.outcome {
+                for kv in shown(response) {
+                    let written = Seen::Written {
+                        key: kv.key.clone(),
+                        value: kv.value.clone(),
+                    };
+                    observed.entry(kv.mod_revision).or_default().push(written);
+                    let created = Seen::Created {
+                        key: kv.key.clone(),
+                    };
+                    observed
+                        .entry(kv.create_revision)
+                        .or_default()
+                        .push(created);
+                }
+            }
+        }
+        let mut answered: Vec<(i64, Time)> = history
+            .iter()
+            .filter_map(|op| match (&op.outcome, op.complete) {
+                (Outcome::Ok(r), Some(at)) => Some((r.revision(), at)),
+                _ => None,
+            })
+            .collect();
+        answered.sort_unstable();
+        // Suffix minimum of completion times: answered[i].1 becomes the
+        // earliest completion among answers at answered[i].0 or later.
+        for i in (0..answered.len().saturating_sub(1)).rev() {
+            answered[i].1 = answered[i].1.min(answered[i + 1].1);
+        }
         Ok(Self {
             writes,
             checks,
             unknown,
             last,
             floor: floors(history),
+            answered,
+            observed,
         })
     }
 }
@@ -230,11 +280,16 @@ struct Search<'a> {
     steps: u64,
     /// The violation found furthest into the replay, for the report.
     best: Option<Violation>,
+    /// Gaps already tried in vain: (revision, which unknown writes were
+    /// used, the model's state). The same situation reached by another
+    /// order of the same writes fails the same way, so it is not tried
+    /// again; without this the search is exponential in the unknowns.
+    dead_ends: HashSet<(i64, u64, u64)>,
 }
 
 impl Search<'_> {
     fn fail(&mut self, v: Violation) -> Option<Model> {
-        if self.best.as_ref().is_none_or(|b| v.revision >= b.revision) {
+        if self.steps <= STEPS_MAX && self.best.as_ref().is_none_or(|b| v.revision >= b.revision) {
             self.best = Some(v);
         }
         None
@@ -246,11 +301,13 @@ impl Search<'_> {
         loop {
             self.steps += 1;
             if self.steps > STEPS_MAX {
-                return self.fail(Violation {
+                // Reported as it is, not as the furthest violation seen.
+                self.best = Some(Violation {
                     operation: None,
                     revision,
                     what: format!("undecided after {STEPS_MAX} steps"),
                 });
+                return None;
             }
             if let Err(v) = self.check_answers_at(&mut model, revision - 1) {
                 return self.fail(v);
@@ -283,6 +340,10 @@ impl Search<'_> {
 
     /// Tries each unused unknown write at the gap `revision`.
     fn fill_gap(&mut self, model: Model, revision: i64, used: &mut [bool]) -> Option<Model> {
+        let situation = (revision, digest_used(used), model.digest());
+        if self.dead_ends.contains(&situation) {
+            return None;
+        }
         for k in 0..self.plan.unknown.len() {
             let i = self.plan.unknown[k];
             // It cannot have made a revision below one that was seen before
@@ -290,8 +351,22 @@ impl Search<'_> {
             if used[i] || revision <= self.plan.floor[i] {
                 continue;
             }
+            // Nor one after an answer showed this revision had happened.
+            if self
+                .plan
+                .ceiling(revision)
+                .is_some_and(|ceiling| self.history[i].invoke > ceiling)
+            {
+                continue;
+            }
             let mut tried = model.clone();
             if !tried.apply(&self.history[i].request).changed {
+                continue;
+            }
+            // What was seen of this revision, it must have done.
+            let seen = self.plan.observed.get(&revision).into_iter().flatten();
+            let fits = seen.into_iter().all(|seen| seen.holds(&tried, revision));
+            if !fits {
                 continue;
             }
             used[i] = true;
@@ -300,6 +375,7 @@ impl Search<'_> {
             }
             used[i] = false;
         }
+        self.dead_ends.insert(situation);
         self.fail(Violation {
             operation: None,
             revision,
@@ -337,6 +413,60 @@ impl Search<'_> {
         }
         Ok(())
     }
+}
+
+/// Something an answer showed of one revision.
+enum Seen {
+    /// `key` was written at the revision, holding `value`.
+    Written { key: Vec<u8>, value: Vec<u8> },
+    /// `key` was created at the revision.
+    Created { key: Vec<u8> },
+}
+
+impl Seen {
+    fn holds(&self, model: &Model, revision: i64) -> bool {
+        match self {
+            Self::Written { key, value } => model
+                .get_at(key, revision)
+                .is_some_and(|kv| kv.mod_revision == revision && &kv.value == value),
+            Self::Created { key } => model
+                .get_at(key, revision)
+                .is_some_and(|kv| kv.create_revision == revision),
+        }
+    }
+}
+
+/// The stored values an answer shows (reads, previous values), with
+/// their mod revisions.
+fn shown(response: &Response) -> Vec<&oxetcd_proto::mvccpb::KeyValue> {
+    fn ops<'a>(list: &'a [ResponseOp], out: &mut Vec<&'a oxetcd_proto::mvccpb::KeyValue>) {
+        for op in list {
+            match &op.response {
+                Some(response_op::Response::ResponseRange(r)) => out.extend(&r.kvs),
+                Some(response_op::Response::ResponsePut(r)) => out.extend(&r.prev_kv),
+                Some(response_op::Response::ResponseDeleteRange(r)) => out.extend(&r.prev_kvs),
+                Some(response_op::Response::ResponseTxn(t)) => ops(&t.responses, out),
+                None => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    match response {
+        // A keys-only read shows no value: not an observation of one.
+        Response::Range(r) => out.extend(r.kvs.iter().filter(|kv| !kv.value.is_empty())),
+        Response::Put(r) => out.extend(&r.prev_kv),
+        Response::DeleteRange(r) => out.extend(&r.prev_kvs),
+        Response::Txn(t) => ops(&t.responses, &mut out),
+    }
+    out
+}
+
+fn digest_used(used: &[bool]) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for (i, _) in used.iter().enumerate().filter(|(_, u)| **u) {
+        i.hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// An answer against the model's: what etcd promises of it (the header

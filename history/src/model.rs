@@ -110,6 +110,29 @@ impl Model {
         self.revision
     }
 
+    /// A digest of every version of every key and the revision: equal
+    /// key spaces through all revisions give equal digests.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.revision.hash(&mut hasher);
+        for (key, versions) in &self.keys {
+            key.hash(&mut hasher);
+            for version in versions {
+                version.revision.hash(&mut hasher);
+                match &version.kv {
+                    Some(kv) => {
+                        (kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+                            .hash(&mut hasher);
+                        kv.value.hash(&mut hasher);
+                    }
+                    None => 0u8.hash(&mut hasher),
+                }
+            }
+        }
+        hasher.finish()
+    }
+
     /// The events revision `revision` made (none for a revision the model
     /// has not reached).
     pub fn events_at(&self, revision: i64) -> &[Event] {

@@ -115,7 +115,7 @@ fn values(result: Result<Response, Error>) -> Vec<String> {
 
 impl Cluster {
     /// A new cluster of members `1..=n`, settled with a leader.
-    fn new(n: u64) -> Self {
+    pub(super) fn new(n: u64) -> Self {
         Self::with(n, |_| {})
     }
 
@@ -200,7 +200,7 @@ impl Cluster {
             .collect()
     }
 
-    fn isolate(&mut self, id: u64) {
+    pub(super) fn isolate(&mut self, id: u64) {
         for &other in self.members.keys() {
             if other != id {
                 self.cut.insert((id, other));
@@ -209,7 +209,7 @@ impl Cluster {
         }
     }
 
-    fn heal(&mut self) {
+    pub(super) fn heal(&mut self) {
         self.cut.clear();
     }
 
@@ -299,7 +299,7 @@ impl Cluster {
         panic!("too many timer steps");
     }
 
-    fn run_for(&mut self, d: Duration) {
+    pub(super) fn run_for(&mut self, d: Duration) {
         self.run_until(d, |_| false);
     }
 

@@ -97,6 +97,8 @@ mod versions;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod version_tests;
