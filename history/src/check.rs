@@ -62,6 +62,9 @@ pub struct Violation {
     pub operation: Option<usize>,
     pub revision: i64,
     pub what: String,
+    /// Not a violation found: the search over the writes of unknown
+    /// outcome ran out of its step bound ([`STEPS_MAX`]) first.
+    pub undecided: bool,
 }
 
 impl std::fmt::Display for Violation {
@@ -99,6 +102,7 @@ pub fn check(history: &[Operation], start_revision: i64) -> Result<Model, Violat
             operation: None,
             revision: start_revision,
             what: "no order of the unknown writes explains the history".into(),
+            undecided: false,
         })),
     }
 }
@@ -108,6 +112,7 @@ fn violation(operation: usize, revision: i64, what: impl Into<String>) -> Violat
         operation: Some(operation),
         revision,
         what: what.into(),
+        undecided: false,
     }
 }
 
@@ -306,6 +311,7 @@ impl Search<'_> {
                     operation: None,
                     revision,
                     what: format!("undecided after {STEPS_MAX} steps"),
+                    undecided: true,
                 });
                 return None;
             }
@@ -380,6 +386,7 @@ impl Search<'_> {
             operation: None,
             revision,
             what: "nothing answered for this revision, and no unknown write fits it".into(),
+            undecided: false,
         })
     }
 

@@ -13,6 +13,7 @@
 
 pub mod check;
 pub mod model;
+pub mod traffic;
 pub mod watch;
 
 pub use check::{check, Operation, Outcome, Time, Violation};

@@ -16,10 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use oxetcd_history::{check, check_watch, Operation, Outcome, Request, Response, Watch};
+use oxetcd_history::{check, check_watch, traffic, Operation, Outcome, Request, Response, Watch};
 use oxetcd_proto::etcdserverpb::{
-    compare, request_op, watch_request, CompactionRequest, Compare, DeleteRangeRequest, PutRequest,
-    RangeRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
+    watch_request, CompactionRequest, PutRequest, WatchCreateRequest, WatchRequest,
 };
 use oxetcd_tests::cluster::MIXED;
 use oxetcd_tests::{Cluster, ClusterOptions, Grpc, ServerKind};
@@ -47,59 +46,12 @@ impl Rng {
     }
 }
 
-fn key(n: u64) -> Vec<u8> {
-    format!("k{n}").into_bytes()
-}
-
 /// The next request of client `client`, given the mod revisions it last
 /// read (for its compare-and-sets).
 fn next_request(rng: &mut Rng, client: usize, n: usize, seen: &[i64]) -> Request {
     let k = rng.next() % KEYS;
-    match rng.next() % 10 {
-        0..=2 => Request::Put(PutRequest {
-            key: key(k),
-            value: format!("c{client}-{n}").into_bytes(),
-            prev_kv: true,
-            ..Default::default()
-        }),
-        3..=4 => Request::Range(RangeRequest {
-            key: key(k),
-            ..Default::default()
-        }),
-        5 => Request::Range(RangeRequest {
-            key: b"k".to_vec(),
-            range_end: b"l".to_vec(),
-            serializable: true,
-            ..Default::default()
-        }),
-        6..=8 => Request::Txn(TxnRequest {
-            compare: vec![Compare {
-                result: compare::CompareResult::Equal as i32,
-                target: compare::CompareTarget::Mod as i32,
-                key: key(k),
-                target_union: Some(compare::TargetUnion::ModRevision(seen[k as usize])),
-                ..Default::default()
-            }],
-            success: vec![RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: key(k),
-                    value: format!("c{client}-{n}-cas").into_bytes(),
-                    ..Default::default()
-                })),
-            }],
-            failure: vec![RequestOp {
-                request: Some(request_op::Request::RequestRange(RangeRequest {
-                    key: key(k),
-                    ..Default::default()
-                })),
-            }],
-        }),
-        _ => Request::DeleteRange(DeleteRangeRequest {
-            key: key(k),
-            prev_kv: true,
-            ..Default::default()
-        }),
-    }
+    let kind = rng.next() % traffic::KINDS;
+    traffic::request(kind, k, &format!("c{client}-{n}"), seen[k as usize])
 }
 
 /// Sends `request`; answers the outcome.

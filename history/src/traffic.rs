@@ -1,0 +1,76 @@
+//! The client traffic the fault tests send: puts, linearizable and
+//! serializable reads, compare-and-sets on a key's mod revision, and
+//! deletes over a few keys `k0`, `k1`, …, each value unique, so that a
+//! history says which write a read saw.
+//!
+//! Design. Randomness stays with the caller (a seeded simulator, a
+//! process test's own generator): [`request`] maps two numbers the caller
+//! drew, which kind and which key, to a request. The node simulator and
+//! the process tests send the same mix this way.
+
+use oxetcd_proto::etcdserverpb::{
+    compare, request_op, Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
+    TxnRequest,
+};
+
+use crate::model::Request;
+
+/// Draws of the kind number range over `0..KINDS`.
+pub const KINDS: u64 = 10;
+
+/// Key `k` of the traffic.
+pub fn key(k: u64) -> Vec<u8> {
+    format!("k{k}").into_bytes()
+}
+
+/// The request of kind `kind` (`0..KINDS`: 30% puts, 20% reads, 10%
+/// serializable reads of every key, 30% compare-and-sets, 10% deletes)
+/// on key `k`. `tag` makes the values unique; `cas_revision` is the mod
+/// revision a compare-and-set expects the key to have.
+pub fn request(kind: u64, k: u64, tag: &str, cas_revision: i64) -> Request {
+    match kind % KINDS {
+        0..=2 => Request::Put(PutRequest {
+            key: key(k),
+            value: tag.as_bytes().to_vec(),
+            prev_kv: true,
+            ..Default::default()
+        }),
+        3..=4 => Request::Range(RangeRequest {
+            key: key(k),
+            ..Default::default()
+        }),
+        5 => Request::Range(RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            serializable: true,
+            ..Default::default()
+        }),
+        6..=8 => Request::Txn(TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Mod as i32,
+                key: key(k),
+                target_union: Some(compare::TargetUnion::ModRevision(cas_revision)),
+                ..Default::default()
+            }],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: key(k),
+                    value: format!("{tag}-cas").into_bytes(),
+                    ..Default::default()
+                })),
+            }],
+            failure: vec![RequestOp {
+                request: Some(request_op::Request::RequestRange(RangeRequest {
+                    key: key(k),
+                    ..Default::default()
+                })),
+            }],
+        }),
+        _ => Request::DeleteRange(DeleteRangeRequest {
+            key: key(k),
+            prev_kv: true,
+            ..Default::default()
+        }),
+    }
+}
