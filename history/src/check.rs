@@ -44,6 +44,20 @@ pub enum Outcome {
     Unknown,
 }
 
+impl Outcome {
+    /// How `request` ended, from its answer: a refused read changed
+    /// nothing (`Failed`); a refused write may still have been applied (a
+    /// leader change, a timeout, a lost connection), so its outcome is
+    /// `Unknown`.
+    pub fn of<E>(request: &Request, answer: Result<Response, E>) -> Self {
+        match answer {
+            Ok(response) => Self::Ok(response),
+            Err(_) if matches!(request, Request::Range(_)) => Self::Failed,
+            Err(_) => Self::Unknown,
+        }
+    }
+}
+
 /// One client operation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Operation {

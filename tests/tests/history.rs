@@ -62,13 +62,7 @@ fn send(client: &mut Grpc, request: &Request) -> Outcome {
         Request::DeleteRange(r) => client.delete_range(r.clone()).map(Response::DeleteRange),
         Request::Txn(r) => client.txn(r.clone()).map(Response::Txn),
     };
-    match answer {
-        Ok(response) => Outcome::Ok(response),
-        // A read changes nothing; a write without an answer may have
-        // been applied.
-        Err(_) if matches!(request, Request::Range(_)) => Outcome::Failed,
-        Err(_) => Outcome::Unknown,
-    }
+    Outcome::of(request, answer)
 }
 
 /// The mod revisions of keys a response shows.

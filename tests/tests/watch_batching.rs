@@ -31,7 +31,7 @@ use oxetcd_proto::etcdserverpb::{
 use oxetcd_tests::{Server, ServerKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tonic::codegen::tokio_stream::Stream;
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 
 /// Revisions written while the stream is not read.
 const REVISIONS: usize = 1_000;
@@ -102,7 +102,9 @@ struct Received {
     responses: usize,
 }
 
-async fn run(endpoint: String) -> Result<(), String> {
+/// A connection to write on, and one to watch on whose HTTP/2 windows
+/// are [`WINDOW_BYTES`].
+async fn connect(endpoint: String) -> Result<(Channel, Channel), String> {
     let writer = Endpoint::from_shared(endpoint.clone())
         .map_err(|e| e.to_string())?
         .connect()
@@ -115,6 +117,11 @@ async fn run(endpoint: String) -> Result<(), String> {
         .connect()
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    Ok((writer, watching))
+}
+
+async fn run(endpoint: String) -> Result<(), String> {
+    let (writer, watching) = connect(endpoint).await?;
 
     let (requests, receiver) = unbounded_channel();
     for (id, prev_kv) in [(1, false), (2, true)] {
@@ -310,18 +317,7 @@ const MID_VALUE_BYTES: usize = 100 * 1024;
 const LARGE_VALUE_BYTES: usize = 700 * 1024;
 
 async fn run_fragments(endpoint: String) -> Result<(), String> {
-    let writer = Endpoint::from_shared(endpoint.clone())
-        .map_err(|e| e.to_string())?
-        .connect()
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let watching = Endpoint::from_shared(endpoint)
-        .map_err(|e| e.to_string())?
-        .initial_stream_window_size(WINDOW_BYTES)
-        .initial_connection_window_size(WINDOW_BYTES)
-        .connect()
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    let (writer, watching) = connect(endpoint).await?;
     let (requests, receiver) = unbounded_channel();
     let create = WatchCreateRequest {
         key: b"big/".to_vec(),

@@ -29,6 +29,7 @@ use oxetcd_proto::etcdserverpb::{
     DeleteRangeRequest, PutRequest, RequestOp, TxnRequest, WatchCreateRequest,
     WatchProgressRequest, WatchRequest,
 };
+use oxetcd_proto::prefix_end;
 use oxetcd_tests::{Server, ServerKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tonic::codegen::tokio_stream::Stream;
@@ -319,17 +320,6 @@ fn prefix_of(i: usize) -> String {
         1 => format!("k/{}/", i % 10),
         _ => format!("k/{}/{}", i % 10, (i / 10) % 10),
     }
-}
-
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 async fn read_stream(

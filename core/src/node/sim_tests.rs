@@ -69,17 +69,14 @@ fn to_node(request: &HRequest) -> Request {
 
 /// What the checker records of an answer.
 fn outcome(request: &HRequest, answer: Result<Response, Error>) -> Outcome {
-    match answer {
-        Ok(Response::Range(r)) => Outcome::Ok(HResponse::Range(r)),
-        Ok(Response::Put(r)) => Outcome::Ok(HResponse::Put(r)),
-        Ok(Response::DeleteRange(r)) => Outcome::Ok(HResponse::DeleteRange(r)),
-        Ok(Response::Txn(r)) => Outcome::Ok(HResponse::Txn(r)),
-        Ok(other) => panic!("a KV request answered {other:?}"),
-        // A read changes nothing; a refused write may still have been
-        // proposed (a leader change, a timeout), so its outcome is unknown.
-        Err(_) if matches!(request, HRequest::Range(_)) => Outcome::Failed,
-        Err(_) => Outcome::Unknown,
-    }
+    let answer = answer.map(|response| match response {
+        Response::Range(r) => HResponse::Range(r),
+        Response::Put(r) => HResponse::Put(r),
+        Response::DeleteRange(r) => HResponse::DeleteRange(r),
+        Response::Txn(r) => HResponse::Txn(r),
+        other => panic!("a KV request answered {other:?}"),
+    });
+    Outcome::of(request, answer)
 }
 
 fn nanos(cluster: &Cluster) -> u64 {
