@@ -21,6 +21,12 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 ///   deployed with version 1 data, so there is no migration from it.
 pub(crate) const FORMAT_VERSION: u64 = 2;
 
+/// redb's own page cache per database file, at most. redb's default (1 GiB)
+/// holds every page it touched in the process's memory; beyond this bound
+/// reads go to the kernel's page cache, which serves them as etcd's mmap
+/// does, without counting as the member's memory.
+pub(crate) const CACHE_BYTES: usize = 8 * 1024 * 1024;
+
 /// Meta record: the format version, a little-endian u64.
 const FORMAT_VERSION_KEY: &str = "format_version";
 /// Meta record: what the file holds (`raft-log` or `mvcc`), so that swapped
@@ -38,7 +44,10 @@ pub(crate) fn open_database(
     contents: &'static str,
     init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
 ) -> Result<Database, OpenError> {
-    let db = Database::create(path).map_err(|e| OpenError::from_redb(path, e))?;
+    let db = Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create(path)
+        .map_err(|e| OpenError::from_redb(path, e))?;
     let txn = db.begin_write().map_err(|e| OpenError::other(path, e))?;
     let fresh = txn
         .list_tables()

@@ -113,7 +113,10 @@ pub struct RedbKv {
 struct Shared {
     /// Shared by every read and write transaction as it begins; taken alone
     /// only by an online defragmentation, which needs the database to itself.
-    db: RwLock<Database>,
+    /// A read snapshot holds its own reference: redb stops serving a
+    /// database's pages once the `Database` drops, and a reader that began
+    /// before a defragmentation's swap keeps reading the old file.
+    db: RwLock<Arc<Database>>,
     path: PathBuf,
     index: Arc<SharedIndex>,
     cadence: Mutex<DurableCadence>,
@@ -171,7 +174,7 @@ impl RedbKv {
         );
         Ok(Self {
             shared: Arc::new(Shared {
-                db: RwLock::new(db),
+                db: RwLock::new(Arc::new(db)),
                 path: path.to_path_buf(),
                 index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
@@ -223,7 +226,7 @@ impl RedbKv {
     }
 
     /// The database, to begin a transaction on.
-    fn db(&self) -> RwLockReadGuard<'_, Database> {
+    fn db(&self) -> RwLockReadGuard<'_, Arc<Database>> {
         // A panicking defragmentation leaves the database as redb left it,
         // which redb keeps consistent.
         self.shared
@@ -265,7 +268,8 @@ impl KvStore for RedbKv {
         // Pinned before the redb snapshot opens, so that no index slot the
         // snapshot may need is dropped in between.
         let mut pin = self.shared.index.pin();
-        let txn = self.db().begin_read().map_err(err("kv read"))?;
+        let db = Arc::clone(&self.db());
+        let txn = db.begin_read().map_err(err("kv read"))?;
         // The tables hold the snapshot open after the transaction handle goes.
         let meta = txn.open_table(META).map_err(err("kv read"))?;
         pin.settle(read_commit_seq(&meta)?)?;
@@ -274,6 +278,7 @@ impl KvStore for RedbKv {
             meta,
             leases: txn.open_table(LEASES).map_err(err("kv read"))?,
             pin,
+            _db: db,
         })
     }
 
@@ -337,6 +342,9 @@ pub struct RedbKvRead {
     leases: ReadOnlyTable<i64, &'static [u8]>,
     /// Keeps the index slots this snapshot sees; knows its commit sequence.
     pin: Pin,
+    /// Keeps the database open while the tables above read it (declared
+    /// last, so dropped last).
+    _db: Arc<Database>,
 }
 
 impl fmt::Debug for RedbKvRead {

@@ -28,7 +28,7 @@
 //! which the next open removes; after it, the copy is the backend.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use oxetcd_core::storage::StorageError;
@@ -147,7 +147,7 @@ pub(super) fn defragment(kv: &RedbKv) -> Result<Report, StorageError> {
     std::fs::rename(&copy_at, &path).map_err(|e| io_error(WHAT, e))?;
     // From the rename on, the copy is the backend whatever else fails: the
     // writes that follow must go to the file at `path`.
-    let old = std::mem::replace(&mut *db, copy);
+    let old = std::mem::replace(&mut *db, Arc::new(copy));
     drop(db);
     let swap_ms = held.elapsed().as_millis() as u64;
     let synced = sync_dir(&path);
@@ -327,7 +327,6 @@ mod tests {
     use std::collections::BTreeMap;
     use std::ops::ControlFlow;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
 
     use oxetcd_core::storage::{KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord};
 
