@@ -40,6 +40,7 @@
 
 pub mod alarm;
 pub mod auth;
+mod canary;
 pub mod compactor;
 pub mod discovery;
 pub mod error;

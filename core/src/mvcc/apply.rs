@@ -93,6 +93,11 @@ pub(super) fn apply_put<R: KvRead + ?Sized>(
         }
     }
     buffer.put(&put.key, value, lease)?;
+    let previous = if crate::canary::on(crate::canary::Canary::PrevKvWrongRevision) {
+        buffer.live(&put.key)?
+    } else {
+        previous
+    };
     Ok(PutResponse {
         header: Some(header(buffer.begin() + 1)),
         prev_kv: if put.prev_kv {

@@ -92,7 +92,11 @@ fn holds(snapshot: &impl Snapshot, compare: &Compare) -> Result<bool, Error> {
         snapshot,
         &compare.key,
         &compare.range_end,
-        snapshot.current_revision(),
+        if crate::canary::on(crate::canary::Canary::TxnCompareStale) {
+            snapshot.current_revision() - 1
+        } else {
+            snapshot.current_revision()
+        },
         &mut |version| {
             any = true;
             if compare_one(compare, &key_value(version)) {

@@ -95,6 +95,8 @@ mod snapshots;
 mod versions;
 
 #[cfg(test)]
+mod canary_tests;
+#[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
 mod sim_tests;
@@ -274,10 +276,16 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         let view = kv.read()?;
         let meta = view.meta()?;
-        let meta = KvMeta {
+        let mut meta = KvMeta {
             revision: meta.revision.max(1),
             ..meta
         };
+        if crate::canary::on(crate::canary::Canary::ApplyTwice) {
+            meta.applied_index = meta
+                .applied_index
+                .saturating_sub(1)
+                .max(state.first_index - 1);
+        }
         check_stores_agree(&state, &meta)?;
         let fresh = state.last_index == 0 && state.hard_state.term == 0;
         let initial_voters: Vec<u64> = config.initial_members.iter().map(|m| m.id).collect();
@@ -654,7 +662,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 let status = self.status();
                 return self.answer(ticket, Ok(Response::Status(status)));
             }
-            Request::Range(range) if range.serializable => {
+            Request::Range(range)
+                if range.serializable || crate::canary::on(crate::canary::Canary::StaleRead) =>
+            {
                 return self.serve_read(ticket, ReadKind::Range(range, who));
             }
             Request::MemberList(list) if !list.linearizable => {

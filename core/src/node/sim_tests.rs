@@ -85,14 +85,14 @@ fn nanos(cluster: &Cluster) -> u64 {
 
 /// How a run ended, when it did not find a violation (which panics).
 #[derive(Debug, PartialEq)]
-enum Verdict {
+pub(super) enum Verdict {
     Linearizable,
     /// The checker's search hit its bound before deciding.
     Undecided,
 }
 
 /// One seeded run; panics with the seed on a violation.
-fn run(seed: u64) -> Verdict {
+pub(super) fn run(seed: u64) -> Verdict {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut cluster = Cluster::new(3);
     let ids: Vec<u64> = cluster.members.keys().copied().collect();

@@ -1,0 +1,75 @@
+//! The bug canaries ([`crate::canary`]) against the node simulator: each
+//! canary, turned on alone, must make some seed fail (a history that is
+//! not linearizable, members that disagree, or a cluster that does not
+//! recover) within [`SEEDS_MAX`] seeds and [`TIME_MAX`]. A canary the
+//! simulator cannot catch is a blind spot in the simulator, and fails
+//! here.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant as WallClock};
+
+use super::sim_tests;
+use crate::canary::{turn_on, Canary};
+
+/// Seeds tried per canary at most.
+const SEEDS_MAX: u64 = 400;
+/// Wall time per canary at most.
+const TIME_MAX: Duration = Duration::from_secs(60);
+
+/// The first seed whose run fails with `canary` on, and the failure's
+/// first line.
+fn caught(canary: Canary) -> Option<(u64, String)> {
+    let _on = turn_on(canary);
+    // The test's own wall-clock bound; the nodes see only virtual time.
+    #[allow(clippy::disallowed_methods)]
+    let started = WallClock::now();
+    for seed in 0..SEEDS_MAX {
+        if started.elapsed() > TIME_MAX {
+            break;
+        }
+        if let Err(failure) = catch_unwind(AssertUnwindSafe(|| sim_tests::run(seed))) {
+            let text = failure
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| failure.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            let first = text.lines().next().unwrap_or_default().to_owned();
+            return Some((seed, first));
+        }
+    }
+    None
+}
+
+fn must_be_caught(canary: Canary) {
+    match caught(canary) {
+        Some((seed, failure)) => {
+            eprintln!("canary {canary:?} caught at seed {seed}: {failure}");
+        }
+        None => panic!("canary {canary:?} not caught within {SEEDS_MAX} seeds or {TIME_MAX:?}"),
+    }
+}
+
+#[test]
+fn a_stale_read_without_a_read_index_is_caught() {
+    must_be_caught(Canary::StaleRead);
+}
+
+#[test]
+fn an_entry_applied_twice_after_a_restart_is_caught() {
+    must_be_caught(Canary::ApplyTwice);
+}
+
+#[test]
+fn a_vote_without_the_log_check_is_caught() {
+    must_be_caught(Canary::VoteWithoutLogCheck);
+}
+
+#[test]
+fn prev_kv_from_the_wrong_revision_is_caught() {
+    must_be_caught(Canary::PrevKvWrongRevision);
+}
+
+#[test]
+fn a_txn_comparing_a_stale_revision_is_caught() {
+    must_be_caught(Canary::TxnCompareStale);
+}
