@@ -815,3 +815,63 @@ fn compactions_record_the_hash_of_the_history_they_drop() {
     assert_eq!(kept.len(), COMPACTION_HASHES_MAX);
     assert_eq!(kept[0].revision, last, "newest first");
 }
+
+/// What the backend writes (its tables, and the keys of its `meta`
+/// table once every kind of record was written) is exactly the schema of
+/// the newest storage version in `oxetcd_core::version::migration`, which
+/// plans the migrations: a format change that forgets the schema fails
+/// here.
+#[test]
+fn the_backend_is_the_newest_schema() {
+    use oxetcd_core::storage::{AuthState, LeaseRecord, Membership};
+    use oxetcd_core::version::migration::SCHEMAS;
+    use redb::ReadableDatabase as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let kv = open_kv(dir.path());
+        let mut txn = kv.write().unwrap();
+        txn.put_version(&put("a", 2, 0, 2, 1, "v")).unwrap();
+        txn.put_lease(&LeaseRecord {
+            id: 7,
+            ttl_secs: 60,
+            remaining_ttl_secs: 0,
+        })
+        .unwrap();
+        txn.set_meta(&KvMeta {
+            revision: 2,
+            applied_index: 3,
+            ..KvMeta::default()
+        })
+        .unwrap();
+        txn.set_membership(&Membership::default()).unwrap();
+        txn.set_auth(&AuthState::default()).unwrap();
+        txn.set_alarms(&[AlarmMember {
+            member_id: 1,
+            alarm: 1,
+        }])
+        .unwrap();
+        txn.commit().unwrap();
+        kv.sync().unwrap();
+    }
+    let db = redb::Database::open(dir.path().join("kv.redb")).unwrap();
+    let read = db.begin_read().unwrap();
+    let mut tables: Vec<String> = read
+        .list_tables()
+        .unwrap()
+        .map(|t| redb::TableHandle::name(&t).to_owned())
+        .collect();
+    let meta = read.open_table(crate::format::META).unwrap();
+    let mut keys: Vec<String> = redb::ReadableTable::iter(&meta)
+        .unwrap()
+        .map(|entry| entry.unwrap().0.value().to_owned())
+        .collect();
+    let newest = SCHEMAS.last().unwrap();
+    let mut want_tables: Vec<String> = newest.tables.iter().map(|t| t.to_string()).collect();
+    let mut want_keys: Vec<String> = newest.meta_keys.iter().map(|k| k.to_string()).collect();
+    for list in [&mut tables, &mut keys, &mut want_tables, &mut want_keys] {
+        list.sort();
+    }
+    assert_eq!(tables, want_tables);
+    assert_eq!(keys, want_keys);
+}
