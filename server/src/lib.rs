@@ -40,6 +40,7 @@ pub mod driver;
 pub mod gateway;
 pub mod grpc;
 pub mod http;
+mod identity;
 mod log_budget;
 mod log_format;
 pub mod metrics;
@@ -94,6 +95,9 @@ pub enum RunError {
     Corrupt(String),
     /// Discovery could not find the initial cluster.
     Discovery(String),
+    /// A member joining an existing cluster could not learn its ID from
+    /// the cluster, or its flags do not match the cluster.
+    Join(String),
 }
 
 impl fmt::Display for RunError {
@@ -109,6 +113,7 @@ impl fmt::Display for RunError {
             Self::LogOutput(message) => write!(f, "{message}"),
             Self::Corrupt(message) => write!(f, "{message}"),
             Self::Discovery(message) => write!(f, "discovery failed: {message}"),
+            Self::Join(message) => write!(f, "{message}"),
         }
     }
 }
@@ -138,7 +143,8 @@ pub async fn run<R: Runtime>(runtime: R, mut config: Config) -> Result<(), RunEr
     import_etcd_data_dir(&config)?;
     let (log, kv) = oxetcd_storage::open(&config.data_dir)
         .map_err(|e| RunError::DataDir(format!("{}: {e}", config.data_dir.display())))?;
-    if is_fresh(&log, &config.data_dir)? {
+    let fresh = is_fresh(&log, &config.data_dir)?;
+    if fresh {
         if let Some(cluster) = discovery::initial_cluster(&runtime, &config)
             .await
             .map_err(RunError::Discovery)?
@@ -148,6 +154,7 @@ pub async fn run<R: Runtime>(runtime: R, mut config: Config) -> Result<(), RunEr
                 .map_err(|e| RunError::Discovery(e.to_string()))?;
         }
     }
+    identity::settle(&runtime, &mut config, peer_tls.clone(), &log, fresh).await?;
     let metrics = Arc::new(metrics::Metrics::new(
         &metrics::MetricsSettings::from_config(&config),
     ));
@@ -184,6 +191,7 @@ pub async fn run<R: Runtime>(runtime: R, mut config: Config) -> Result<(), RunEr
             .await
             .map_err(RunError::Node)?;
     transport.serve_hash_kv(hash_kv_service(&handle));
+    transport.serve_members(members_service(&handle));
     // Metrics answer from the start, before the member is ready.
     metrics::serve_metrics_urls(
         &runtime,
@@ -294,6 +302,38 @@ fn hash_kv_service<K: oxetcd_core::storage::KvStore>(handle: &Handle<K>) -> peer
     })
 }
 
+/// How this member tells a joining peer the membership (its own view, as
+/// `MemberList` without `linearizable` answers), the cluster version and
+/// the downgrade in progress.
+fn members_service<K: oxetcd_core::storage::KvStore>(handle: &Handle<K>) -> peer::MembersService {
+    use oxetcd_core::{Request, Response};
+    use oxetcd_proto::etcdserverpb::MemberListRequest;
+    let handle = handle.clone();
+    Arc::new(move || {
+        let handle = handle.clone();
+        Box::pin(async move {
+            let list = Request::MemberList(MemberListRequest {
+                linearizable: false,
+            });
+            let Response::MemberList(members) = handle.request(list).await? else {
+                return Err(oxetcd_core::Error::Stopped);
+            };
+            let Response::Status(status) = handle.request(Request::Status).await? else {
+                return Err(oxetcd_core::Error::Stopped);
+            };
+            let downgrade_target = status
+                .downgrade_info
+                .filter(|info| info.enabled)
+                .and_then(|info| oxetcd_core::version::Version::parse_stored(&info.target_version));
+            Ok(peer::ClusterFacts {
+                members,
+                cluster_version: handle.metrics().cluster_version(),
+                downgrade_target,
+            })
+        })
+    })
+}
+
 /// The peer transport, listening on the peer URLs and knowing the
 /// initial cluster.
 fn start_peers<R: Runtime>(
@@ -355,16 +395,24 @@ fn stored_cluster_id(log: &impl LogStore, data_dir: &std::path::Path) -> Result<
 /// member has its cluster in its log and never discovers again.
 /// Takes over the data directory if etcd wrote it (`member/snap/db`, no
 /// oxetcd backend yet): see `oxetcd_storage::etcd_dir`. The member keeps
-/// etcd's member ID, which must be the one the flags give.
+/// etcd's member ID, which must be the one the flags give or belong to a
+/// member with this member's advertised peer URLs.
 fn import_etcd_data_dir(config: &Config) -> Result<(), RunError> {
     let dir = &config.data_dir;
     if !oxetcd_storage::etcd_dir::holds_etcd_data(dir) {
         return Ok(());
     }
     info!(data_dir = %dir.display(), "found an etcd data directory; importing it");
-    let imported = oxetcd_storage::etcd_dir::import(dir, Some(config.member_id()))
+    let flags = oxetcd_storage::etcd_dir::FlagsMember {
+        id: config.derived_member_id(),
+        peer_urls: &config.initial_advertise_peer_urls,
+    };
+    let imported = oxetcd_storage::etcd_dir::import(dir, Some(flags))
         .map_err(|e| RunError::DataDir(format!("{}: importing etcd's data: {e}", dir.display())))?;
     if let Some(done) = imported {
+        // etcd's member ID is this member's from now on, whatever the
+        // flags derive.
+        identity::store_member_id(dir, done.member_id)?;
         let secs = done.took.as_secs_f64().max(1e-6);
         info!(
             data_dir = %dir.display(),

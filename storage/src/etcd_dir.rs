@@ -169,13 +169,44 @@ pub fn holds_etcd_data(data_dir: &Path) -> bool {
     member.join(SNAP_DIR).join(ETCD_DB_FILE).is_file() && !member.join(KV_FILE).exists()
 }
 
+/// The member the flags describe, which the directory must belong to.
+#[derive(Clone, Copy, Debug)]
+pub struct FlagsMember<'a> {
+    /// The member ID the flags derive.
+    pub id: u64,
+    /// Its advertised peer URLs.
+    pub peer_urls: &'a [String],
+}
+
+impl FlagsMember<'_> {
+    /// Whether etcd's member `id` is this one: the same ID, or (an ID
+    /// `member add` chose, or another cluster token) the same peer URLs.
+    fn is(&self, id: u64, members: &[Member]) -> bool {
+        let same_urls = |theirs: &[String]| {
+            let norm = |urls: &[String]| {
+                let mut out: Vec<String> = urls
+                    .iter()
+                    .map(|u| u.trim_end_matches('/').to_ascii_lowercase())
+                    .collect();
+                out.sort();
+                out
+            };
+            norm(theirs) == norm(self.peer_urls)
+        };
+        id == self.id
+            || members
+                .iter()
+                .any(|m| m.id == id && same_urls(&m.peer_ur_ls))
+    }
+}
+
 /// Imports the etcd data in `data_dir` if it holds etcd's layout and no
 /// oxetcd data (see the module note); `None` when there is nothing to
-/// import. `expected_member` is the member ID the flags give: a directory
-/// of another member is refused.
+/// import. `expected_member` is the member the flags describe: a
+/// directory of another member is refused.
 pub fn import(
     data_dir: &Path,
-    expected_member: Option<u64>,
+    expected_member: Option<FlagsMember<'_>>,
 ) -> Result<Option<Imported>, EtcdDirError> {
     if !holds_etcd_data(data_dir) {
         return Ok(None);
@@ -185,14 +216,6 @@ pub fn import(
     let snap = read_snap(&member.join(SNAP_DIR))?;
     let wal =
         etcd_wal::read_dir_after(&member.join(WAL_DIR), snap.as_ref().map_or(0, |s| s.index))?;
-    if let Some(expected) = expected_member {
-        if wal.member_id != expected {
-            return Err(EtcdDirError::OtherMember {
-                found: wal.member_id,
-                expected,
-            });
-        }
-    }
     let db_path = member.join(SNAP_DIR).join(ETCD_DB_FILE);
     let io = |path: &Path, error| EtcdDirError::Io {
         path: path.to_path_buf(),
@@ -221,7 +244,21 @@ pub fn import(
             "no member found in the backend or the log".into(),
         ));
     }
-    if expected_member.is_some_and(|id| !facts.membership.members.iter().any(|m| m.id == id)) {
+    if let Some(expected) = expected_member {
+        if !expected.is(wal.member_id, &facts.membership.members) {
+            return Err(EtcdDirError::OtherMember {
+                found: wal.member_id,
+                expected: expected.id,
+            });
+        }
+    }
+    if expected_member.is_some()
+        && !facts
+            .membership
+            .members
+            .iter()
+            .any(|m| m.id == wal.member_id)
+    {
         return Err(corrupt(
             &db_path,
             format!(

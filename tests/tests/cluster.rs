@@ -1109,7 +1109,8 @@ fn oxetcd_smol_checkpointed_leases_survive_a_leader_kill() {
 
 /// A member added after an original one was removed joins with
 /// `existing`: it cannot derive the cluster ID from `--initial-cluster`
-/// (the member set changed), so it learns it from its peers, serves a
+/// (the member set changed), so it learns it (and its own ID) from its
+/// peers before it starts, serves a
 /// linearizable read, reports the real ID, and keeps it across a restart.
 #[test]
 fn a_member_added_after_a_removal_learns_the_cluster_id() {
@@ -1137,7 +1138,9 @@ fn a_member_added_after_a_removal_learns_the_cluster_id() {
         let status = status_json(&joiner.address()).unwrap();
         assert_eq!(status["header"]["cluster_id"], cluster_id, "{status}");
         // Learned from the peers at first, read from its data after.
-        let learned = joiner.log().contains("learned the cluster ID from a peer");
+        let learned = joiner
+            .log()
+            .contains("learned this member's ID from the cluster");
         assert_eq!(learned, round == 0, "{}", joiner.log_tail());
         ctl_ok(
             &joiner.address(),
@@ -1147,4 +1150,146 @@ fn a_member_added_after_a_removal_learns_the_cluster_id() {
         joiner.kill();
         joiner.restart();
     }
+}
+
+/// A member joining with another `--initial-cluster-token` than the one
+/// the cluster was made with (as after `etcdctl snapshot restore` with a
+/// token, or a cluster imported from etcd) learns its ID, its peers' and
+/// the cluster's from the cluster, matching its advertised peer URLs; on
+/// restart it keeps its ID whatever the token says; and a joiner whose
+/// `--initial-cluster` does not match the cluster is refused in etcd's
+/// words.
+#[test]
+fn a_joining_member_learns_its_id_from_the_cluster() {
+    let started = Instant::now();
+    let cluster = Cluster::start(
+        ClusterOptions::new("restored").flags(&["--snapshot-count", "100"]),
+        &[ServerKind::Oxetcd],
+    );
+    let first = cluster.members[0].address();
+    ctl_ok(&first, &["put", "k", "v"]);
+
+    // Planned with the default token, which derives other IDs.
+    let mut joiner = oxetcd_tests::cluster::Member::new(
+        "joiner",
+        ServerKind::OxetcdSmol,
+        cluster.root(),
+        &ClusterOptions::new("etcd-cluster"),
+    );
+    let peer_url = joiner.peer_url();
+    let added = ctl_ok(
+        &first,
+        &["member", "add", "joiner", "--peer-urls", &peer_url],
+    );
+    let added_id = added
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("{added}"))
+        .to_owned();
+    let initial = oxetcd_tests::cluster::initial_cluster(&[&cluster.members[0], &joiner]);
+    joiner.start(&initial, "existing");
+    probe::wait_value(&joiner.address(), "k", "v", true, CATCH_UP_DEADLINE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", joiner.log_tail()));
+    assert_eq!(member_id(&first, &peer_url), added_id);
+    let own = status_json(&joiner.address()).unwrap_or_default();
+    assert_eq!(
+        format!("{:x}", own["header"]["member_id"].as_u64().unwrap_or(0)),
+        added_id,
+        "{own}"
+    );
+    assert!(
+        joiner
+            .log()
+            .contains("learned this member's ID from the cluster"),
+        "{}",
+        joiner.log_tail()
+    );
+
+    // Restarted with yet another token: the stored ID stands.
+    joiner.kill();
+    joiner
+        .restart_with(&["--initial-cluster-token", "another"])
+        .unwrap_or_else(|e| panic!("restart: {e}"));
+    ctl_ok(&first, &["put", "k", "w"]);
+    probe::wait_value(&joiner.address(), "k", "w", true, CATCH_UP_DEADLINE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", joiner.log_tail()));
+    let own = status_json(&joiner.address()).unwrap_or_default();
+    assert_eq!(
+        format!("{:x}", own["header"]["member_id"].as_u64().unwrap_or(0)),
+        added_id,
+        "{own}"
+    );
+
+    // A joiner whose --initial-cluster leaves a member out.
+    let stray = oxetcd_tests::cluster::Member::new(
+        "stray",
+        ServerKind::Oxetcd,
+        cluster.root(),
+        &ClusterOptions::new("restored"),
+    );
+    let stray_peer = stray.peer_url();
+    // Learners, so the members never started cost no quorum.
+    ctl_ok(
+        &first,
+        &[
+            "member",
+            "add",
+            "stray",
+            "--learner",
+            "--peer-urls",
+            &stray_peer,
+        ],
+    );
+    let partial = oxetcd_tests::cluster::initial_cluster(&[&cluster.members[0], &stray]);
+    let refused = refused_at_start(stray.launch(&partial, "existing"));
+    assert!(
+        refused.contains("error validating peerURLs")
+            && refused.contains("member count is unequal"),
+        "{refused}"
+    );
+
+    // A joiner run as 3.5 while the cluster runs 3.6: refused before it
+    // joins, as etcd's joiner refuses itself. (One learner at a time.)
+    let stray_id = member_id(&first, &stray_peer);
+    ctl_ok(&first, &["member", "remove", &stray_id]);
+    let old = oxetcd_tests::cluster::Member::new(
+        "old",
+        ServerKind::Oxetcd,
+        cluster.root(),
+        &ClusterOptions::new("restored"),
+    );
+    let old_peer = old.peer_url();
+    ctl_ok(
+        &first,
+        &[
+            "member",
+            "add",
+            "old",
+            "--learner",
+            "--peer-urls",
+            &old_peer,
+        ],
+    );
+    let all = oxetcd_tests::cluster::initial_cluster(&[&cluster.members[0], &joiner, &old]);
+    let refused = refused_at_start(
+        old.launch(&all, "existing")
+            .flags(&["--unsafe-run-as-version", "3.5.0"]),
+    );
+    assert!(
+        refused.contains("incompatible with current running cluster (server version 3.5.0"),
+        "{refused}"
+    );
+    eprintln!("join test took {:?}", started.elapsed());
+}
+
+/// Starts `launch`, which must exit with a failure within 20 s; its log.
+fn refused_at_start(launch: oxetcd_tests::launch::Launch) -> String {
+    let mut server = launch.start().unwrap_or_else(|e| panic!("{e}"));
+    let exit = server.wait_exit(Duration::from_secs(20));
+    let log = server.log();
+    assert!(
+        exit.is_some_and(|status| !status.success()),
+        "{exit:?}: {log}"
+    );
+    log
 }

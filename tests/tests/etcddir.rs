@@ -425,7 +425,12 @@ fn readers_of_etcd_files_on_what_etcd_writes() {
     );
 
     // Another member's flags: refused, nothing written.
-    let error = etcd_dir::import(&dir, Some(1)).unwrap_err().to_string();
+    let elsewhere = ["http://127.0.0.9:1".to_owned()];
+    let other = etcd_dir::FlagsMember {
+        id: 1,
+        peer_urls: &elsewhere,
+    };
+    let error = etcd_dir::import(&dir, Some(other)).unwrap_err().to_string();
     assert!(error.contains("belongs to member"), "{error}");
     assert!(!dir.join("member/kv.redb").exists());
     assert!(!dir.join("member/oxetcd-import.tmp").exists());

@@ -30,11 +30,10 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         if let Err(e) = self.members.check_add(&request, self.config.max_learners) {
             return self.answer(ticket, Err(e));
         }
-        // etcd salts a new member's ID with the time and the new member
-        // learns it from the cluster. Ours cannot ask yet, so the ID is the
-        // one it derives itself: its peer URLs and the cluster token.
+        // The new member learns its ID from the cluster when it joins.
         let urls: Vec<&str> = request.peer_ur_ls.iter().map(String::as_str).collect();
-        let id = crate::ids::member_id(&urls, &self.config.cluster_token);
+        let salt = self.raft.last_index() + 1;
+        let id = crate::ids::added_member_id(&urls, &self.config.cluster_token, salt);
         if self.members.get(id).is_some() {
             return self.answer(ticket, Err(Error::MemberExists));
         }

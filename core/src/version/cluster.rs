@@ -59,6 +59,31 @@ impl std::fmt::Display for VersionRefusal {
     }
 }
 
+/// Whether a member running `server` may run in a cluster at version
+/// `cluster` with a downgrade to `downgrade` in progress (see
+/// [`ClusterVersions::check_member`]); a joining member checks it with
+/// what its peers tell before it starts.
+pub fn check_server_version(
+    server: Version,
+    cluster: Option<Version>,
+    downgrade: Option<Version>,
+) -> Result<(), VersionRefusal> {
+    let Some(cluster) = cluster else {
+        return Ok(());
+    };
+    let server_minor = server.major_minor();
+    if downgrade == Some(server_minor) {
+        return Ok(());
+    }
+    if server_minor < cluster {
+        return Err(VersionRefusal::BelowClusterVersion { server, cluster });
+    }
+    if cluster < super::min_cluster_version(server) {
+        return Err(VersionRefusal::AboveClusterRange { server, cluster });
+    }
+    Ok(())
+}
+
 /// The versioned state of the cluster, as of the applied index.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterVersions {
@@ -188,20 +213,7 @@ impl ClusterVersions {
     /// minor above it; a member of a downgrade's target version always
     /// runs. Nothing is refused before the cluster version is set.
     pub fn check_member(&self, server: Version) -> Result<(), VersionRefusal> {
-        let Some(cluster) = self.cluster else {
-            return Ok(());
-        };
-        let server_minor = server.major_minor();
-        if self.downgrade == Some(server_minor) {
-            return Ok(());
-        }
-        if server_minor < cluster {
-            return Err(VersionRefusal::BelowClusterVersion { server, cluster });
-        }
-        if cluster < super::min_cluster_version(server) {
-            return Err(VersionRefusal::AboveClusterRange { server, cluster });
-        }
-        Ok(())
+        check_server_version(server, self.cluster, self.downgrade)
     }
 
     /// Applies the cluster version the leader set; returns the storage

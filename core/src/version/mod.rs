@@ -20,7 +20,7 @@ pub mod migration;
 use std::fmt;
 use std::str::FromStr;
 
-pub use self::cluster::{ClusterVersions, VersionRefusal};
+pub use self::cluster::{check_server_version, ClusterVersions, VersionRefusal};
 
 /// The server version of this build of oxetcd: the etcd release whose
 /// API and behaviour it implements.

@@ -146,6 +146,7 @@ fn build(
         listen_metrics_urls,
         server_version,
         pending,
+        known_ids: None,
         settings,
         warnings,
     })

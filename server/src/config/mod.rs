@@ -138,6 +138,10 @@ pub struct Config {
     pub server_version: oxetcd_core::version::Version,
     /// Settings of features oxetcd does not have yet.
     pub pending: Pending,
+    /// IDs known from somewhere other than the flags: stored by an
+    /// earlier start, or learned from the cluster's members at join. When
+    /// set they win over the IDs the flags derive (see `identity.rs`).
+    pub known_ids: Option<KnownIds>,
     /// Every flag's value, given or default.
     pub settings: Settings,
     /// Things worth a warning once logging is up (unknown `ETCD_*`
@@ -145,14 +149,51 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
+/// Member and cluster IDs that override what the flags derive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KnownIds {
+    /// This member's ID.
+    pub member_id: u64,
+    /// The cluster's ID; 0 when only the stored one (in the log) knows it.
+    pub cluster_id: u64,
+    /// Other members' IDs by their peer URLs (normalized and sorted, as in
+    /// [`InitialMember::peer_urls`]).
+    pub members: Vec<(Vec<String>, u64)>,
+}
+
 impl Config {
-    /// This member's ID, derived from its advertised peer URLs and the
-    /// cluster token.
+    /// This member's ID: the known one, else the one derived from its
+    /// advertised peer URLs and the cluster token.
     pub fn member_id(&self) -> u64 {
+        match &self.known_ids {
+            Some(known) => known.member_id,
+            None => self.derived_member_id(),
+        }
+    }
+
+    /// The member ID the flags give: the advertised peer URLs and the
+    /// cluster token.
+    pub fn derived_member_id(&self) -> u64 {
         oxetcd_urls::member_id(
             &self.initial_advertise_peer_urls,
             &self.initial_cluster_token,
         )
+    }
+
+    /// The ID of a member of `--initial-cluster`: the known one for its
+    /// peer URLs, else derived from them and the token.
+    fn id_of(&self, member: &InitialMember) -> u64 {
+        if member.name == self.name {
+            return self.member_id();
+        }
+        self.known_ids
+            .iter()
+            .flat_map(|known| known.members.iter())
+            .find(|(urls, _)| *urls == member.peer_urls)
+            .map_or_else(
+                || member.member_id(&self.initial_cluster_token),
+                |(_, id)| *id,
+            )
     }
 
     /// Replaces the initial cluster with the one discovery found
@@ -180,6 +221,9 @@ impl Config {
     /// and takes the ID stored in its data directory or, on a first start,
     /// learns it from its peers (see `peer/wire.rs`).
     pub fn running_cluster_id(&self) -> u64 {
+        if let Some(known) = self.known_ids.as_ref().filter(|k| k.cluster_id != 0) {
+            return known.cluster_id;
+        }
         match self.initial_cluster_state {
             ClusterState::New => self.cluster_id(),
             ClusterState::Existing => 0,
@@ -192,12 +236,7 @@ impl Config {
         let me = self.member_id();
         self.initial_cluster
             .iter()
-            .map(|m| {
-                (
-                    m.member_id(&self.initial_cluster_token),
-                    m.peer_urls.clone(),
-                )
-            })
+            .map(|m| (self.id_of(m), m.peer_urls.clone()))
             .filter(|(id, _)| *id != me)
             .collect()
     }
@@ -254,7 +293,7 @@ impl Config {
             .initial_cluster
             .iter()
             .map(|m| oxetcd_core::InitialMember {
-                id: m.member_id(&self.initial_cluster_token),
+                id: self.id_of(m),
                 name: m.name.clone(),
                 peer_urls: m.peer_urls.clone(),
             })

@@ -18,8 +18,8 @@ use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
 use super::tls::PeerIo;
 use super::wire::{Answer, FrameKind, Hello, Reject, StreamKind, HELLO_BYTES, PROTOCOL_VERSION};
 use super::{
-    hash_kv, lock, snapshot, Id, PeerEvent, Shared, HANDSHAKE_TIMEOUT, INBOUND_CONNECTIONS_MAX,
-    INBOUND_SNAPSHOTS_MAX,
+    hash_kv, lock, members, snapshot, Id, PeerEvent, Shared, HANDSHAKE_TIMEOUT,
+    INBOUND_CONNECTIONS_MAX, INBOUND_SNAPSHOTS_MAX,
 };
 use crate::runtime::{deadline_after, timeout, Runtime};
 
@@ -152,6 +152,7 @@ async fn serve<R: Runtime>(
             snapshot::receive(shared.clone(), shaken.io, shaken.hello.from, slot).await
         }
         (StreamKind::HashKv, _) => hash_kv::answer(&shared, shaken.io, shaken.hello.from).await,
+        (StreamKind::Members, _) => members::answer(&shared, shaken.io).await,
         _ => read_messages(shared.clone(), shaken.io, shaken.hello.from).await,
     }
     drop(shaken.slot);
@@ -328,6 +329,9 @@ async fn answer<R: Runtime>(
 /// rules are in `wire.rs`; an ID this member learns here is adopted (and
 /// delivered) before the answer is written.
 fn check<R>(shared: &Shared<R>, hello: &Hello) -> Option<Reject> {
+    if hello.version == PROTOCOL_VERSION && hello.kind == StreamKind::Members {
+        return None;
+    }
     let ours = shared.cluster_id();
     let cluster_ok = match (ours, hello.cluster_id) {
         (0, 0) => false,

@@ -35,6 +35,7 @@ mod admission;
 mod fuzz_tests;
 mod hash_kv;
 mod inbound;
+mod members;
 mod outbound;
 mod queue;
 mod snapshot;
@@ -61,6 +62,7 @@ use queue::{PushError, SendQueue};
 
 pub use admission::HANDSHAKES_MAX;
 pub use hash_kv::{HashKvService, PeerHashError};
+pub use members::{ClusterFacts, MembersService};
 pub use snapshot::ReceivedSnapshot;
 pub use tls::TransportTls;
 
@@ -310,6 +312,9 @@ struct Shared<R> {
     /// How this member answers a peer's `HashKV` question, once its node
     /// runs.
     hash_kv: OnceLock<HashKvService>,
+    /// How this member tells a joining peer the membership, once its node
+    /// runs.
+    members: OnceLock<MembersService>,
     /// Where bytes, connections and heartbeat round trips are recorded,
     /// once set.
     metrics: OnceLock<crate::metrics::PeerMetrics>,
@@ -353,6 +358,7 @@ impl<R: Runtime> PeerTransport<R> {
                 next_connection: AtomicU64::new(1),
                 stopped: AtomicBool::new(false),
                 hash_kv: OnceLock::new(),
+                members: OnceLock::new(),
                 metrics: OnceLock::new(),
                 started: std::time::Instant::now(),
             }),
@@ -556,6 +562,18 @@ impl<R: Runtime> PeerTransport<R> {
         limit: Duration,
     ) -> Result<oxetcd_storage::bolt::hash::KvHash, PeerHashError> {
         hash_kv::ask(&self.shared, to, urls, revision, limit).await
+    }
+
+    /// Tells joining peers the membership with `service` from now on
+    /// (until then they hear that this member cannot yet). Set once.
+    pub fn serve_members(&self, service: MembersService) {
+        let _ = self.shared.members.set(service);
+    }
+
+    /// Asks the member at `urls`, whatever its ID, for the cluster's
+    /// membership, giving up after `limit`.
+    pub async fn members(&self, urls: &[String], limit: Duration) -> Result<ClusterFacts, String> {
+        members::ask(&self.shared, urls, limit).await
     }
 
     /// Stops everything: listeners, queues, inbound streams. Snapshot

@@ -429,6 +429,9 @@ async fn handshake<R: Runtime>(
         Some(Ok(answer)) => answer,
     };
     match answer.reject {
+        // A members stream is asked before any ID is known; its answer
+        // names the cluster.
+        None if answer.version == PROTOCOL_VERSION && kind == StreamKind::Members => Ok(()),
         // A joining member takes the ID of the first peer that accepts it
         // (see `wire.rs`); a known ID must match.
         None if answer.version == PROTOCOL_VERSION => {

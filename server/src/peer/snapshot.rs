@@ -329,7 +329,11 @@ async fn read_stream<R: Runtime>(
                     }
                 };
             }
-            FrameKind::Message | FrameKind::HashKvAsk | FrameKind::HashKvAnswer => {
+            FrameKind::Message
+            | FrameKind::HashKvAsk
+            | FrameKind::HashKvAnswer
+            | FrameKind::MembersAsk
+            | FrameKind::MembersAnswer => {
                 warn!(from = %Id(from), ?kind, "unexpected frame on a snapshot stream; closing it");
                 return None;
             }

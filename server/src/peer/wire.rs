@@ -26,7 +26,12 @@
 //! and, while it has none, accepts a hello carrying an ID from a member it
 //! knows as a peer (the leader may dial first) and adopts that ID. Either
 //! way it adopts before reading or sending any frame, and never replaces
-//! an ID it has. Two members without an ID refuse each other. The server
+//! an ID it has. Two members without an ID refuse each other.
+//!
+//! A *members* stream is the exception to these checks: a member joining
+//! an existing cluster asks it for its membership before it knows its own
+//! ID (see `members.rs`), so its hello carries IDs of 0 and is accepted
+//! whatever the IDs, as etcd serves `/members` on its peer port. The server
 //! stores a learned ID (`<data-dir>/member/cluster_id`, synced) before the
 //! node sees it, so a restarted member dials with it.
 //!
@@ -67,9 +72,11 @@ pub(crate) enum StreamKind {
     Messages,
     /// One snapshot: data chunks, then its `MsgSnapshot`.
     Snapshot,
-    /// One `HashKV` question and its answer (see `hash_kv.rs`): the only
-    /// stream on which the listener writes a frame.
+    /// One `HashKV` question and its answer (see `hash_kv.rs`).
     HashKv,
+    /// One question for the cluster's membership and its answer (see
+    /// `members.rs`), asked by a member joining before it knows any ID.
+    Members,
 }
 
 impl StreamKind {
@@ -78,6 +85,7 @@ impl StreamKind {
             Self::Messages => 1,
             Self::Snapshot => 2,
             Self::HashKv => 3,
+            Self::Members => 4,
         }
     }
 
@@ -86,6 +94,7 @@ impl StreamKind {
             1 => Some(Self::Messages),
             2 => Some(Self::Snapshot),
             3 => Some(Self::HashKv),
+            4 => Some(Self::Members),
             _ => None,
         }
     }
@@ -267,6 +276,10 @@ pub(crate) enum FrameKind {
     HashKvAsk,
     /// A `HashKV` answer or refusal (hash-kv streams, listener to dialer).
     HashKvAnswer,
+    /// A membership question (members streams, dialer to listener).
+    MembersAsk,
+    /// The membership, or a refusal (members streams, listener to dialer).
+    MembersAnswer,
 }
 
 impl FrameKind {
@@ -277,6 +290,8 @@ impl FrameKind {
             Self::SnapshotEnd => 3,
             Self::HashKvAsk => 4,
             Self::HashKvAnswer => 5,
+            Self::MembersAsk => 6,
+            Self::MembersAnswer => 7,
         }
     }
 
@@ -287,6 +302,8 @@ impl FrameKind {
             3 => Some(Self::SnapshotEnd),
             4 => Some(Self::HashKvAsk),
             5 => Some(Self::HashKvAnswer),
+            6 => Some(Self::MembersAsk),
+            7 => Some(Self::MembersAnswer),
             _ => None,
         }
     }
