@@ -1210,7 +1210,16 @@ fn a_joining_member_learns_its_id_from_the_cluster() {
     joiner
         .restart_with(&["--initial-cluster-token", "another"])
         .unwrap_or_else(|e| panic!("restart: {e}"));
-    ctl_ok(&first, &["put", "k", "w"]);
+    // Two voters: the put waits out the election the restart may cause.
+    let mut put = ctl(&first, &["put", "k", "w"]);
+    for _ in 0..50 {
+        if put.code == 0 || started.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        put = ctl(&first, &["put", "k", "w"]);
+    }
+    assert!(put.code == 0, "{put:?}");
     probe::wait_value(&joiner.address(), "k", "w", true, CATCH_UP_DEADLINE)
         .unwrap_or_else(|e| panic!("{e}\n{}", joiner.log_tail()));
     let own = status_json(&joiner.address()).unwrap_or_default();
