@@ -85,6 +85,9 @@ pub struct LeaseConfig {
     /// How often the leader checkpoints the remaining TTL of leases longer
     /// than this (etcd's `--experimental-lease-checkpoint-interval`, 5 min).
     pub checkpoint_interval: Duration,
+    /// Checkpoints are written to the backend whatever the cluster version
+    /// (the `LeaseCheckpointPersist` gate); otherwise from 3.6 on.
+    pub checkpoint_persist: bool,
     /// Added to every lease's remaining TTL when a member becomes leader
     /// (the election timeout, as etcd's `Promote`).
     pub promote_extend: Duration,
@@ -104,6 +107,7 @@ impl LeaseConfig {
         Self {
             min_ttl_secs: i64::try_from(min_ttl_ms.div_ceil(1000)).unwrap_or(i64::MAX),
             checkpoint_interval: Duration::from_secs(5 * 60),
+            checkpoint_persist: false,
             promote_extend: Duration::from_millis(election_timeout_ms),
             expired_retry_interval: Duration::from_secs(3),
         }
@@ -387,18 +391,23 @@ impl Lessor {
         Ok(Some(lease.keys.into_iter().collect()))
     }
 
-    /// Applies one checkpoint: records the remaining TTL (0 forgets it).
+    /// Applies one checkpoint: records the remaining TTL (0 forgets it),
+    /// in the backend too when `persist` (see
+    /// [`crate::version::capability::Capability::LeaseCheckpointPersist`]).
     pub(crate) fn checkpoint(
         &mut self,
         txn: &mut impl KvWrite,
         checkpoint: &LeaseCheckpoint,
         now: Instant,
+        persist: bool,
     ) -> Result<(), StorageError> {
         let Some(lease) = self.leases.get_mut(&checkpoint.id) else {
             return Ok(());
         };
         lease.remaining_ttl_secs = checkpoint.remaining_ttl.max(0);
-        txn.put_lease(&lease.record(checkpoint.id))?;
+        if persist {
+            txn.put_lease(&lease.record(checkpoint.id))?;
+        }
         if self.primary {
             self.schedule_checkpoint(checkpoint.id, now);
         }

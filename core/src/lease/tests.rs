@@ -122,7 +122,9 @@ fn checkpoints_keep_the_remaining_ttl_across_promotion() {
             remaining_ttl: 25
         }]
     );
-    lessor.checkpoint(&mut txn, &checkpoints[0], at(5)).unwrap();
+    lessor
+        .checkpoint(&mut txn, &checkpoints[0], at(5), true)
+        .unwrap();
     txn.commit().unwrap();
     // A new leader (here: after a restart) starts from 25 s, not 30 s.
     let mut recovered = Lessor::recover(config, &kv.read().unwrap()).unwrap();

@@ -20,6 +20,7 @@ use crate::auth::{AuthInfo, AuthStore};
 use crate::error::Error;
 use crate::lease::{self, Lessor};
 use crate::storage::{KvMeta, KvRead, KvStore, KvWrite, LogStore, Membership, StorageError};
+use crate::version::capability::Capability;
 use crate::version::Version;
 use crate::watch::WatchRegistry;
 use crate::{mvcc, Instant, Response, Write};
@@ -38,6 +39,9 @@ pub(super) struct ApplyContext<'a> {
     pub(super) auth: &'a mut AuthStore,
     /// The node's metrics counts (live keys move with every change).
     pub(super) counters: &'a mut Counters,
+    /// Lease checkpoints reach the backend (the gate, or the cluster
+    /// version's capability).
+    pub(super) persist_checkpoints: bool,
 }
 
 /// Applies one proposal at `index`. The outer error is a storage failure
@@ -76,7 +80,8 @@ pub(super) fn apply_proposal(
         proposal::Request::LeaseRevoke(revoke) => apply_revoke(txn, meta, revoke.id, cx),
         proposal::Request::LeaseCheckpoint(request) => {
             for checkpoint in &request.checkpoints {
-                cx.lessor.checkpoint(txn, checkpoint, cx.now)?;
+                cx.lessor
+                    .checkpoint(txn, checkpoint, cx.now, cx.persist_checkpoints)?;
             }
             Ok(Err(Error::Stopped))
         }
@@ -382,6 +387,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     revoked,
                     auth: &mut self.auth,
                     counters: &mut self.counters,
+                    persist_checkpoints: self.config.lease.checkpoint_persist
+                        || self.versions.capable(Capability::LeaseCheckpointPersist),
                 };
                 apply_proposal(txn, meta, index, request, &mut cx)?
             }

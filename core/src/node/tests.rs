@@ -318,13 +318,17 @@ fn watch_delivers_live_and_historical_events_once_each() {
     );
 }
 
-#[test]
-fn leases_survive_a_restart_with_their_checkpointed_ttl() {
+/// The TTL left of a 60 s lease checkpointed twice (at 10 s and 20 s)
+/// on a single member running `server_version`, after a restart, with
+/// the `LeaseCheckpointPersist` gate `persist_gate`; and its granted TTL.
+fn ttl_after_a_restart(server_version: crate::version::Version, persist_gate: bool) -> (i64, i64) {
     use oxetcd_proto::etcdserverpb::{LeaseGrantRequest, LeaseTimeToLiveRequest};
     let log = MemoryLog::default();
     let kv = MemoryKv::default();
     let mut config = Config::single("test");
     config.lease.checkpoint_interval = Duration::from_secs(10);
+    config.lease.checkpoint_persist = persist_gate;
+    config.server_version = server_version;
     let mut h = Harness::started(config.clone(), log.clone(), kv.clone());
     h.settle();
     let grant = Request::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 42 });
@@ -332,6 +336,10 @@ fn leases_survive_a_restart_with_their_checkpointed_ttl() {
     assert_eq!(h.call(2, grant), Err(Error::LeaseExists));
     h.advance(Duration::from_secs(10));
     h.advance(Duration::from_secs(10));
+    assert_eq!(
+        h.node.versions().cluster(),
+        Some(server_version.major_minor())
+    );
     drop(h);
     let mut h = Harness::started(config, log, kv);
     h.settle();
@@ -344,9 +352,20 @@ fn leases_survive_a_restart_with_their_checkpointed_ttl() {
     ) else {
         panic!("time to live failed");
     };
+    (ttl.ttl, ttl.granted_ttl)
+}
+
+#[test]
+fn leases_survive_a_restart_with_their_checkpointed_ttl() {
+    use crate::version::Version;
     // 40 s were left at the last checkpoint; the new leader adds its
     // election timeout (1 s) and truncates to whole seconds.
-    assert_eq!((ttl.ttl, ttl.granted_ttl), (41, 60));
+    assert_eq!(ttl_after_a_restart(Version::new(3, 6, 0), false), (41, 60));
+    // At cluster version 3.5 checkpoints stay in memory, as a 3.5
+    // member keeps them: the restarted lease has its whole TTL again.
+    assert_eq!(ttl_after_a_restart(Version::new(3, 5, 0), false), (61, 60));
+    // Unless the gate asks for them to be written.
+    assert_eq!(ttl_after_a_restart(Version::new(3, 5, 0), true), (41, 60));
 }
 
 #[test]

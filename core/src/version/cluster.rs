@@ -137,6 +137,11 @@ impl ClusterVersions {
         }
     }
 
+    /// Whether the cluster, at its cluster version, has `capability`.
+    pub fn capable(&self, capability: super::capability::Capability) -> bool {
+        super::capability::enabled(self.cluster, capability)
+    }
+
     /// The cluster version, once set.
     pub fn cluster(&self) -> Option<Version> {
         self.cluster

@@ -7,12 +7,14 @@
 //! cluster version (the minimum over members, set by the leader through
 //! the log once all have published, never above any member's), the
 //! downgrade job and its rules ([`downgrade`]), and the storage version
-//! that follows the cluster version ([`migration`]). It changes only when
+//! that follows the cluster version ([`migration`]); what a cluster version
+//! enables is [`capability`]. It changes only when
 //! log entries apply, so every member holds the same state at the same
 //! applied index, and it is stored with the membership.
 //!
 //! This module never reads the clock and never touches storage.
 
+pub mod capability;
 mod cluster;
 pub mod downgrade;
 pub mod migration;

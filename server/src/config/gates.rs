@@ -72,8 +72,9 @@ pub(super) const ALL_ALPHA: &str = "AllAlpha";
 pub(super) const ALL_BETA: &str = "AllBeta";
 
 /// etcd 3.6's gates, 3.7's two new ones, and oxetcd's own. oxetcd always
-/// checkpoints lease TTLs and persists them, so both lease gates count as
-/// acted on.
+/// checkpoints lease TTLs, so `LeaseCheckpoint` counts as acted on; it
+/// persists them from cluster version 3.6 on, or before with
+/// `LeaseCheckpointPersist` (see `oxetcd_core::version::capability`).
 pub const FEATURE_GATES: &[Gate] = &[
     gate("StopGRPCServiceOnDefrag", Stage::Alpha, false, false),
     gate("InitialCorruptCheck", Stage::Alpha, false, true),

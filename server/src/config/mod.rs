@@ -320,6 +320,7 @@ impl Config {
             // etcd's lease timing follows its raft timing flags.
             lease: oxetcd_core::lease::LeaseConfig {
                 checkpoint_interval: self.lease_checkpoint_interval,
+                checkpoint_persist: self.feature_gates().enabled("LeaseCheckpointPersist"),
                 ..oxetcd_core::lease::LeaseConfig::from_raft_timing(
                     self.heartbeat_interval_ms,
                     self.election_timeout_ms,
