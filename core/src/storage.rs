@@ -332,6 +332,19 @@ pub trait KvWrite: KvRead {
         alarms: &[oxetcd_proto::etcdserverpb::AlarmMember],
     ) -> Result<(), StorageError>;
 
+    /// Applies a storage migration's steps (see
+    /// [`crate::version::migration`]) in this transaction, so the new
+    /// format and the storage version recorded with the membership commit
+    /// together. A store that does not model tables refuses any step.
+    fn migrate(&mut self, steps: &[crate::version::migration::Step]) -> Result<(), StorageError> {
+        match steps.first() {
+            None => Ok(()),
+            Some(step) => Err(StorageError::invariant(format_args!(
+                "this store cannot apply the migration step {step:?}"
+            ))),
+        }
+    }
+
     /// Makes the transaction visible to new readers. It need not be durable:
     /// the raft log is the durable record.
     fn commit(self) -> Result<(), StorageError>;

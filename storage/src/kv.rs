@@ -57,6 +57,7 @@ use oxetcd_core::storage::{
     version_bytes, Alarms, AuthState, CompactionHash, KeyVersion, KvMeta, KvRead, KvStore, KvWrite,
     LeaseRecord, Membership, RangeEnd, Revision, StorageError, LEASE_BYTES,
 };
+use oxetcd_core::version::migration::Step;
 use oxetcd_proto::etcdserverpb::AlarmMember;
 use redb::{
     Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition,
@@ -528,6 +529,29 @@ impl KvRead for RedbKvWrite {
 }
 
 impl KvWrite for RedbKvWrite {
+    fn migrate(&mut self, steps: &[Step]) -> Result<(), StorageError> {
+        const WHAT: &str = "kv migrate";
+        for step in steps {
+            match *step {
+                Step::AddTable(name) => {
+                    self.txn
+                        .open_table(TableDefinition::<&[u8], &[u8]>::new(name))
+                        .map_err(err(WHAT))?;
+                }
+                Step::DropTable(name) => {
+                    self.txn
+                        .delete_table(TableDefinition::<&[u8], &[u8]>::new(name))
+                        .map_err(err(WHAT))?;
+                }
+                Step::DropMetaKey(key) => {
+                    let mut table = self.txn.open_table(META).map_err(err(WHAT))?;
+                    table.remove(key).map_err(err(WHAT))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
         let rev = stored_revision(version.mod_revision).ok_or_else(|| {
             StorageError::invariant(format_args!(

@@ -137,7 +137,11 @@ fn a_3_6_directory_opens_and_refuses_a_3_5_member() {
     let log = server.log();
     assert!(exit.is_some_and(|s| !s.success()), "{exit:?}: {log}");
     assert!(
-        log.contains("invalid downgrade; server version is lower than determined cluster version"),
+        log.contains("invalid downgrade; server version is lower than determined cluster version")
+            && log.contains(
+                "the data directory holds storage version 3.6, newer than this member's \
+                 version 3.5.0"
+            ),
         "{log}"
     );
     let _server = start(&launch);

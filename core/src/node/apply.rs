@@ -367,7 +367,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 Err(Error::Stopped)
             }
             proposal::Request::ClusterVersionSet(set) => {
-                self.apply_cluster_version(&set);
+                self.apply_cluster_version(&set, txn)?;
                 Err(Error::Stopped)
             }
             proposal::Request::DowngradeInfoSet(set) => {

@@ -29,7 +29,7 @@ use super::{Node, Ticket};
 use crate::auth::AuthInfo;
 use crate::error::Error;
 use crate::raft::Role;
-use crate::storage::{KvStore, LogStore};
+use crate::storage::{KvStore, KvWrite as _, LogStore, StorageError};
 use crate::version::{downgrade, ClusterVersions, Version};
 use crate::{Instant, Response};
 
@@ -218,16 +218,28 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
     }
 
-    /// Applies the leader's cluster version.
-    pub(super) fn apply_cluster_version(&mut self, set: &ClusterVersionSet) {
-        match set.version.parse::<Version>() {
-            Ok(version) => {
-                self.versions.apply_cluster_version(version);
-            }
-            Err(_) => {
-                tracing::warn!(version = %set.version, "ignoring a malformed cluster version")
-            }
+    /// Applies the leader's cluster version, and the storage migration it
+    /// brings in the same transaction `txn` (the membership, which records
+    /// the storage version, is saved with it).
+    pub(super) fn apply_cluster_version(
+        &mut self,
+        set: &ClusterVersionSet,
+        txn: &mut K::Write,
+    ) -> Result<(), StorageError> {
+        let Ok(version) = set.version.parse::<Version>() else {
+            tracing::warn!(version = %set.version, "ignoring a malformed cluster version");
+            return Ok(());
+        };
+        if let Some(plan) = self.versions.apply_cluster_version(version) {
+            txn.migrate(&plan.steps)?;
+            info!(
+                from = ?plan.from.map(|v| v.to_string()),
+                to = %plan.to,
+                steps = ?plan.steps,
+                "migrated the storage version"
+            );
         }
+        Ok(())
     }
 
     /// Applies a downgrade job change, checked again in log order.

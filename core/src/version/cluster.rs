@@ -251,7 +251,6 @@ impl ClusterVersions {
             Some(_) => return None,
         }
         let plan = migration::plan(self.storage, version)?;
-        info!(from = ?plan.from.map(|v| v.to_string()), to = %plan.to, steps = plan.steps.len(), "migrated the storage version");
         self.storage = Some(plan.to);
         Some(plan)
     }

@@ -7,7 +7,10 @@
 //! Between oxetcd 3.5 and 3.6 the backend's schema is the same, so every
 //! plan today has no steps and only the recorded version changes. A
 //! format change adds a schema here; the plan then names the tables and
-//! `meta` keys to add or drop, in both directions. The storage crate
+//! `meta` keys to add or drop, in both directions. The node applies a
+//! plan with [`crate::storage::KvWrite::migrate`] in the transaction that
+//! applies the cluster version and records the new storage version, so a
+//! crash leaves either format, never half of one. The storage crate
 //! checks in its tests that what it writes is exactly the current
 //! schema.
 

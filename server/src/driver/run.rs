@@ -440,7 +440,19 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
         if let Some(refusal) = node.version_refusal() {
             // etcd refuses to run such a member and exits non-zero; what
             // this member has not acknowledged is not promised to anyone.
-            error!(server_version = %node.server_version(), "{refusal}; stopping");
+            let server = node.server_version();
+            if let Some(storage) = node
+                .versions()
+                .storage()
+                .filter(|s| *s > server.major_minor())
+            {
+                error!(
+                    "the data directory holds storage version {}, newer than this member's \
+                     version {server}",
+                    storage.major_minor_string()
+                );
+            }
+            error!(server_version = %server, "{refusal}; stopping");
             std::process::exit(1);
         }
         if node.is_removed() || self.executor.links.refused_as_removed {

@@ -875,3 +875,60 @@ fn the_backend_is_the_newest_schema() {
     assert_eq!(tables, want_tables);
     assert_eq!(keys, want_keys);
 }
+
+/// A migration's steps apply inside the write transaction they are
+/// given: nothing of them shows before its commit, nor ever when it is
+/// dropped uncommitted, and all of them after.
+#[test]
+fn migration_steps_apply_with_their_transaction() {
+    use oxetcd_core::version::migration::Step;
+    use redb::ReadableDatabase as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let tables_and_keys = |kv: &RedbKv| {
+        let db = kv.shared.db.read().unwrap();
+        let read = db.begin_read().unwrap();
+        let tables: Vec<String> = read
+            .list_tables()
+            .unwrap()
+            .map(|t| redb::TableHandle::name(&t).to_owned())
+            .collect();
+        let meta = read.open_table(crate::format::META).unwrap();
+        let keys: Vec<String> = redb::ReadableTable::iter(&meta)
+            .unwrap()
+            .map(|entry| entry.unwrap().0.value().to_owned())
+            .collect();
+        (tables, keys)
+    };
+    let kv = open_kv(dir.path());
+    let mut txn = kv.write().unwrap();
+    txn.set_alarms(&[AlarmMember {
+        member_id: 1,
+        alarm: 1,
+    }])
+    .unwrap();
+    txn.commit().unwrap();
+    let (tables, keys) = tables_and_keys(&kv);
+    assert!(!tables.contains(&"extra".to_owned()));
+    assert!(keys.contains(&"alarms".to_owned()));
+
+    let up = [Step::AddTable("extra"), Step::DropMetaKey("alarms")];
+    let mut txn = kv.write().unwrap();
+    txn.migrate(&up).unwrap();
+    drop(txn);
+    assert_eq!(tables_and_keys(&kv).0, tables, "dropped uncommitted");
+    assert!(tables_and_keys(&kv).1.contains(&"alarms".to_owned()));
+
+    let mut txn = kv.write().unwrap();
+    txn.migrate(&up).unwrap();
+    txn.commit().unwrap();
+    let (after, keys) = tables_and_keys(&kv);
+    assert!(after.contains(&"extra".to_owned()), "{after:?}");
+    assert!(!keys.contains(&"alarms".to_owned()), "{keys:?}");
+    assert_eq!(kv.read().unwrap().alarms().unwrap(), vec![]);
+
+    let mut txn = kv.write().unwrap();
+    txn.migrate(&[Step::DropTable("extra")]).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(tables_and_keys(&kv).0, tables);
+}
