@@ -5,16 +5,21 @@
 //! member, cancel restores it.
 //!
 //! `--unsafe-run-as-version` runs members as 3.5 for a rolling downgrade
-//! and upgrade with real processes.
+//! and upgrade with real processes, under a put load whose every
+//! acknowledged write must be on every member at the end.
 //!
 //! Every wait is bounded; each test prints how long it took.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
+use oxetcd_proto::etcdserverpb::{PutRequest, RangeRequest};
 use oxetcd_tests::cluster::MIXED;
 use oxetcd_tests::etcdctl::{run_program, Output};
 use oxetcd_tests::probe::http_get;
-use oxetcd_tests::{binary_path, Cluster, ClusterOptions};
+use oxetcd_tests::{binary_path, Cluster, ClusterOptions, Grpc};
 use serde_json::Value;
 
 /// Longest to wait for a leader, or a member to catch up.
@@ -174,6 +179,66 @@ fn restart_member(cluster: &mut Cluster, i: usize, flags: &[&str]) {
     cluster.wait_leader();
 }
 
+/// Most puts the load sends, and longest it runs.
+const LOAD_PUTS_MAX: u64 = 100_000;
+const LOAD_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Puts `load/N` = N for N = 0, 1, … one at a time, each to the next
+/// member in turn, until `stop`; returns the numbers acknowledged and
+/// how many puts failed (a member down, a leader changing).
+fn put_load(addresses: Vec<String>, stop: Arc<AtomicBool>) -> thread::JoinHandle<(Vec<u64>, u64)> {
+    thread::spawn(move || {
+        let started = Instant::now();
+        let mut clients: Vec<Option<Grpc>> = addresses.iter().map(|_| None).collect();
+        let (mut acknowledged, mut failed) = (Vec::new(), 0);
+        for n in 0..LOAD_PUTS_MAX {
+            if stop.load(Ordering::Acquire) || started.elapsed() > LOAD_DEADLINE {
+                break;
+            }
+            let i = n as usize % addresses.len();
+            if clients[i].is_none() {
+                clients[i] = Grpc::connect(&format!("http://{}", addresses[i])).ok();
+            }
+            let put = PutRequest {
+                key: format!("load/{n}").into_bytes(),
+                value: n.to_string().into_bytes(),
+                ..Default::default()
+            };
+            match clients[i].as_mut().map(|c| c.put(put)) {
+                Some(Ok(_)) => acknowledged.push(n),
+                _ => {
+                    failed += 1;
+                    clients[i] = None;
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        (acknowledged, failed)
+    })
+}
+
+/// Every acknowledged `load/N` is on the member at `address`, with its
+/// value (a linearizable read: the member caught up first).
+fn holds_every_acknowledged_put(address: &str, acknowledged: &[u64]) {
+    let mut grpc = Grpc::connect(&format!("http://{address}")).expect("connect");
+    let all = grpc
+        .range(RangeRequest {
+            key: b"load/".to_vec(),
+            range_end: b"load0".to_vec(),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("range on {address}: {e:?}"));
+    let held: std::collections::HashMap<Vec<u8>, Vec<u8>> =
+        all.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
+    for n in acknowledged {
+        assert_eq!(
+            held.get(format!("load/{n}").as_bytes()),
+            Some(&n.to_string().into_bytes()),
+            "acknowledged put load/{n} missing on {address}"
+        );
+    }
+}
+
 /// A rolling downgrade with real processes, then a rolling upgrade:
 /// a member run as 3.5 is refused while the cluster version is 3.6;
 /// once a downgrade to 3.5 is enabled, each member is restarted as 3.5,
@@ -189,6 +254,8 @@ fn rolling_downgrade_then_upgrade_with_real_processes() {
     cluster.wait_leader();
     let addresses: Vec<String> = cluster.members.iter().map(|m| m.address()).collect();
     wait_cluster_version(&addresses, "3.6.0");
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = put_load(addresses.clone(), stop.clone());
 
     // Without a downgrade, an older member is refused with etcd's words.
     cluster.members[1].kill();
@@ -252,5 +319,19 @@ fn rolling_downgrade_then_upgrade_with_real_processes() {
         restart_member(&mut cluster, i, &[]);
     }
     wait_cluster_version(&addresses, "3.6.0");
-    eprintln!("rolling downgrade and upgrade: {:?}", started.elapsed());
+    stop.store(true, Ordering::Release);
+    let (acknowledged, failed) = load.join().expect("load");
+    assert!(
+        acknowledged.len() > 100,
+        "{} puts acknowledged",
+        acknowledged.len()
+    );
+    for address in &addresses {
+        holds_every_acknowledged_put(address, &acknowledged);
+    }
+    eprintln!(
+        "rolling downgrade and upgrade: {:?}; {} puts acknowledged and kept, {failed} failed",
+        started.elapsed(),
+        acknowledged.len()
+    );
 }
