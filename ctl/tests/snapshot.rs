@@ -323,16 +323,9 @@ fn save_status_restore_and_serve_as_a_new_cluster() {
     assert!(members.stdout.contains(", solo, "), "{members:?}");
 }
 
-#[test]
-fn three_members_restored_from_one_snapshot_form_a_cluster() {
-    let source = Server::start(ServerKind::Oxetcd).expect("oxetcd starts");
-    let address = source.address();
-    let (lease, revision) = write_history(&address);
-    let scratch = tempfile::tempdir().expect("tempdir");
-    let file = scratch.path().join("snap.db").display().to_string();
-    ok(ours(&address, &["snapshot", "save", &file]), "save");
-    drop(source);
-
+/// Restores `file` with oxetcdctl into three members `m1`..`m3` of a new
+/// cluster (token `token`) under `scratch`, and starts them.
+fn restore_three(address: &str, file: &str, scratch: &Path, token: &str) -> Vec<Server> {
     let names = ["m1", "m2", "m3"];
     let peers: Vec<String> = names.iter().map(|_| Ports::Kernel.http_url()).collect();
     let cluster = names
@@ -343,21 +336,35 @@ fn three_members_restored_from_one_snapshot_form_a_cluster() {
         .join(",");
     let mut members = Vec::new();
     for (name, peer) in names.iter().zip(&peers) {
-        let dir = scratch.path().join(name);
+        let dir = scratch.join(name);
         let restored = ours(
-            &address,
+            address,
             &restore_args(
-                &file,
+                file,
                 &dir.display().to_string(),
                 name,
                 &cluster,
-                "three",
+                token,
                 peer,
             ),
         );
         assert_eq!(restored.code, 0, "{restored:?}");
-        members.push(start_member(name, &dir, peer, &cluster, "three"));
+        members.push(start_member(name, &dir, peer, &cluster, token));
     }
+    members
+}
+
+#[test]
+fn three_members_restored_from_one_snapshot_form_a_cluster() {
+    let source = Server::start(ServerKind::Oxetcd).expect("oxetcd starts");
+    let address = source.address();
+    let (lease, revision) = write_history(&address);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let file = scratch.path().join("snap.db").display().to_string();
+    ok(ours(&address, &["snapshot", "save", &file]), "save");
+    drop(source);
+
+    let members = restore_three(&address, &file, scratch.path(), "three");
     let addresses: Vec<String> = members.iter().map(Server::address).collect();
     eventually(Duration::from_secs(20), || {
         let out = theirs(&addresses[2], &["put", "d", "replicated", "-w", "json"]);
@@ -382,6 +389,104 @@ fn three_members_restored_from_one_snapshot_form_a_cluster() {
     assert_eq!(b["kvs"][0]["lease"].as_i64(), Some(lease_id(&lease)));
     let old = ok(theirs(&addresses[0], &["get", "a", "--rev", "3"]), "old");
     assert_eq!(old.stdout, "a\nsnapshot-value-two\n");
+}
+
+/// The whole key space at revision `rev` as etcdctl shows it, the header
+/// reduced to the revision (member and cluster IDs and terms differ).
+fn key_space_at(address: &str, rev: i64) -> Value {
+    let mut value = json(&ok(
+        theirs(
+            address,
+            &["get", "--prefix", "", &format!("--rev={rev}"), "-w", "json"],
+        ),
+        "get --rev",
+    ));
+    let revision = value["header"]["revision"].clone();
+    value["header"] = serde_json::json!({ "revision": revision });
+    value
+}
+
+/// The way in from etcd, proven as a user would: Debian's etcd holds a
+/// history (overwrites, deletes, a range delete, a lease, users and roles,
+/// a compaction), Debian's etcdctl saves a snapshot, oxetcdctl restores it
+/// into a three-member oxetcd cluster, and every member answers `get
+/// --prefix --rev=R -w json` for every revision R as etcd does, refuses
+/// the compacted ones as etcd does, and keeps the lease with its TTL.
+#[test]
+fn an_etcd_snapshot_restored_into_three_members_answers_every_revision_as_etcd() {
+    let etcd = Server::start(ServerKind::Etcd).expect("etcd starts");
+    let address = etcd.address();
+    let (lease, _) = write_history(&address);
+    write_users(&address);
+    for args in [
+        &["put", "p/1", "x"][..],
+        &["put", "p/2", "y"],
+        &["put", "p/1", "z"],
+        &["del", "--prefix", "p/"],
+        &["put", "a", "4"],
+    ] {
+        ok(theirs(&address, args), "write");
+    }
+    let compact = 4;
+    ok(
+        theirs(&address, &["compact", &compact.to_string()]),
+        "compact",
+    );
+    ok(theirs(&address, &["put", "e", "after-compaction"]), "write");
+    let last = header(
+        &json(&ok(theirs(&address, &["get", "e", "-w", "json"]), "get")),
+        "revision",
+    ) as i64;
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let file = scratch.path().join("etcd.db").display().to_string();
+    ok(
+        theirs(&address, &["snapshot", "save", &file]),
+        "etcdctl save",
+    );
+
+    let members = restore_three(&address, &file, scratch.path(), "from-etcd");
+    let addresses: Vec<String> = members.iter().map(Server::address).collect();
+    eventually(Duration::from_secs(20), || {
+        let out = theirs(&addresses[0], &["endpoint", "health"]);
+        (out.code == 0).then_some(()).ok_or(format!("{out:?}"))
+    });
+    let theirs_seen: Vec<Value> = (compact..=last)
+        .map(|rev| key_space_at(&address, rev))
+        .collect();
+    let etcd_ttl = json(&ok(
+        theirs(&address, &["lease", "timetolive", &lease, "-w", "json"]),
+        "ttl",
+    ));
+    for member in &addresses {
+        for (rev, expected) in (compact..=last).zip(&theirs_seen) {
+            assert_eq!(
+                &key_space_at(member, rev),
+                expected,
+                "{member} at revision {rev}"
+            );
+        }
+        let below = theirs(member, &["get", "a", &format!("--rev={}", compact - 1)]);
+        assert!(
+            below
+                .stderr
+                .contains("required revision has been compacted"),
+            "{member}: {below:?}"
+        );
+        let ttl = json(&ok(
+            theirs(member, &["lease", "timetolive", &lease, "-w", "json"]),
+            "ttl",
+        ));
+        assert_eq!(
+            ttl["granted-ttl"], etcd_ttl["granted-ttl"],
+            "{member}: {ttl}"
+        );
+        let remaining = ttl["ttl"].as_i64().unwrap_or(-1);
+        assert!((1..=600).contains(&remaining), "{member}: {ttl}");
+        check_users(member);
+    }
+    eprintln!(
+        "restored etcd's revisions {compact}..={last} into 3 members; each answers every one as etcd"
+    );
 }
 
 #[test]
