@@ -29,6 +29,14 @@ pub(crate) enum Canary {
     /// A txn's compares read the revision before the current one, not
     /// the one its operations write on.
     TxnCompareStale,
+    /// After a restart the member believes it applied one entry more than
+    /// it did (the applied index persisted before the data, out of one
+    /// transaction), so that entry is never applied.
+    AppliedIndexBeforeData,
+    /// A learner's acknowledgement counts toward the voters' quorum: an
+    /// entry on the leader and a learner is committed without a majority
+    /// of voters.
+    LearnerInQuorum,
 }
 
 #[cfg(test)]

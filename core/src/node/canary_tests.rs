@@ -73,3 +73,8 @@ fn prev_kv_from_the_wrong_revision_is_caught() {
 fn a_txn_comparing_a_stale_revision_is_caught() {
     must_be_caught(Canary::TxnCompareStale);
 }
+
+#[test]
+fn an_applied_index_persisted_before_its_data_is_caught() {
+    must_be_caught(Canary::AppliedIndexBeforeData);
+}

@@ -400,8 +400,18 @@ impl ProgressTracker {
 
     /// The highest index a majority of voters has acknowledged.
     pub(crate) fn committed_index(&self) -> u64 {
-        self.voters
-            .committed_index(|id| self.progress.get(&id).map_or(0, |p| p.matched))
+        let matched = |id: u64| self.progress.get(&id).map_or(0, |p| p.matched);
+        if crate::canary::on(crate::canary::Canary::LearnerInQuorum) && !self.voters.is_empty() {
+            let mut acked: Vec<u64> = self
+                .voters
+                .iter()
+                .chain(self.learners.iter().copied())
+                .map(matched)
+                .collect();
+            acked.sort_unstable_by(|a, b| b.cmp(a));
+            return acked[self.voters.quorum() - 1];
+        }
+        self.voters.committed_index(matched)
     }
 
     /// Restarts every progress for a new leader term; `self_id` matches up

@@ -1448,6 +1448,29 @@ mod tests {
         run_range(3 * SEEDS_PER_TEST);
     }
 
+    /// The learner canary ([`crate::canary::Canary::LearnerInQuorum`]):
+    /// the raft simulator's safety checks must catch a learner counted in
+    /// the quorum within 2,000 seeds and 60 s. (The node-level canaries
+    /// are in `node/canary_tests.rs`; the node simulator runs no learners.)
+    #[test]
+    fn a_learner_counted_in_the_quorum_is_caught() {
+        let _on = crate::canary::turn_on(crate::canary::Canary::LearnerInQuorum);
+        // The test's own wall-clock bound; the simulation sees only
+        // virtual time.
+        #[allow(clippy::disallowed_methods)]
+        let started = std::time::Instant::now();
+        let caught = (0..2_000u64)
+            .take_while(|_| started.elapsed() < Duration::from_secs(60))
+            .find_map(|seed| run_seed(seed, false).err().map(|report| (seed, report)));
+        match caught {
+            Some((seed, report)) => eprintln!(
+                "canary LearnerInQuorum caught at seed {seed}: {}",
+                report.lines().next().unwrap_or_default()
+            ),
+            None => panic!("canary LearnerInQuorum not caught"),
+        }
+    }
+
     /// Replays the seed in `SEED` with a trace of the last events; does
     /// nothing without it.
     #[test]
