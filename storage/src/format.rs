@@ -48,6 +48,33 @@ pub(crate) fn open_database(
         .set_cache_size(CACHE_BYTES)
         .create(path)
         .map_err(|e| OpenError::from_redb(path, e))?;
+    prepare_database(db, path, contents, init)
+}
+
+/// [`open_database`] on a storage backend of the tests' own (a simulated
+/// disk); `path` only names it in errors.
+#[cfg(test)]
+pub(crate) fn open_database_on(
+    backend: impl redb::StorageBackend,
+    path: &Path,
+    contents: &'static str,
+    init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+) -> Result<Database, OpenError> {
+    let db = Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create_with_backend(backend)
+        .map_err(|e| OpenError::from_redb(path, e))?;
+    prepare_database(db, path, contents, init)
+}
+
+/// Checks or writes the format records of a database just opened, and
+/// runs `init`, in one durable transaction.
+fn prepare_database(
+    db: Database,
+    path: &Path,
+    contents: &'static str,
+    init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+) -> Result<Database, OpenError> {
     let txn = db.begin_write().map_err(|e| OpenError::other(path, e))?;
     let fresh = txn
         .list_tables()

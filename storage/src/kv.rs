@@ -42,6 +42,8 @@
 //! commit redb comes back at.
 
 mod cadence;
+#[cfg(test)]
+mod crash_tests;
 mod index;
 mod online_defrag;
 mod used;
@@ -139,6 +141,18 @@ pub const COMPACTION_HASHES_MAX: usize = 10;
 /// Called with the duration of every commit, on the committing thread.
 pub type CommitObserver = Box<dyn Fn(Duration) + Send + Sync>;
 
+/// The backend's tables and default records, made on every open (so a
+/// table added within a format version appears in older files too).
+fn init_tables(txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
+    txn.open_table(REVISIONS)?;
+    txn.open_table(LEASES)?;
+    let mut meta = txn.open_table(META)?;
+    if meta.get(KV_META_KEY)?.is_none() {
+        meta.insert(KV_META_KEY, encode_kv_meta(&FRESH_META).as_slice())?;
+    }
+    Ok(())
+}
+
 impl RedbKv {
     /// Opens or creates the backend database at `path` (see [`crate::open`])
     /// and builds its key index.
@@ -146,15 +160,23 @@ impl RedbKv {
         // A copy an interrupted online defragmentation left is not needed.
         online_defrag::remove_stale(&online_defrag::copy_path(path))
             .map_err(|e| OpenError::from_io(path, e))?;
-        let db = open_database(path, CONTENTS, |txn| {
-            txn.open_table(REVISIONS)?;
-            txn.open_table(LEASES)?;
-            let mut meta = txn.open_table(META)?;
-            if meta.get(KV_META_KEY)?.is_none() {
-                meta.insert(KV_META_KEY, encode_kv_meta(&FRESH_META).as_slice())?;
-            }
-            Ok(())
-        })?;
+        let db = open_database(path, CONTENTS, init_tables)?;
+        Self::serve(db, path)
+    }
+
+    /// [`RedbKv::open`] on a storage backend of the tests' own (a
+    /// simulated disk); `path` only names it.
+    #[cfg(test)]
+    pub(crate) fn open_on(
+        backend: impl redb::StorageBackend,
+        path: &Path,
+    ) -> Result<Self, OpenError> {
+        let db = crate::format::open_database_on(backend, path, CONTENTS, init_tables)?;
+        Self::serve(db, path)
+    }
+
+    /// The store over an opened database: its key index built.
+    fn serve(db: Database, path: &Path) -> Result<Self, OpenError> {
         let started = Instant::now();
         let (index, versions, version_bytes) =
             build_index(&db).map_err(|error| OpenError::Corrupt {
