@@ -37,6 +37,17 @@ pub(crate) enum Canary {
     /// entry on the leader and a learner is committed without a majority
     /// of voters.
     LearnerInQuorum,
+    /// A watch created with a start revision skips the events of that
+    /// revision itself.
+    WatchSkipsStartRevision,
+    /// A watch whose start revision is compacted is cancelled without
+    /// saying at which revision (no `compact_revision`): the client cannot
+    /// tell a compaction from any other end, and resumes as if nothing
+    /// was lost.
+    CompactedWatchWithoutRevision,
+    /// A watch catching up from history is sent the events of the last
+    /// revision it caught up to again as it joins the live stream.
+    DuplicateEventsAtCatchUp,
 }
 
 #[cfg(test)]

@@ -14,8 +14,21 @@
 //!    lost connection) must have made it: each candidate is tried, with
 //!    backtracking, under a bound on the steps.
 //! 3. Every answer that did not change anything (reads, deletes of
-//!    nothing, txns that wrote nothing) is checked against the model at
-//!    its header revision once the replay has passed it.
+//!    nothing, txns that wrote nothing, compactions) is checked against
+//!    the model at its header revision once the replay has passed it. A
+//!    compaction changes no key but moves the compacted revision, which
+//!    decides later answers (a read below it, a compaction at or below it
+//!    is refused): at one revision the other answers are checked first,
+//!    then the compactions in ascending order, the one order in which all
+//!    of them can have succeeded. A compaction without an answer changes
+//!    no revision, so it never fills a gap; the model leaves it out.
+//!    Real time orders what one revision cannot: a linearizable read sent
+//!    after a compaction was answered must be refused below it.
+//!    What the answers showed of a revision (a key's value written there,
+//!    a key created there) narrows the candidates, and so do the events
+//!    of watches, when they are given ([`check_with_watches`]): the gap
+//!    is filled with the write the server made, not merely one that fits
+//!    the answers, so the model can be held against those watches after.
 //! 4. Real time: an operation must not see an older revision than one an
 //!    operation completed before it started saw; a write that changed
 //!    something must come strictly after. Serializable reads may be stale
@@ -27,8 +40,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
 use oxetcd_proto::etcdserverpb::{response_op, RangeResponse, ResponseOp};
+use oxetcd_proto::mvccpb::event::EventType;
 
 use crate::model::{Model, Request, Response};
+use crate::watch::Watch;
 
 /// A time in any unit, the same for every operation of a history.
 pub type Time = u64;
@@ -100,8 +115,20 @@ pub const STEPS_MAX: u64 = 200_000;
 /// Checks `history`, run against a key space that was empty at
 /// `start_revision`. Answers the model the history leads to.
 pub fn check(history: &[Operation], start_revision: i64) -> Result<Model, Violation> {
+    check_with_watches(history, &[], start_revision)
+}
+
+/// [`check`], with what `watches` delivered as observations of the
+/// revisions too (see the module doc); the watches themselves are checked
+/// against the model with [`crate::check_watch`].
+pub fn check_with_watches(
+    history: &[Operation],
+    watches: &[Watch],
+    start_revision: i64,
+) -> Result<Model, Violation> {
     check_real_time(history)?;
-    let plan = Plan::new(history, start_revision)?;
+    check_compacted_reads(history)?;
+    let plan = Plan::new(history, watches, start_revision)?;
     let mut search = Search {
         history,
         plan: &plan,
@@ -111,7 +138,14 @@ pub fn check(history: &[Operation], start_revision: i64) -> Result<Model, Violat
     };
     let mut used = vec![false; history.len()];
     match search.replay(Model::new(start_revision), start_revision + 1, &mut used) {
-        Some(model) => Ok(model),
+        Some(mut model) => {
+            for op in history {
+                if let (Request::Compaction(r), Outcome::Unknown) = (&op.request, &op.outcome) {
+                    model.note_possible_compaction(r.revision);
+                }
+            }
+            Ok(model)
+        }
         None => Err(search.best.unwrap_or(Violation {
             operation: None,
             revision: start_revision,
@@ -158,7 +192,7 @@ impl Plan {
         self.answered.get(at).map(|(_, time)| *time)
     }
 
-    fn new(history: &[Operation], start: i64) -> Result<Self, Violation> {
+    fn new(history: &[Operation], watches: &[Watch], start: i64) -> Result<Self, Violation> {
         let mut writes = BTreeMap::new();
         let mut checks: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
         let mut unknown = Vec::new();
@@ -183,9 +217,21 @@ impl Plan {
                         checks.entry(revision).or_default().push(i);
                     }
                 }
-                Outcome::Unknown if !matches!(op.request, Request::Range(_)) => unknown.push(i),
+                Outcome::Unknown
+                    if !matches!(op.request, Request::Range(_) | Request::Compaction(_)) =>
+                {
+                    unknown.push(i)
+                }
                 _ => {}
             }
+        }
+        // Compactions last at each revision, in ascending order (see the
+        // module doc); the sort is stable, the rest keep history order.
+        for list in checks.values_mut() {
+            list.sort_by_key(|&i| match &history[i].request {
+                Request::Compaction(r) => (true, r.revision),
+                _ => (false, 0),
+            });
         }
         let mut observed: HashMap<i64, Vec<Seen>> = HashMap::new();
         for op in history {
@@ -204,6 +250,41 @@ impl Plan {
                         .or_default()
                         .push(created);
                 }
+            }
+        }
+        let events = watches
+            .iter()
+            .flat_map(|w| &w.responses)
+            .flat_map(|r| &r.events);
+        for event in events {
+            let Some(kv) = &event.kv else {
+                continue;
+            };
+            let seen = if event.r#type == EventType::Delete as i32 {
+                Seen::Deleted {
+                    key: kv.key.clone(),
+                }
+            } else {
+                observed
+                    .entry(kv.create_revision)
+                    .or_default()
+                    .push(Seen::Created {
+                        key: kv.key.clone(),
+                    });
+                Seen::Written {
+                    key: kv.key.clone(),
+                    value: kv.value.clone(),
+                }
+            };
+            observed.entry(kv.mod_revision).or_default().push(seen);
+            if let Some(prev) = &event.prev_kv {
+                observed
+                    .entry(prev.mod_revision)
+                    .or_default()
+                    .push(Seen::Written {
+                        key: prev.key.clone(),
+                        value: prev.value.clone(),
+                    });
             }
         }
         let mut answered: Vec<(i64, Time)> = history
@@ -286,6 +367,47 @@ fn check_real_time(history: &[Operation]) -> Result<(), Violation> {
                 format!(
                     "answered at revision {revision} after revision {} was seen",
                     floor[i]
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Real time against compactions: a linearizable read at a revision
+/// below a compaction answered before the read was sent must have been
+/// refused (a serializable one may be served by a member that has not
+/// applied the compaction yet).
+fn check_compacted_reads(history: &[Operation]) -> Result<(), Violation> {
+    let compactions: Vec<(Time, i64)> = history
+        .iter()
+        .filter_map(|op| match (&op.request, &op.outcome, op.complete) {
+            (Request::Compaction(r), Outcome::Ok(_), Some(at)) => Some((at, r.revision)),
+            _ => None,
+        })
+        .collect();
+    if compactions.is_empty() {
+        return Ok(());
+    }
+    for (i, op) in history.iter().enumerate() {
+        let (Request::Range(read), Outcome::Ok(response)) = (&op.request, &op.outcome) else {
+            continue;
+        };
+        if read.revision <= 0 || read.serializable {
+            continue;
+        }
+        let compacted = compactions
+            .iter()
+            .filter(|(at, _)| *at < op.invoke)
+            .map(|(_, revision)| *revision)
+            .max();
+        if let Some(compacted) = compacted.filter(|c| read.revision < *c) {
+            return Err(violation(
+                i,
+                response.revision(),
+                format!(
+                    "read revision {} after a compaction at {compacted} was answered",
+                    read.revision
                 ),
             ));
         }
@@ -413,6 +535,13 @@ impl Search<'_> {
             let Outcome::Ok(answered) = &op.outcome else {
                 continue;
             };
+            if let Some(refusal) = model.refusal(&op.request) {
+                return Err(violation(
+                    i,
+                    revision,
+                    format!("answered {answered:?}, etcd refuses it: {refusal:?}"),
+                ));
+            }
             let expected = model.apply(&op.request);
             if expected.changed {
                 return Err(violation(
@@ -442,6 +571,8 @@ enum Seen {
     Written { key: Vec<u8>, value: Vec<u8> },
     /// `key` was created at the revision.
     Created { key: Vec<u8> },
+    /// `key` was deleted at the revision.
+    Deleted { key: Vec<u8> },
 }
 
 impl Seen {
@@ -453,6 +584,9 @@ impl Seen {
             Self::Created { key } => model
                 .get_at(key, revision)
                 .is_some_and(|kv| kv.create_revision == revision),
+            Self::Deleted { key } => {
+                model.get_at(key, revision).is_none() && model.get_at(key, revision - 1).is_some()
+            }
         }
     }
 }
@@ -478,6 +612,7 @@ fn shown(response: &Response) -> Vec<&oxetcd_proto::mvccpb::KeyValue> {
         Response::Put(r) => out.extend(&r.prev_kv),
         Response::DeleteRange(r) => out.extend(&r.prev_kvs),
         Response::Txn(t) => ops(&t.responses, &mut out),
+        Response::Compaction(_) => {}
     }
     out
 }
@@ -506,6 +641,7 @@ fn same_answer(model: &Response, answered: &Response) -> bool {
         (Response::Txn(m), Response::Txn(a)) => {
             m.succeeded == a.succeeded && same_ops(&m.responses, &a.responses)
         }
+        (Response::Compaction(_), Response::Compaction(_)) => true,
         _ => false,
     }
 }

@@ -16,7 +16,7 @@ pub mod model;
 pub mod traffic;
 pub mod watch;
 
-pub use check::{check, Operation, Outcome, Time, Violation};
+pub use check::{check, check_with_watches, Operation, Outcome, Time, Violation};
 pub use model::{Model, Request, Response};
 pub use watch::{check_watch, Watch, WatchViolation};
 

@@ -9,14 +9,19 @@
 //! ones see earlier ones, and the compares are decided on the state before
 //! it. What a write answers is computed beside it ([`Applied`]) so the
 //! checker can compare it with what the server answered.
+//!
+//! A compaction changes no key and makes no revision; it only moves the
+//! compacted revision, below which etcd refuses reads (and at or below
+//! which it refuses further compactions) with "required revision has been
+//! compacted" ([`Model::refusal`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use oxetcd_proto::etcdserverpb::{
-    compare, request_op, response_op, Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest,
-    TxnResponse,
+    compare, request_op, response_op, CompactionRequest, CompactionResponse, Compare,
+    DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
+    RequestOp, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
 };
 use oxetcd_proto::mvccpb::{event::EventType, Event, KeyValue};
 
@@ -27,6 +32,7 @@ pub enum Request {
     Put(PutRequest),
     DeleteRange(DeleteRangeRequest),
     Txn(TxnRequest),
+    Compaction(CompactionRequest),
 }
 
 /// What a request answers.
@@ -36,6 +42,16 @@ pub enum Response {
     Put(PutResponse),
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
+    Compaction(CompactionResponse),
+}
+
+/// Why etcd refuses a request outright, whatever the key space holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// "etcdserver: mvcc: required revision has been compacted".
+    Compacted,
+    /// "etcdserver: mvcc: required revision is a future revision".
+    FutureRevision,
 }
 
 impl Response {
@@ -46,6 +62,7 @@ impl Response {
             Self::Put(r) => r.header.as_ref(),
             Self::DeleteRange(r) => r.header.as_ref(),
             Self::Txn(r) => r.header.as_ref(),
+            Self::Compaction(r) => r.header.as_ref(),
         };
         header.map_or(0, |h| h.revision)
     }
@@ -54,7 +71,7 @@ impl Response {
     /// space, so made a revision of its own.
     pub fn changed(&self) -> bool {
         match self {
-            Self::Range(_) => false,
+            Self::Range(_) | Self::Compaction(_) => false,
             Self::Put(_) => true,
             Self::DeleteRange(r) => r.deleted > 0,
             Self::Txn(r) => ops_changed(&r.responses),
@@ -86,6 +103,11 @@ pub struct Model {
     keys: BTreeMap<Vec<u8>, Vec<Version>>,
     /// The events of each revision, in the order the writes made them.
     events: BTreeMap<i64, Vec<Event>>,
+    /// The revision of the last compaction, if any.
+    compacted: Option<i64>,
+    /// Revisions a compaction was made at, or may have been (asked,
+    /// never answered): a watch event at one of them may lack `prev_kv`.
+    compactions: BTreeSet<i64>,
 }
 
 /// What applying a write did: the answer etcd would give, and whether it
@@ -110,12 +132,58 @@ impl Model {
         self.revision
     }
 
+    /// The revision of the last compaction, if any.
+    pub fn compacted(&self) -> Option<i64> {
+        self.compacted
+    }
+
+    /// Whether a compaction was made at `revision`, or may have been.
+    /// etcd reads a watch event's `prev_kv` at the revision before the
+    /// event, refused below the compaction: an event at the compaction
+    /// revision itself may come without it.
+    pub fn may_have_compacted_at(&self, revision: i64) -> bool {
+        self.compactions.contains(&revision)
+    }
+
+    /// Notes a compaction at `revision` that may have been made (asked,
+    /// never answered); it changes nothing else.
+    pub fn note_possible_compaction(&mut self, revision: i64) {
+        self.compactions.insert(revision);
+    }
+
+    /// Why etcd refuses `request` now, if it does: a read at a revision
+    /// below the last compaction or above the current revision, a
+    /// compaction at or below the last one or above the current revision.
+    /// (Reads inside a txn are not modelled here.)
+    pub fn refusal(&self, request: &Request) -> Option<Refusal> {
+        let compacted = self.compacted;
+        match request {
+            Request::Range(r) if r.revision > self.revision => Some(Refusal::FutureRevision),
+            Request::Range(r) if r.revision > 0 && compacted.is_some_and(|c| r.revision < c) => {
+                Some(Refusal::Compacted)
+            }
+            Request::Compaction(r) => self.compaction_refusal(r.revision),
+            _ => None,
+        }
+    }
+
+    fn compaction_refusal(&self, revision: i64) -> Option<Refusal> {
+        if self.compacted.is_some_and(|c| revision <= c) {
+            Some(Refusal::Compacted)
+        } else if revision > self.revision {
+            Some(Refusal::FutureRevision)
+        } else {
+            None
+        }
+    }
+
     /// A digest of every version of every key and the revision: equal
     /// key spaces through all revisions give equal digests.
     pub fn digest(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         self.revision.hash(&mut hasher);
+        self.compacted.hash(&mut hasher);
         for (key, versions) in &self.keys {
             key.hash(&mut hasher);
             for version in versions {
@@ -218,7 +286,9 @@ impl Model {
         }
     }
 
-    /// Applies a write (a range changes nothing and is answered as one).
+    /// Applies a write (a range changes nothing and is answered as one; a
+    /// compaction moves the compacted revision unless it is refused, see
+    /// [`Model::refusal`]).
     pub fn apply(&mut self, request: &Request) -> Applied {
         let next = self.revision + 1;
         let mut write = Write {
@@ -231,6 +301,7 @@ impl Model {
             Request::Put(r) => Response::Put(write.put(r)),
             Request::DeleteRange(r) => Response::DeleteRange(write.delete(r)),
             Request::Txn(r) => Response::Txn(write.txn(r)),
+            Request::Compaction(r) => Response::Compaction(write.compact(r)),
         };
         let changed = write.changed;
         if changed {
@@ -304,25 +375,26 @@ fn stamp(response: &mut Response, revision: i64) {
             r.header = header;
             stamp_ops(&mut r.responses, revision);
         }
+        Response::Compaction(r) => r.header = header,
     }
 }
 
 fn stamp_ops(ops: &mut [ResponseOp], revision: i64) {
+    let header = Some(ResponseHeader {
+        revision,
+        ..Default::default()
+    });
     for op in ops {
-        let mut inner = match op.response.take() {
-            Some(response_op::Response::ResponseRange(r)) => Response::Range(r),
-            Some(response_op::Response::ResponsePut(r)) => Response::Put(r),
-            Some(response_op::Response::ResponseDeleteRange(r)) => Response::DeleteRange(r),
-            Some(response_op::Response::ResponseTxn(r)) => Response::Txn(r),
-            None => continue,
-        };
-        stamp(&mut inner, revision);
-        op.response = Some(match inner {
-            Response::Range(r) => response_op::Response::ResponseRange(r),
-            Response::Put(r) => response_op::Response::ResponsePut(r),
-            Response::DeleteRange(r) => response_op::Response::ResponseDeleteRange(r),
-            Response::Txn(r) => response_op::Response::ResponseTxn(r),
-        });
+        match &mut op.response {
+            Some(response_op::Response::ResponseRange(r)) => r.header = header,
+            Some(response_op::Response::ResponsePut(r)) => r.header = header,
+            Some(response_op::Response::ResponseDeleteRange(r)) => r.header = header,
+            Some(response_op::Response::ResponseTxn(r)) => {
+                r.header = header;
+                stamp_ops(&mut r.responses, revision);
+            }
+            None => {}
+        }
     }
 }
 
@@ -416,6 +488,15 @@ impl Write<'_> {
             at.revision = self.revision;
         }
         self.model.range(&at)
+    }
+
+    /// A compaction moves the compacted revision, unless etcd refuses it.
+    fn compact(&mut self, r: &CompactionRequest) -> CompactionResponse {
+        if self.model.compaction_refusal(r.revision).is_none() {
+            self.model.compacted = Some(r.revision);
+            self.model.compactions.insert(r.revision);
+        }
+        CompactionResponse { header: None }
     }
 
     fn txn(&mut self, r: &TxnRequest) -> TxnResponse {

@@ -3,9 +3,9 @@
 //! catch what is wrong.
 
 use oxetcd_proto::etcdserverpb::{
-    compare, request_op, response_op, Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest,
-    TxnResponse, WatchResponse,
+    compare, request_op, response_op, CompactionRequest, CompactionResponse, Compare,
+    DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
+    RequestOp, ResponseHeader, ResponseOp, TxnRequest, TxnResponse, WatchResponse,
 };
 use oxetcd_proto::mvccpb::{event::EventType, Event, KeyValue};
 
@@ -368,7 +368,8 @@ fn a_wrong_prev_kv_in_a_watch_is_caught() {
 
 #[test]
 fn a_cancellation_for_compaction_must_be_owed() {
-    let model = two_revisions();
+    let mut model = two_revisions();
+    assert!(model.apply(&put_req("c", "1")).changed);
     let cancelled = |compact_revision| WatchResponse {
         header: header(3),
         canceled: true,
@@ -383,4 +384,117 @@ fn a_cancellation_for_compaction_must_be_owed() {
     check_watch(&watch_all(vec![first.clone(), cancelled(4)]), &model).unwrap();
     let v = check_watch(&watch_all(vec![first, cancelled(3)]), &model).unwrap_err();
     assert!(v.what.contains("is kept"), "{v}");
+}
+
+fn compact_req(revision: i64) -> Request {
+    Request::Compaction(CompactionRequest {
+        revision,
+        physical: false,
+    })
+}
+
+fn compact_ok(revision: i64) -> Outcome {
+    Outcome::Ok(Response::Compaction(CompactionResponse {
+        header: header(revision),
+    }))
+}
+
+fn get_at_req(key: &str, revision: i64) -> Request {
+    Request::Range(RangeRequest {
+        key: key.into(),
+        revision,
+        ..Default::default()
+    })
+}
+
+/// Puts a=1 (2) and a=2 (3), a compaction at 3, then reads at 3 and 2.
+fn compacted_history(read_below: Outcome) -> Vec<Operation> {
+    vec![
+        op(0, 1, put_req("a", "1"), put_ok(2, None)),
+        op(
+            2,
+            3,
+            put_req("a", "2"),
+            put_ok(3, Some(kv("a", "1", 2, 2, 1))),
+        ),
+        op(4, 5, compact_req(3), compact_ok(3)),
+        op(
+            6,
+            7,
+            get_at_req("a", 3),
+            get_ok(3, vec![kv("a", "2", 2, 3, 2)]),
+        ),
+        op(8, 9, get_at_req("a", 2), read_below),
+    ]
+}
+
+#[test]
+fn a_compaction_changes_no_key_and_refuses_reads_below_it() {
+    // Refused below the compaction: the history is etcd's.
+    let model = check(&compacted_history(Outcome::Failed), 1).unwrap();
+    assert_eq!((model.revision(), model.compacted()), (3, Some(3)));
+    // Answered below the compaction: etcd would have refused it.
+    let history = compacted_history(get_ok(3, vec![kv("a", "1", 2, 2, 1)]));
+    let v = check(&history, 1).unwrap_err();
+    assert_eq!(v.operation, Some(4), "{v}");
+    assert!(v.what.contains("compaction at 3"), "{v}");
+    // Later, at a revision of its own, the model refuses it as well.
+    let mut later = history.clone();
+    later.insert(4, op(7, 8, put_req("b", "1"), put_ok(4, None)));
+    if let Outcome::Ok(Response::Range(r)) = &mut later[5].outcome {
+        r.header = header(4);
+    }
+    later[5].invoke = 0;
+    let v = check(&later, 1).unwrap_err();
+    assert!(v.what.contains("Compacted"), "{v}");
+}
+
+#[test]
+fn compactions_must_move_forward_and_stay_below_the_revision() {
+    let mut history = compacted_history(Outcome::Failed);
+    // A second compaction at 3, or one in the future, cannot succeed.
+    history.push(op(10, 11, compact_req(3), compact_ok(3)));
+    let v = check(&history, 1).unwrap_err();
+    assert_eq!(v.operation, Some(5), "{v}");
+    history[5] = op(10, 11, compact_req(4), compact_ok(3));
+    let v = check(&history, 1).unwrap_err();
+    assert!(v.what.contains("FutureRevision"), "{v}");
+    // Refused ones, or ones without an answer, are accepted as they are.
+    history[5] = op(10, 11, compact_req(4), Outcome::Unknown);
+    check(&history, 1).unwrap();
+    // Two at one revision, overlapping: they can have succeeded in
+    // ascending order, whichever was answered first.
+    let mut both = compacted_history(Outcome::Failed);
+    both.truncate(2);
+    both.push(op(4, 7, compact_req(3), compact_ok(3)));
+    both.push(op(5, 6, compact_req(2), compact_ok(3)));
+    check(&both, 1).unwrap();
+}
+
+#[test]
+fn a_cancellation_needs_a_compact_revision_or_a_reason() {
+    let model = two_revisions();
+    let cancelled = |reason: &str| WatchResponse {
+        header: header(3),
+        canceled: true,
+        cancel_reason: reason.to_owned(),
+        ..Default::default()
+    };
+    let v = check_watch(&watch_all(vec![cancelled("")]), &model).unwrap_err();
+    assert!(v.what.contains("without compact_revision"), "{v}");
+    check_watch(&watch_all(vec![cancelled("permission denied")]), &model).unwrap();
+}
+
+#[test]
+fn a_watch_cut_short_is_checked_as_far_as_it_got() {
+    let model = two_revisions();
+    let first = events(
+        2,
+        vec![put_event("a", "1", 2, 2, 1), put_event("b", "1", 2, 2, 1)],
+    );
+    // Revision 3 never came: a prefix, and correct.
+    check_watch(&watch_all(vec![first.clone()]), &model).unwrap();
+    // A progress notification at 3 makes the watch answer for it.
+    let v = check_watch(&watch_all(vec![first, events(3, Vec::new())]), &model).unwrap_err();
+    assert!(v.what.contains("undelivered"), "{v}");
 }

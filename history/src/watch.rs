@@ -7,8 +7,22 @@
 //! events of one revision in one response (atomic); with `prev_kv`, the
 //! key's value before the event; a progress notification at revision R
 //! only once every event up to R was delivered; and a watch cancelled by a
-//! compaction says which revision it was compacted at. The responses of
-//! one watch are checked in the order they arrived.
+//! compaction says which revision it was compacted at, one above the
+//! revision it was owed next. The responses of one watch are checked in
+//! the order they arrived. An event at a compaction revision may come
+//! without `prev_kv`: etcd reads the version before it, which is
+//! compacted.
+//!
+//! A watch may end anywhere: its member crashed, or the client stopped
+//! reading. What it delivered must then be an exact prefix of what it
+//! owed, nothing more is asked of it; a progress notification is what
+//! makes it answer for every event up to its revision, so a client that
+//! wants a watch checked as complete asks for one last. A watch the
+//! client resumes after its last event is a new [`Watch`] from the
+//! revision after it, checked the same way, so the two together are
+//! exact. The checked watches are never cancelled by their client: a
+//! cancellation is either a compaction's (with `compact_revision`) or a
+//! refusal (with a `cancel_reason`).
 
 use oxetcd_proto::etcdserverpb::WatchResponse;
 use oxetcd_proto::mvccpb::Event;
@@ -65,6 +79,22 @@ pub fn check_watch(watch: &Watch, model: &Model) -> Result<(), WatchViolation> {
             // Justified only if the next revision it owed is compacted
             // (etcd keeps the compaction revision itself).
             let next = last + 1;
+            if response.compact_revision == 0 && response.cancel_reason.is_empty() {
+                return fail(
+                    i,
+                    format!("cancelled without compact_revision or reason, revision {next} owed"),
+                );
+            }
+            if response.compact_revision > model.revision() {
+                return fail(
+                    i,
+                    format!(
+                        "cancelled for compaction at {}, past the last revision {}",
+                        response.compact_revision,
+                        model.revision()
+                    ),
+                );
+            }
             if response.compact_revision > 0 && response.compact_revision <= next {
                 return fail(
                     i,
@@ -116,7 +146,11 @@ pub fn check_watch(watch: &Watch, model: &Model) -> Result<(), WatchViolation> {
                 got.prev_kv = None;
             }
             let mut want = want.clone();
-            if !watch.prev_kv {
+            // Without `prev_kv` asked, or at a compaction revision, where
+            // the version before is compacted (see
+            // [`Model::may_have_compacted_at`]), none is owed.
+            let prev_compacted = got.prev_kv.is_none() && model.may_have_compacted_at(revision);
+            if !watch.prev_kv || prev_compacted {
                 want.prev_kv = None;
             }
             if got != want {

@@ -61,6 +61,7 @@ fn send(client: &mut Grpc, request: &Request) -> Outcome {
         Request::Put(r) => client.put(r.clone()).map(Response::Put),
         Request::DeleteRange(r) => client.delete_range(r.clone()).map(Response::DeleteRange),
         Request::Txn(r) => client.txn(r.clone()).map(Response::Txn),
+        Request::Compaction(r) => client.compact(r.clone()).map(Response::Compaction),
     };
     Outcome::of(request, answer)
 }

@@ -141,8 +141,11 @@ pub(super) fn apply_delete_range<R: KvRead + ?Sized>(
 }
 
 /// Compaction: drops every version older than the newest one at or before
-/// the revision, for each key, and that newest one too if it is a tombstone.
-/// It bumps no revision.
+/// the revision, for each key, and that newest one too if it is a tombstone
+/// older than the revision. A tombstone at the revision itself stays (as
+/// etcd's since 3.5.15, etcd-io/etcd#18274): a watch may start at the
+/// compaction revision, and must see the delete made there; the next
+/// compaction drops it. It bumps no revision.
 fn compact<W: KvWrite>(
     txn: &mut W,
     meta: &mut KvMeta,
@@ -184,7 +187,8 @@ fn compaction_victims(view: &impl KvRead, at: i64) -> Result<Vec<(Vec<u8>, Revis
         let mut kept = false;
         view.versions(&key, &mut |version: KeyVersion| {
             if version.mod_revision.main <= at {
-                if kept || version.tombstone {
+                let old_tombstone = version.tombstone && version.mod_revision.main < at;
+                if kept || old_tombstone {
                     doomed.push((key.clone(), version.mod_revision));
                 }
                 kept = true;

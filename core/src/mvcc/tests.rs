@@ -1139,7 +1139,7 @@ fn compaction_checks_its_revision() {
 }
 
 #[test]
-fn compaction_keeps_the_newest_version_and_drops_tombstones() {
+fn compaction_keeps_the_newest_version_and_its_own_tombstones() {
     let mut s = Store::new();
     s.put("a", "1"); // 2
     s.put("a", "2"); // 3
@@ -1161,6 +1161,7 @@ fn compaction_keeps_the_newest_version_and_drops_tombstones() {
         s.history(),
         vec![
             ("a".into(), 3, 0, false),
+            ("b".into(), 5, 0, true),
             ("c".into(), 6, 0, false),
             ("a".into(), 7, 0, false)
         ]
@@ -1184,15 +1185,35 @@ fn compaction_keeps_the_newest_version_and_drops_tombstones() {
 }
 
 #[test]
-fn compaction_at_a_tombstone_forgets_the_key() {
+fn compaction_after_a_tombstone_forgets_the_key() {
+    let mut s = Store::new();
+    s.put("a", "1"); // 2
+    s.delete("a", ""); // 3
+    s.put("b", "1"); // 4
+    s.compact(4).unwrap();
+    assert_eq!(s.history(), vec![("b".into(), 4, 0, false)]);
+    s.put("a", "2");
+    let kv = s.get("a").unwrap();
+    assert_eq!((kv.version, kv.create_revision), (1, 5));
+}
+
+/// The bug etcd fixed in etcd-io/etcd#18089: compaction at a delete's own
+/// revision dropped the tombstone, so a watch from that revision (allowed:
+/// the compaction revision is kept) never saw the delete. The tombstone
+/// stays until a later compaction.
+#[test]
+fn compaction_at_a_tombstone_keeps_it_until_the_next_one() {
     let mut s = Store::new();
     s.put("a", "1"); // 2
     s.delete("a", ""); // 3
     s.compact(3).unwrap();
-    assert!(s.history().is_empty());
-    s.put("a", "2");
+    assert_eq!(s.history(), vec![("a".into(), 3, 0, true)]);
+    assert!(s.get("a").is_none());
+    s.put("a", "2"); // 4
     let kv = s.get("a").unwrap();
     assert_eq!((kv.version, kv.create_revision), (1, 4));
+    s.compact(4).unwrap();
+    assert_eq!(s.history(), vec![("a".into(), 4, 0, false)]);
 }
 
 // ---- validate ----

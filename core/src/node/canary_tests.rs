@@ -1,7 +1,7 @@
 //! The bug canaries ([`crate::canary`]) against the node simulator: each
 //! canary, turned on alone, must make some seed fail (a history that is
-//! not linearizable, members that disagree, or a cluster that does not
-//! recover) within [`SEEDS_MAX`] seeds and [`TIME_MAX`]. A canary the
+//! not linearizable, a watch that breaks a promise, members that
+//! disagree, or a cluster that does not recover) within [`SEEDS_MAX`] seeds and [`TIME_MAX`]. A canary the
 //! simulator cannot catch is a blind spot in the simulator, and fails
 //! here.
 
@@ -77,4 +77,19 @@ fn a_txn_comparing_a_stale_revision_is_caught() {
 #[test]
 fn an_applied_index_persisted_before_its_data_is_caught() {
     must_be_caught(Canary::AppliedIndexBeforeData);
+}
+
+#[test]
+fn a_watch_skipping_its_start_revision_is_caught() {
+    must_be_caught(Canary::WatchSkipsStartRevision);
+}
+
+#[test]
+fn a_compacted_watch_cancelled_without_its_revision_is_caught() {
+    must_be_caught(Canary::CompactedWatchWithoutRevision);
+}
+
+#[test]
+fn events_duplicated_at_the_catch_up_boundary_are_caught() {
+    must_be_caught(Canary::DuplicateEventsAtCatchUp);
 }

@@ -19,6 +19,7 @@ use super::*;
 use crate::auth::Credentials;
 use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
 use crate::testing::{self as driver, Effect};
+use crate::watch::StreamId;
 use oxetcd_proto::eraftpb::Message;
 
 /// Virtual time a call may take before the harness gives up.
@@ -51,7 +52,8 @@ pub(super) struct Member {
     pub(super) log: MemoryLog,
     kv: MemoryKv,
     pub(super) answers: HashMap<RequestId, Result<Response, Error>>,
-    watched: Vec<WatchResponse>,
+    /// Every watch response, with its stream, in arrival order.
+    pub(super) watched: Vec<(StreamId, WatchResponse)>,
 }
 
 pub(super) struct Cluster {
@@ -240,6 +242,20 @@ impl Cluster {
         request_id
     }
 
+    /// Feeds a watch request on `stream` to member `id`; what it answers
+    /// collects in the member's `watched`.
+    pub(super) fn watch(&mut self, id: u64, stream: StreamId, request: WatchRequest) {
+        let now = self.now;
+        self.node_mut(id).handle(
+            now,
+            Input::Watch {
+                stream,
+                request,
+                credentials: Credentials::Anonymous,
+            },
+        );
+    }
+
     pub(super) fn take_answer(
         &mut self,
         id: u64,
@@ -352,7 +368,7 @@ impl Cluster {
                 Effect::Answer(request_id, result) => {
                     member.answers.insert(request_id, result);
                 }
-                Effect::Watch(_, response) => member.watched.push(response),
+                Effect::Watch(stream, response) => member.watched.push((stream, response)),
             }
         }
         any
@@ -842,15 +858,7 @@ fn leases_expire_on_the_leader_only_and_watches_fire_on_every_member() {
                 ),
             ),
         };
-        let now = c.now;
-        c.node_mut(id).handle(
-            now,
-            Input::Watch {
-                stream: 1,
-                request,
-                credentials: Credentials::Anonymous,
-            },
-        );
+        c.watch(id, 1, request);
     }
     let Ok(Response::LeaseGrant(grant)) = c.call(
         leader,
@@ -911,6 +919,7 @@ fn leases_expire_on_the_leader_only_and_watches_fire_on_every_member() {
         let events: Vec<(i64, usize)> = c.members[&id]
             .watched
             .iter()
+            .map(|(_, r)| r)
             .filter(|r| !r.events.is_empty())
             .map(|r| (r.header.unwrap().revision, r.events.len()))
             .collect();

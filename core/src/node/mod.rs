@@ -101,6 +101,8 @@ mod cluster_tests;
 #[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
+mod sim_watches;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod version_tests;

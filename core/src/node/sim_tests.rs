@@ -1,12 +1,17 @@
-//! The node simulator: whole nodes (raft, MVCC, leases, membership) in
-//! the in-process cluster of `cluster_tests`, driven by a seed. Clients
-//! send puts, linearizable and serializable reads, compare-and-sets on
-//! mod revisions and deletes to random members without waiting; faults
-//! come and go (a member cut off from the others, a member crashed and
-//! restarted with only what it persisted); virtual time moves on in
+//! The node simulator: whole nodes (raft, MVCC, watch, leases,
+//! membership) in the in-process cluster of `cluster_tests`, driven by a
+//! seed. Clients send puts, linearizable and serializable reads, reads at
+//! past revisions, compare-and-sets on mod revisions, deletes and
+//! compactions (at a drawn revision: some already compacted, some in the
+//! future, which the node refuses) to random members without waiting;
+//! watchers watch members from now or from a past revision
+//! (`sim_watches`); faults come and go (a member cut off from the others,
+//! a member crashed and restarted with only what it persisted, its
+//! watchers ended and some resumed elsewhere); virtual time moves on in
 //! random steps. Every answer is recorded with its virtual times, a
 //! request that never got one as unknown, and the history is checked by
-//! `oxetcd-history`. Each run ends healed, with a final put, and every
+//! `oxetcd-history`; then every watch is checked against the model the
+//! history led to. Each run ends healed, with a final put, and every
 //! member must then hold the same key space at the same revision.
 //!
 //! A failure prints its seed; `SIM_SEED=n` replays one seed, `SIM_SEEDS`
@@ -19,24 +24,28 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant as WallClock};
 
 use oxetcd_history::{
-    check, traffic, Operation, Outcome, Request as HRequest, Response as HResponse,
+    check_with_watches, traffic, Operation, Outcome, Request as HRequest, Response as HResponse,
 };
-use oxetcd_proto::etcdserverpb::{PutRequest, RangeRequest};
+use oxetcd_proto::etcdserverpb::{CompactionRequest, PutRequest, RangeRequest};
 
 use super::cluster_tests::Cluster;
+use super::sim_watches::Watchers;
 use super::*;
 
 /// Seeds per CI run unless `SIM_SEEDS` says otherwise.
 const SEEDS_DEFAULT: u64 = 2000;
 /// Wall time the seeds may take in all.
 const SIM_TIME_MAX: Duration = Duration::from_secs(120);
-/// Steps of one run: each sends a request, changes a fault or moves time.
+/// Steps of one run: each sends a request, opens a watcher, changes a
+/// fault or moves time.
 const STEPS: usize = 120;
-const KEYS: u64 = 3;
+pub(super) const KEYS: u64 = 3;
 /// How long the healed cluster may take to answer what is still pending.
-const DRAIN_TIME: Duration = Duration::from_secs(30);
+pub(super) const DRAIN_TIME: Duration = Duration::from_secs(30);
+/// Watchers each run opens before its first step.
+const WATCHERS_AT_START: usize = 2;
 
-struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -46,7 +55,7 @@ impl Rng {
         self.0
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
@@ -64,7 +73,41 @@ fn to_node(request: &HRequest) -> Request {
         HRequest::Put(r) => Request::Put(r),
         HRequest::DeleteRange(r) => Request::DeleteRange(r),
         HRequest::Txn(r) => Request::Txn(r),
+        HRequest::Compaction(r) => Request::Compact(r),
     }
+}
+
+/// A compaction at a revision drawn around `seen`, the highest revision
+/// an answer showed: mostly at or below it, now and then above it.
+fn compaction(rng: &mut Rng, seen: i64) -> HRequest {
+    let revision = (seen + 2 - rng.below(8) as i64).max(1);
+    HRequest::Compaction(CompactionRequest {
+        revision,
+        physical: false,
+    })
+}
+
+/// A read of every traffic key at a revision drawn at or below `seen`:
+/// refused once that revision is compacted.
+fn past_read(rng: &mut Rng, seen: i64) -> HRequest {
+    HRequest::Range(RangeRequest {
+        key: b"k".to_vec(),
+        range_end: b"l".to_vec(),
+        revision: (seen - rng.below(8) as i64).max(1),
+        ..Default::default()
+    })
+}
+
+/// The highest revision any answer of `history` showed.
+fn seen(history: &[Operation]) -> i64 {
+    history
+        .iter()
+        .filter_map(|op| match &op.outcome {
+            Outcome::Ok(response) => Some(response.revision()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1)
 }
 
 /// What the checker records of an answer.
@@ -74,6 +117,7 @@ fn outcome(request: &HRequest, answer: Result<Response, Error>) -> Outcome {
         Response::Put(r) => HResponse::Put(r),
         Response::DeleteRange(r) => HResponse::DeleteRange(r),
         Response::Txn(r) => HResponse::Txn(r),
+        Response::Compact(r) => HResponse::Compaction(r),
         other => panic!("a KV request answered {other:?}"),
     });
     Outcome::of(request, answer)
@@ -119,12 +163,21 @@ pub(super) fn run(seed: u64) -> Verdict {
             }
         }
     };
+    let mut watchers = Watchers::default();
+    for _ in 0..WATCHERS_AT_START {
+        let member = ids[rng.below(3) as usize];
+        watchers.create(&mut cluster, &mut rng, member, 1);
+    }
     for n in 0..STEPS {
-        match rng.below(20) {
-            0..=11 => {
+        match rng.below(24) {
+            step @ (0..=11 | 18 | 19) => {
                 let running = cluster.running();
                 let member = running[rng.below(running.len() as u64) as usize];
-                let request = request(&mut rng, n);
+                let request = match step {
+                    18 => compaction(&mut rng, seen(&history)),
+                    19 => past_read(&mut rng, seen(&history)),
+                    _ => request(&mut rng, n),
+                };
                 let rid = cluster.send(member, to_node(&request));
                 pending.insert(rid, (member, history.len()));
                 history.push(Operation {
@@ -139,15 +192,22 @@ pub(super) fn run(seed: u64) -> Verdict {
             13 => cluster.heal(),
             14 if crashed.is_empty() => {
                 let victim = ids[rng.below(3) as usize];
+                watchers.collect(&mut cluster);
                 cluster.crash(victim);
                 crashed.push(victim);
                 // Its unanswered requests die with it: unknown.
                 pending.retain(|_, (member, _)| *member != victim);
+                watchers.crashed(&mut cluster, &mut rng, victim);
             }
             15 => {
                 for id in crashed.drain(..) {
                     cluster.restart(id);
                 }
+            }
+            16 | 17 => {
+                let running = cluster.running();
+                let member = running[rng.below(running.len() as u64) as usize];
+                watchers.create(&mut cluster, &mut rng, member, seen(&history));
             }
             _ => {
                 let step = Duration::from_millis(1 + rng.below(400));
@@ -155,6 +215,7 @@ pub(super) fn run(seed: u64) -> Verdict {
             }
         }
         collect(&mut cluster, &mut pending, &mut history);
+        watchers.collect(&mut cluster);
     }
     // Heal, restart, and let everything pending be answered.
     cluster.heal();
@@ -198,6 +259,7 @@ pub(super) fn run(seed: u64) -> Verdict {
             .all(|&id| applied(c, id) >= applied(c, leader))
     });
     assert!(converged, "seed {seed}: members did not catch up");
+    watchers.finish(&mut cluster, seed);
     let all = HRequest::Range(RangeRequest {
         key: vec![0],
         range_end: vec![0],
@@ -221,7 +283,7 @@ pub(super) fn run(seed: u64) -> Verdict {
             outcome,
         });
     }
-    let model = match check(&history, 1) {
+    let model = match check_with_watches(&history, &watchers.watches(), 1) {
         Ok(model) => model,
         Err(v) if v.undecided => {
             eprintln!("seed {seed}: {v}");
@@ -276,6 +338,7 @@ pub(super) fn run(seed: u64) -> Verdict {
         assert_eq!(at, model.revision(), "seed {seed}: member {id}'s revision");
         assert_eq!(view.kvs, views[0].1.kvs, "seed {seed}: member {id}'s keys");
     }
+    watchers.check(&model, seed);
     Verdict::Linearizable
 }
 
@@ -313,4 +376,13 @@ fn seeded_runs_are_linearizable_and_converge() {
         undecided.len() * 100 <= ran as usize,
         "more than 1% of the seeds undecided: {undecided:?}"
     );
+}
+
+/// Seed 6 found that a compaction at a delete's own revision dropped the
+/// tombstone, so a watch from that revision (allowed: the compaction
+/// revision is kept) never saw the delete, etcd-io/etcd#18089. The
+/// compaction keeps it now; this replays the seed.
+#[test]
+fn seed_6_a_watch_from_the_compaction_revision_sees_its_delete() {
+    assert_eq!(run(6), Verdict::Linearizable);
 }

@@ -105,7 +105,13 @@ pub fn catch_up(view: &impl KvRead, job: &CatchUp) -> Result<CatchUpOutcome, Sto
                 }),
                 watch_id: job.watch_id,
                 canceled: true,
-                compact_revision: compacted,
+                compact_revision: if crate::canary::on(
+                    crate::canary::Canary::CompactedWatchWithoutRevision,
+                ) {
+                    0
+                } else {
+                    compacted
+                },
                 ..Default::default()
             },
         });
@@ -232,9 +238,23 @@ impl WatchRegistry {
             return;
         }
         watcher.catching_up = false;
+        let duplicate = crate::canary::on(crate::canary::Canary::DuplicateEventsAtCatchUp)
+            .then(|| watcher.spec.clone());
         self.catching_up -= 1;
         if let Some(state) = self.streams.get_mut(&stream) {
             state.catching_up -= 1;
+        }
+        if let Some(spec) = duplicate {
+            // The boundary revision read once more; the watcher, synced
+            // now, ignores the report of this read.
+            cx.outputs.push_back(Output::WatchCatchUp(CatchUp {
+                stream,
+                watch_id,
+                spec,
+                from: upto,
+                to: upto,
+                header: cx.header,
+            }));
         }
         self.release_progress(stream, cx);
         self.debug_assert_stream(stream);

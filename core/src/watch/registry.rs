@@ -207,7 +207,10 @@ impl WatchRegistry {
         } else {
             create.watch_id
         };
-        let start = create.start_revision;
+        let mut start = create.start_revision;
+        if start > 0 && crate::canary::on(crate::canary::Canary::WatchSkipsStartRevision) {
+            start = start.saturating_add(1);
+        }
         let synced = start == 0 || start > current;
         state.watchers.insert(id);
         if !synced {
