@@ -15,8 +15,8 @@
 //! member must then hold the same key space at the same revision.
 //!
 //! A failure prints its seed; `SIM_SEED=n` replays one seed, `SIM_SEEDS`
-//! sets how many run (default [`SEEDS_DEFAULT`], bounded by
-//! [`SIM_TIME_MAX`]). A run the checker cannot decide within its search
+//! sets how many run (default [`SEEDS_DEFAULT`], split over [`PARTS`]
+//! tests, each bounded by [`SIM_TIME_MAX`]). A run the checker cannot decide within its search
 //! bound (many writes of unknown outcome) is counted and listed, not
 //! passed: more than 1% of them fails the test.
 
@@ -33,9 +33,11 @@ use super::sim_watches::Watchers;
 use super::*;
 
 /// Seeds per CI run unless `SIM_SEEDS` says otherwise.
-const SEEDS_DEFAULT: u64 = 2000;
-/// Wall time the seeds may take in all.
-const SIM_TIME_MAX: Duration = Duration::from_secs(120);
+const SEEDS_DEFAULT: u64 = 10_000;
+/// The tests the seeds are split over.
+const PARTS: u64 = 4;
+/// Wall time one part's seeds may take.
+const SIM_TIME_MAX: Duration = Duration::from_secs(240);
 /// Steps of one run: each sends a request, opens a watcher, changes a
 /// fault or moves time.
 const STEPS: usize = 120;
@@ -342,22 +344,29 @@ pub(super) fn run(seed: u64) -> Verdict {
     Verdict::Linearizable
 }
 
-#[test]
-fn seeded_runs_are_linearizable_and_converge() {
+/// Runs this part's share of the seeds (`SIM_SEEDS` in all, default
+/// [`SEEDS_DEFAULT`], split over [`PARTS`] tests so that they run on
+/// every core), within [`SIM_TIME_MAX`].
+fn seeded_part(part: u64) {
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        assert_eq!(run(seed), Verdict::Linearizable, "seed {seed}");
+        if part == 0 {
+            assert_eq!(run(seed), Verdict::Linearizable, "seed {seed}");
+        }
         return;
     }
     let seeds = std::env::var("SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(SEEDS_DEFAULT);
+    let share = seeds.div_ceil(PARTS);
+    let first = part * share;
+    let last = seeds.min(first + share);
     // The test's own wall-clock bound; the nodes see only virtual time.
     #[allow(clippy::disallowed_methods)]
     let started = WallClock::now();
     let mut ran = 0;
     let mut undecided = Vec::new();
-    for seed in 0..seeds {
+    for seed in first..last {
         if started.elapsed() > SIM_TIME_MAX {
             break;
         }
@@ -367,15 +376,36 @@ fn seeded_runs_are_linearizable_and_converge() {
         ran += 1;
     }
     eprintln!(
-        "node simulator: {ran} seeds in {:?}, undecided by the checker: {undecided:?}",
+        "node simulator: seeds {first}..{last}: {ran} run in {:?}, undecided by the checker: \
+         {undecided:?}",
         started.elapsed()
     );
-    assert!(ran > 0);
+    assert!(ran > 0 || first >= last);
     // The checker must decide nearly every run for the seeds to mean much.
     assert!(
         undecided.len() * 100 <= ran as usize,
         "more than 1% of the seeds undecided: {undecided:?}"
     );
+}
+
+#[test]
+fn seeded_runs_are_linearizable_and_converge_0() {
+    seeded_part(0);
+}
+
+#[test]
+fn seeded_runs_are_linearizable_and_converge_1() {
+    seeded_part(1);
+}
+
+#[test]
+fn seeded_runs_are_linearizable_and_converge_2() {
+    seeded_part(2);
+}
+
+#[test]
+fn seeded_runs_are_linearizable_and_converge_3() {
+    seeded_part(3);
 }
 
 /// Seed 6 found that a compaction at a delete's own revision dropped the
