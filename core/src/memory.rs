@@ -3,7 +3,12 @@
 //!
 //! Nothing here is durable: a "crash" in the simulator is modelled by keeping
 //! a clone of the handle and dropping the node. Both types are cheap handles;
-//! clones share the same state.
+//! clones share the same state. The backend keeps, beside what readers see,
+//! what its last durable commit held: every [`DURABLE_EVERY_COMMITS`]th
+//! commit is durable, as the redb backend makes one durable at a cadence,
+//! and so is a sync. A crash drops the commits since
+//! ([`MemoryKv::lose_unsynced`]), as a process crash drops the redb
+//! backend's non-durable commits, and the node replays them from the log.
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
@@ -26,6 +31,26 @@ use crate::storage::{
 #[derive(Clone, Debug, Default)]
 pub struct MemoryKv {
     shared: Arc<Mutex<Arc<KvState>>>,
+    /// What a crash keeps.
+    durable: Arc<Mutex<Durable>>,
+}
+
+/// Every this many commits, one is durable.
+pub const DURABLE_EVERY_COMMITS: u32 = 8;
+
+/// The state as of the last durable commit, sync or snapshot restore.
+#[derive(Debug, Default)]
+struct Durable {
+    state: Arc<KvState>,
+    /// Commits since.
+    commits: u32,
+}
+
+impl Durable {
+    fn set(&mut self, state: Arc<KvState>) {
+        self.state = state;
+        self.commits = 0;
+    }
 }
 
 /// A read snapshot of a [`MemoryKv`].
@@ -38,6 +63,7 @@ pub struct MemoryKvRead {
 #[derive(Debug)]
 pub struct MemoryKvWrite {
     shared: Arc<Mutex<Arc<KvState>>>,
+    durable: Arc<Mutex<Durable>>,
     /// Shared with readers until the first change, then private.
     state: Arc<KvState>,
 }
@@ -85,6 +111,16 @@ impl MemoryKv {
     /// (the in-process stand-in for streaming it).
     pub fn restore(&self, view: &MemoryKvRead) {
         *lock(&self.shared) = Arc::clone(&view.state);
+        // A received snapshot is written durably before the log moves on.
+        lock(&self.durable).set(Arc::clone(&view.state));
+    }
+
+    /// Drops every commit since the last sync: what a crash of the process
+    /// costs the backend (its commits need no fsync of their own; the raft
+    /// log is the durable record).
+    pub fn lose_unsynced(&self) {
+        let durable = Arc::clone(&lock(&self.durable).state);
+        *lock(&self.shared) = durable;
     }
 }
 
@@ -101,11 +137,14 @@ impl KvStore for MemoryKv {
     fn write(&self) -> Result<MemoryKvWrite, StorageError> {
         Ok(MemoryKvWrite {
             shared: Arc::clone(&self.shared),
+            durable: Arc::clone(&self.durable),
             state: Arc::clone(&lock(&self.shared)),
         })
     }
 
     fn sync(&self) -> Result<(), StorageError> {
+        let current = Arc::clone(&lock(&self.shared));
+        lock(&self.durable).set(current);
         Ok(())
     }
 }
@@ -255,6 +294,11 @@ impl KvWrite for MemoryKvWrite {
     }
 
     fn commit(self) -> Result<(), StorageError> {
+        let mut durable = lock(&self.durable);
+        durable.commits += 1;
+        if durable.commits >= DURABLE_EVERY_COMMITS {
+            durable.set(Arc::clone(&self.state));
+        }
         *lock(&self.shared) = self.state;
         Ok(())
     }

@@ -215,8 +215,21 @@ impl Cluster {
         self.cut.clear();
     }
 
+    /// Stops member `id` cleanly: its backend synced, as a member asked
+    /// to stop syncs it.
+    pub(super) fn stop(&mut self, id: u64) {
+        let member = self.members.get_mut(&id).unwrap();
+        member.running = None;
+        member.kv.sync().expect("the in-memory backend syncs");
+    }
+
+    /// Stops member `id` as a crash would: its backend loses the commits
+    /// since its last sync, and its log keeps what was appended (appends
+    /// are durable when they return).
     pub(super) fn crash(&mut self, id: u64) {
-        self.members.get_mut(&id).unwrap().running = None;
+        let member = self.members.get_mut(&id).unwrap();
+        member.running = None;
+        member.kv.lose_unsynced();
     }
 
     pub(super) fn restart(&mut self, id: u64) {

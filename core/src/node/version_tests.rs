@@ -81,7 +81,7 @@ fn the_cluster_version_survives_a_restart() {
     let mut cluster = Cluster::with(3, |_| {});
     assert!(cluster_version_reaches(&mut cluster, V36));
     let follower = cluster.followers()[0];
-    cluster.crash(follower);
+    cluster.stop(follower);
     cluster.restart(follower);
     assert_eq!(
         cluster.node(follower).versions().cluster(),
