@@ -38,6 +38,10 @@ const SEEDS_DEFAULT: u64 = 10_000;
 const PARTS: u64 = 4;
 /// Wall time one part's seeds may take.
 const SIM_TIME_MAX: Duration = Duration::from_secs(240);
+/// Applied entries between two log compactions, and entries kept
+/// behind the applied index: small, so snapshots are sent within a run.
+const SNAPSHOT_COUNT: u64 = 12;
+const SNAPSHOT_CATCH_UP_ENTRIES: u64 = 3;
 /// Steps of one run: each sends a request, opens a watcher, changes a
 /// fault or moves time.
 const STEPS: usize = 120;
@@ -140,7 +144,12 @@ pub(super) enum Verdict {
 /// One seeded run; panics with the seed on a violation.
 pub(super) fn run(seed: u64) -> Verdict {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let mut cluster = Cluster::new(3);
+    // The log is compacted often, so a member that fell behind (cut
+    // off, or crashed) is sent a snapshot and restarts from it.
+    let mut cluster = Cluster::with(3, |config| {
+        config.snapshot_count = SNAPSHOT_COUNT;
+        config.snapshot_catch_up_entries = SNAPSHOT_CATCH_UP_ENTRIES;
+    });
     let ids: Vec<u64> = cluster.members.keys().copied().collect();
     let mut history: Vec<Operation> = Vec::new();
     // Request ID -> (member, index in the history).
