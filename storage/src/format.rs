@@ -67,6 +67,27 @@ pub(crate) fn open_database_on(
     prepare_database(db, path, contents, init)
 }
 
+/// Runs `open` (opening a database and reading it through), turning a
+/// panic of the storage engine into a refusal naming the file: redb
+/// trusts its file, and some damage makes it panic rather than answer an
+/// error. A member must refuse a damaged file, not crash on it.
+pub(crate) fn refusing_panics<T>(
+    path: &Path,
+    open: impl FnOnce() -> Result<T, OpenError>,
+) -> Result<T, OpenError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        Err(OpenError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("the storage engine failed on the file's contents ({why})"),
+        })
+    })
+}
+
 /// Checks or writes the format records of a database just opened, and
 /// runs `init`, in one durable transaction.
 fn prepare_database(

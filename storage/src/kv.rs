@@ -70,7 +70,7 @@ use crate::codec::{
     decode_kv_meta, decode_lease, decode_u64, encode_kv_meta, encode_lease, RevisionRecord,
 };
 use crate::error::{err, OpenError};
-use crate::format::{open_database, META};
+use crate::format::{open_database, refusing_panics, META};
 use crate::log::file_size;
 use cadence::DurableCadence;
 use index::{Overlay, Pin, Rev, SharedIndex};
@@ -119,7 +119,7 @@ struct Shared {
     /// A read snapshot holds its own reference: redb stops serving a
     /// database's pages once the `Database` drops, and a reader that began
     /// before a defragmentation's swap keeps reading the old file.
-    db: RwLock<Arc<Database>>,
+    db: RwLock<Arc<Db>>,
     path: PathBuf,
     index: Arc<SharedIndex>,
     cadence: Mutex<DurableCadence>,
@@ -132,6 +132,38 @@ struct Shared {
     dirty_from: online_defrag::DirtyFrom,
     /// Held by a defragmentation for its whole run: one at a time.
     defragmenting: Mutex<()>,
+}
+
+/// A redb database that closes without panicking. redb writes its
+/// allocator state when a database closes, and on a damaged file that
+/// can panic; a member that opened such a file (and refused it, or read
+/// it) must still stop cleanly, so the close is caught and logged.
+pub(crate) struct Db(Option<Database>);
+
+impl Db {
+    pub(crate) fn new(db: Database) -> Self {
+        Self(Some(db))
+    }
+}
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        // Taken only by `drop`.
+        self.0.as_ref().expect("a database is open until dropped")
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(db)));
+            if closed.is_err() {
+                tracing::error!("closing the backend failed: its file is damaged");
+            }
+        }
+    }
 }
 
 /// Compaction hashes kept at most (etcd's `hashStorageMaxSize`): the
@@ -160,8 +192,10 @@ impl RedbKv {
         // A copy an interrupted online defragmentation left is not needed.
         online_defrag::remove_stale(&online_defrag::copy_path(path))
             .map_err(|e| OpenError::from_io(path, e))?;
-        let db = open_database(path, CONTENTS, init_tables)?;
-        Self::serve(db, path)
+        refusing_panics(path, || {
+            let db = open_database(path, CONTENTS, init_tables)?;
+            Self::serve(db, path)
+        })
     }
 
     /// [`RedbKv::open`] on a storage backend of the tests' own (a
@@ -171,8 +205,10 @@ impl RedbKv {
         backend: impl redb::StorageBackend,
         path: &Path,
     ) -> Result<Self, OpenError> {
-        let db = crate::format::open_database_on(backend, path, CONTENTS, init_tables)?;
-        Self::serve(db, path)
+        refusing_panics(path, || {
+            let db = crate::format::open_database_on(backend, path, CONTENTS, init_tables)?;
+            Self::serve(db, path)
+        })
     }
 
     /// The store over an opened database: its key index built.
@@ -197,7 +233,7 @@ impl RedbKv {
         );
         Ok(Self {
             shared: Arc::new(Shared {
-                db: RwLock::new(Arc::new(db)),
+                db: RwLock::new(Arc::new(Db::new(db))),
                 path: path.to_path_buf(),
                 index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
@@ -249,7 +285,7 @@ impl RedbKv {
     }
 
     /// The database, to begin a transaction on.
-    fn db(&self) -> RwLockReadGuard<'_, Arc<Database>> {
+    fn db(&self) -> RwLockReadGuard<'_, Arc<Db>> {
         // A panicking defragmentation leaves the database as redb left it,
         // which redb keeps consistent.
         self.shared
@@ -367,7 +403,7 @@ pub struct RedbKvRead {
     pin: Pin,
     /// Keeps the database open while the tables above read it (declared
     /// last, so dropped last).
-    _db: Arc<Database>,
+    _db: Arc<Db>,
 }
 
 impl fmt::Debug for RedbKvRead {

@@ -147,7 +147,7 @@ pub(super) fn defragment(kv: &RedbKv) -> Result<Report, StorageError> {
     std::fs::rename(&copy_at, &path).map_err(|e| io_error(WHAT, e))?;
     // From the rename on, the copy is the backend whatever else fails: the
     // writes that follow must go to the file at `path`.
-    let old = std::mem::replace(&mut *db, Arc::new(copy));
+    let old = std::mem::replace(&mut *db, Arc::new(super::Db::new(copy)));
     drop(db);
     let swap_ms = held.elapsed().as_millis() as u64;
     let synced = sync_dir(&path);
