@@ -12,11 +12,13 @@
 //! revision and what differed.
 
 pub mod check;
+pub mod excerpt;
 pub mod model;
 pub mod traffic;
 pub mod watch;
 
 pub use check::{check, check_with_watches, Operation, Outcome, Time, Violation};
+pub use excerpt::excerpt;
 pub use model::{Model, Request, Response};
 pub use watch::{check_watch, Watch, WatchViolation};
 
