@@ -44,11 +44,7 @@ pub(crate) fn open_database(
     contents: &'static str,
     init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
 ) -> Result<Database, OpenError> {
-    let db = Database::builder()
-        .set_cache_size(CACHE_BYTES)
-        .create(path)
-        .map_err(|e| OpenError::from_redb(path, e))?;
-    prepare_database(db, path, contents, init)
+    open_built(path, contents, init, |builder| builder.create(path))
 }
 
 /// [`open_database`] on a storage backend of the tests' own (a simulated
@@ -60,42 +56,23 @@ pub(crate) fn open_database_on(
     contents: &'static str,
     init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
 ) -> Result<Database, OpenError> {
-    let db = Database::builder()
-        .set_cache_size(CACHE_BYTES)
-        .create_with_backend(backend)
-        .map_err(|e| OpenError::from_redb(path, e))?;
-    prepare_database(db, path, contents, init)
-}
-
-/// Runs `open` (opening a database and reading it through), turning a
-/// panic of the storage engine into a refusal naming the file: redb
-/// trusts its file, and some damage makes it panic rather than answer an
-/// error. A member must refuse a damaged file, not crash on it.
-pub(crate) fn refusing_panics<T>(
-    path: &Path,
-    open: impl FnOnce() -> Result<T, OpenError>,
-) -> Result<T, OpenError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("no message");
-        Err(OpenError::Corrupt {
-            path: path.to_path_buf(),
-            detail: format!("the storage engine failed on the file's contents ({why})"),
-        })
+    open_built(path, contents, init, |builder| {
+        builder.create_with_backend(backend)
     })
 }
 
-/// Checks or writes the format records of a database just opened, and
-/// runs `init`, in one durable transaction.
-fn prepare_database(
-    db: Database,
+/// Opens the database `create` makes with oxetcd's settings, then
+/// checks or writes its format records and runs `init`, in one durable
+/// transaction.
+fn open_built(
     path: &Path,
     contents: &'static str,
     init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+    create: impl FnOnce(&redb::Builder) -> Result<Database, redb::DatabaseError>,
 ) -> Result<Database, OpenError> {
+    let mut builder = Database::builder();
+    builder.set_cache_size(CACHE_BYTES);
+    let db = create(&builder).map_err(|e| OpenError::from_redb(path, e))?;
     let txn = db.begin_write().map_err(|e| OpenError::other(path, e))?;
     let fresh = txn
         .list_tables()
@@ -118,6 +95,27 @@ fn prepare_database(
     init(&txn).map_err(|e| OpenError::other(path, e))?;
     txn.commit().map_err(|e| OpenError::other(path, e))?;
     Ok(db)
+}
+
+/// Runs `open` (opening a database and reading it through), turning a
+/// panic of the storage engine into a refusal naming the file: redb
+/// trusts its file, and some damage makes it panic rather than answer an
+/// error. A member must refuse a damaged file, not crash on it.
+pub(crate) fn refusing_panics<T>(
+    path: &Path,
+    open: impl FnOnce() -> Result<T, OpenError>,
+) -> Result<T, OpenError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        Err(OpenError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("the storage engine failed on the file's contents ({why})"),
+        })
+    })
 }
 
 fn check_meta(
