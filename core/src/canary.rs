@@ -48,6 +48,13 @@ pub(crate) enum Canary {
     /// A watch catching up from history is sent the events of the last
     /// revision it caught up to again as it joins the live stream.
     DuplicateEventsAtCatchUp,
+    /// A lease revoke deletes all but one of its keys at its revision and
+    /// the last one at the next (the revoke not atomic with its keys).
+    RevokeLeavesKeyBehind,
+    /// A new leader starts every lease from its full TTL, not from the
+    /// checkpointed remaining TTL (no checkpoint): leases outlive their
+    /// TTL across leader changes.
+    LeaseTtlResetOnLeaderChange,
 }
 
 #[cfg(test)]

@@ -255,7 +255,11 @@ impl Lessor {
         let extend = self.config.promote_extend;
         let ids: Vec<i64> = self.leases.keys().copied().collect();
         for id in ids {
-            let secs = self.leases[&id].remaining_or_ttl_secs();
+            let secs = if crate::canary::on(crate::canary::Canary::LeaseTtlResetOnLeaderChange) {
+                self.leases[&id].ttl_secs
+            } else {
+                self.leases[&id].remaining_or_ttl_secs()
+            };
             self.set_expiry(id, now + extend + secs_duration(secs));
             self.schedule_checkpoint(id, now);
         }

@@ -33,6 +33,15 @@
 //!    operation completed before it started saw; a write that changed
 //!    something must come strictly after. Serializable reads may be stale
 //!    and are exempt from this rule only.
+//! 5. Leases. A grant is checked like a compaction: it changes no key,
+//!    makes no revision, and its lease exists from its header revision on
+//!    (grants first at one revision, revokes after the other answers). A
+//!    grant without an answer may have happened, so its lease exists from
+//!    the start. A revoke's answer does not say whether it deleted keys:
+//!    one answered at revision `r` either made `r` (it is tried first
+//!    where `r` is a gap) or found no key attached once `r` was made (it
+//!    is then checked as an answer that changed nothing). Revokes without
+//!    an answer, the leader's expiries among them, are unknown writes.
 //!
 //! A violation names the operation, the revision and what differed.
 
@@ -129,6 +138,14 @@ pub fn check_with_watches(
     check_real_time(history)?;
     check_compacted_reads(history)?;
     let plan = Plan::new(history, watches, start_revision)?;
+    let mut start = Model::new(start_revision);
+    for op in history {
+        if let (Request::LeaseGrant(r), Outcome::Unknown | Outcome::Failed) =
+            (&op.request, &op.outcome)
+        {
+            start.note_possible_lease(r.id);
+        }
+    }
     let mut search = Search {
         history,
         plan: &plan,
@@ -137,7 +154,7 @@ pub fn check_with_watches(
         dead_ends: HashSet::new(),
     };
     let mut used = vec![false; history.len()];
-    match search.replay(Model::new(start_revision), start_revision + 1, &mut used) {
+    match search.replay(start, start_revision + 1, &mut used) {
         Some(mut model) => {
             for op in history {
                 if let (Request::Compaction(r), Outcome::Unknown) = (&op.request, &op.outcome) {
@@ -169,6 +186,9 @@ fn violation(operation: usize, revision: i64, what: impl Into<String>) -> Violat
 struct Plan {
     writes: BTreeMap<i64, usize>,
     checks: BTreeMap<i64, Vec<usize>>,
+    /// Answered revokes by their header revision: each made that
+    /// revision, or changed nothing (see the module doc).
+    revokes: BTreeMap<i64, Vec<usize>>,
     unknown: Vec<usize>,
     /// The last revision anything answered.
     last: i64,
@@ -195,6 +215,7 @@ impl Plan {
     fn new(history: &[Operation], watches: &[Watch], start: i64) -> Result<Self, Violation> {
         let mut writes = BTreeMap::new();
         let mut checks: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        let mut revokes: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
         let mut unknown = Vec::new();
         let mut last = start;
         for (i, op) in history.iter().enumerate() {
@@ -215,22 +236,31 @@ impl Plan {
                         }
                     } else {
                         checks.entry(revision).or_default().push(i);
+                        if matches!(op.request, Request::LeaseRevoke(_)) {
+                            revokes.entry(revision).or_default().push(i);
+                        }
                     }
                 }
                 Outcome::Unknown
-                    if !matches!(op.request, Request::Range(_) | Request::Compaction(_)) =>
+                    if !matches!(
+                        op.request,
+                        Request::Range(_) | Request::Compaction(_) | Request::LeaseGrant(_)
+                    ) =>
                 {
                     unknown.push(i)
                 }
                 _ => {}
             }
         }
-        // Compactions last at each revision, in ascending order (see the
-        // module doc); the sort is stable, the rest keep history order.
+        // Grants first at each revision, revokes after the other answers,
+        // compactions last, in ascending order (see the module doc); the
+        // sort is stable, the rest keep history order.
         for list in checks.values_mut() {
             list.sort_by_key(|&i| match &history[i].request {
-                Request::Compaction(r) => (true, r.revision),
-                _ => (false, 0),
+                Request::LeaseGrant(_) => (0, 0),
+                Request::LeaseRevoke(_) => (2, 0),
+                Request::Compaction(r) => (3, r.revision),
+                _ => (1, 0),
             });
         }
         let mut observed: HashMap<i64, Vec<Seen>> = HashMap::new();
@@ -303,6 +333,7 @@ impl Plan {
         Ok(Self {
             writes,
             checks,
+            revokes,
             unknown,
             last,
             floor: floors(history),
@@ -451,7 +482,7 @@ impl Search<'_> {
                 });
                 return None;
             }
-            if let Err(v) = self.check_answers_at(&mut model, revision - 1) {
+            if let Err(v) = self.check_answers_at(&mut model, revision - 1, used) {
                 return self.fail(v);
             }
             if revision > self.plan.last {
@@ -480,24 +511,31 @@ impl Search<'_> {
         }
     }
 
-    /// Tries each unused unknown write at the gap `revision`.
+    /// Tries each revoke answered at the gap `revision`, then each unused
+    /// unknown write.
     fn fill_gap(&mut self, model: Model, revision: i64, used: &mut [bool]) -> Option<Model> {
         let situation = (revision, digest_used(used), model.digest());
         if self.dead_ends.contains(&situation) {
             return None;
         }
-        for k in 0..self.plan.unknown.len() {
-            let i = self.plan.unknown[k];
+        let answered: &[usize] = self.plan.revokes.get(&revision).map_or(&[], Vec::as_slice);
+        let candidates: Vec<usize> = answered.iter().chain(&self.plan.unknown).copied().collect();
+        for (k, &i) in candidates.iter().enumerate() {
+            if used[i] {
+                continue;
+            }
+            let unknown = k >= answered.len();
             // It cannot have made a revision below one that was seen before
             // it was sent.
-            if used[i] || revision <= self.plan.floor[i] {
+            if unknown && revision <= self.plan.floor[i] {
                 continue;
             }
             // Nor one after an answer showed this revision had happened.
-            if self
-                .plan
-                .ceiling(revision)
-                .is_some_and(|ceiling| self.history[i].invoke > ceiling)
+            if unknown
+                && self
+                    .plan
+                    .ceiling(revision)
+                    .is_some_and(|ceiling| self.history[i].invoke > ceiling)
             {
                 continue;
             }
@@ -527,10 +565,20 @@ impl Search<'_> {
     }
 
     /// The answers that changed nothing, at `revision`, against the model
-    /// now that it is there. The model is left as it was unless an answer
-    /// is wrong (a write the model says changes something).
-    fn check_answers_at(&self, model: &mut Model, revision: i64) -> Result<(), Violation> {
+    /// now that it is there (a revoke that made `revision` excepted). The
+    /// model is left as it was unless an answer is wrong (a write the
+    /// model says changes something), but for grants, revokes and
+    /// compactions, which change it without a revision.
+    fn check_answers_at(
+        &self,
+        model: &mut Model,
+        revision: i64,
+        used: &[bool],
+    ) -> Result<(), Violation> {
         for &i in self.plan.checks.get(&revision).into_iter().flatten() {
+            if used[i] {
+                continue;
+            }
             let op = &self.history[i];
             let Outcome::Ok(answered) = &op.outcome else {
                 continue;
@@ -544,11 +592,15 @@ impl Search<'_> {
             }
             let expected = model.apply(&op.request);
             if expected.changed {
-                return Err(violation(
-                    i,
-                    revision,
-                    "answered as if nothing changed, the model changes something",
-                ));
+                let what = match &op.request {
+                    Request::LeaseRevoke(r) => format!(
+                        "revoke of lease {:x} answered at {revision}, when keys were still \
+                         attached to it",
+                        r.id
+                    ),
+                    _ => "answered as if nothing changed, the model changes something".into(),
+                };
+                return Err(violation(i, revision, what));
             }
             if !same_answer(&expected.response, answered) {
                 return Err(violation(
@@ -612,7 +664,7 @@ fn shown(response: &Response) -> Vec<&oxetcd_proto::mvccpb::KeyValue> {
         Response::Put(r) => out.extend(&r.prev_kv),
         Response::DeleteRange(r) => out.extend(&r.prev_kvs),
         Response::Txn(t) => ops(&t.responses, &mut out),
-        Response::Compaction(_) => {}
+        Response::Compaction(_) | Response::LeaseGrant(_) | Response::LeaseRevoke(_) => {}
     }
     out
 }
@@ -642,6 +694,9 @@ fn same_answer(model: &Response, answered: &Response) -> bool {
             m.succeeded == a.succeeded && same_ops(&m.responses, &a.responses)
         }
         (Response::Compaction(_), Response::Compaction(_)) => true,
+        // The granted TTL is the server's (raised to its minimum).
+        (Response::LeaseGrant(m), Response::LeaseGrant(a)) => m.id == a.id,
+        (Response::LeaseRevoke(_), Response::LeaseRevoke(_)) => true,
         _ => false,
     }
 }

@@ -22,6 +22,8 @@ fn answered_revision(response: &Response) -> Option<i64> {
         Response::DeleteRange(r) => r.header.as_ref(),
         Response::Txn(r) => r.header.as_ref(),
         Response::Compaction(r) => r.header.as_ref(),
+        Response::LeaseGrant(r) => r.header.as_ref(),
+        Response::LeaseRevoke(r) => r.header.as_ref(),
     };
     header.map(|h| h.revision)
 }

@@ -14,13 +14,25 @@
 //! compacted revision, below which etcd refuses reads (and at or below
 //! which it refuses further compactions) with "required revision has been
 //! compacted" ([`Model::refusal`]).
+//!
+//! Leases. A grant makes no revision; it only makes the lease exist. A put
+//! naming a lease that does not exist changes nothing (etcd refuses it
+//! with "etcdserver: requested lease not found"); one naming a lease that
+//! does attaches the key to it, and any later write of the key without it
+//! detaches it. A revoke deletes every key still attached to the lease in
+//! one revision, the revoke's own, or makes none when no key is attached;
+//! the lease is gone either way. An expiry is a revoke the leader proposes
+//! for itself: the recorder writes it as a revoke nobody answered (see
+//! [`crate::traffic::lease_expiry`]). Puts naming a lease inside a txn are
+//! not modelled.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use oxetcd_proto::etcdserverpb::{
     compare, request_op, response_op, CompactionRequest, CompactionResponse, Compare,
-    DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
+    DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
     RequestOp, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
 };
 use oxetcd_proto::mvccpb::{event::EventType, Event, KeyValue};
@@ -33,6 +45,8 @@ pub enum Request {
     DeleteRange(DeleteRangeRequest),
     Txn(TxnRequest),
     Compaction(CompactionRequest),
+    LeaseGrant(LeaseGrantRequest),
+    LeaseRevoke(LeaseRevokeRequest),
 }
 
 /// What a request answers.
@@ -43,6 +57,8 @@ pub enum Response {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    LeaseGrant(LeaseGrantResponse),
+    LeaseRevoke(LeaseRevokeResponse),
 }
 
 /// Why etcd refuses a request outright, whatever the key space holds.
@@ -52,6 +68,8 @@ pub enum Refusal {
     Compacted,
     /// "etcdserver: mvcc: required revision is a future revision".
     FutureRevision,
+    /// "etcdserver: requested lease not found".
+    LeaseNotFound,
 }
 
 impl Response {
@@ -63,15 +81,20 @@ impl Response {
             Self::DeleteRange(r) => r.header.as_ref(),
             Self::Txn(r) => r.header.as_ref(),
             Self::Compaction(r) => r.header.as_ref(),
+            Self::LeaseGrant(r) => r.header.as_ref(),
+            Self::LeaseRevoke(r) => r.header.as_ref(),
         };
         header.map_or(0, |h| h.revision)
     }
 
     /// Whether the server's answer shows that the write changed the key
-    /// space, so made a revision of its own.
+    /// space, so made a revision of its own. A revoke's answer does not
+    /// show whether it deleted keys: the checker decides that by replay.
     pub fn changed(&self) -> bool {
         match self {
-            Self::Range(_) | Self::Compaction(_) => false,
+            Self::Range(_) | Self::Compaction(_) | Self::LeaseGrant(_) | Self::LeaseRevoke(_) => {
+                false
+            }
             Self::Put(_) => true,
             Self::DeleteRange(r) => r.deleted > 0,
             Self::Txn(r) => ops_changed(&r.responses),
@@ -108,6 +131,8 @@ pub struct Model {
     /// Revisions a compaction was made at, or may have been (asked,
     /// never answered): a watch event at one of them may lack `prev_kv`.
     compactions: BTreeSet<i64>,
+    /// The leases that exist (or, granted without an answer, may).
+    leases: BTreeSet<i64>,
 }
 
 /// What applying a write did: the answer etcd would give, and whether it
@@ -151,13 +176,39 @@ impl Model {
         self.compactions.insert(revision);
     }
 
+    /// Notes a lease that may have been granted (asked, never answered):
+    /// it exists from the start, so that whatever was attached to it is
+    /// explained; a revoke of it changes nothing unless keys are attached.
+    pub fn note_possible_lease(&mut self, id: i64) {
+        self.leases.insert(id);
+    }
+
+    /// Whether lease `id` exists now.
+    pub fn lease_exists(&self, id: i64) -> bool {
+        self.leases.contains(&id)
+    }
+
+    /// The keys attached to lease `id` at `revision`, in key order.
+    pub fn lease_keys(&self, id: i64, revision: i64) -> Vec<Vec<u8>> {
+        self.keys
+            .keys()
+            .filter(|key| self.get_at(key, revision).is_some_and(|kv| kv.lease == id))
+            .cloned()
+            .collect()
+    }
+
     /// Why etcd refuses `request` now, if it does: a read at a revision
     /// below the last compaction or above the current revision, a
-    /// compaction at or below the last one or above the current revision.
+    /// compaction at or below the last one or above the current revision,
+    /// a revoke of a lease that does not exist, a put naming one.
     /// (Reads inside a txn are not modelled here.)
     pub fn refusal(&self, request: &Request) -> Option<Refusal> {
         let compacted = self.compacted;
         match request {
+            Request::LeaseRevoke(r) if !self.leases.contains(&r.id) => Some(Refusal::LeaseNotFound),
+            Request::Put(r) if r.lease != 0 && !self.leases.contains(&r.lease) => {
+                Some(Refusal::LeaseNotFound)
+            }
             Request::Range(r) if r.revision > self.revision => Some(Refusal::FutureRevision),
             Request::Range(r) if r.revision > 0 && compacted.is_some_and(|c| r.revision < c) => {
                 Some(Refusal::Compacted)
@@ -184,6 +235,7 @@ impl Model {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         self.revision.hash(&mut hasher);
         self.compacted.hash(&mut hasher);
+        self.leases.hash(&mut hasher);
         for (key, versions) in &self.keys {
             key.hash(&mut hasher);
             for version in versions {
@@ -288,7 +340,8 @@ impl Model {
 
     /// Applies a write (a range changes nothing and is answered as one; a
     /// compaction moves the compacted revision unless it is refused, see
-    /// [`Model::refusal`]).
+    /// [`Model::refusal`]; so does a grant, which makes its lease exist; a
+    /// put or revoke of a lease that does not exist changes nothing).
     pub fn apply(&mut self, request: &Request) -> Applied {
         let next = self.revision + 1;
         let mut write = Write {
@@ -302,6 +355,8 @@ impl Model {
             Request::DeleteRange(r) => Response::DeleteRange(write.delete(r)),
             Request::Txn(r) => Response::Txn(write.txn(r)),
             Request::Compaction(r) => Response::Compaction(write.compact(r)),
+            Request::LeaseGrant(r) => Response::LeaseGrant(write.grant(r)),
+            Request::LeaseRevoke(r) => Response::LeaseRevoke(write.revoke(r)),
         };
         let changed = write.changed;
         if changed {
@@ -376,6 +431,8 @@ fn stamp(response: &mut Response, revision: i64) {
             stamp_ops(&mut r.responses, revision);
         }
         Response::Compaction(r) => r.header = header,
+        Response::LeaseGrant(r) => r.header = header,
+        Response::LeaseRevoke(r) => r.header = header,
     }
 }
 
@@ -446,6 +503,10 @@ impl Write<'_> {
 
     fn put(&mut self, r: &PutRequest) -> PutResponse {
         let prev = self.current(&r.key);
+        if r.lease != 0 && !self.model.leases.contains(&r.lease) {
+            // Refused: "requested lease not found".
+            return PutResponse::default();
+        }
         let kv = KeyValue {
             key: r.key.clone(),
             create_revision: prev.as_ref().map_or(self.revision, |p| p.create_revision),
@@ -497,6 +558,28 @@ impl Write<'_> {
             self.model.compactions.insert(r.revision);
         }
         CompactionResponse { header: None }
+    }
+
+    /// A grant makes its lease exist (etcd refuses an ID in use).
+    fn grant(&mut self, r: &LeaseGrantRequest) -> LeaseGrantResponse {
+        self.model.leases.insert(r.id);
+        LeaseGrantResponse {
+            id: r.id,
+            ttl: r.ttl,
+            ..Default::default()
+        }
+    }
+
+    /// A revoke deletes every key attached to the lease at this one
+    /// revision; the lease is gone.
+    fn revoke(&mut self, r: &LeaseRevokeRequest) -> LeaseRevokeResponse {
+        if self.model.leases.remove(&r.id) {
+            for key in self.model.lease_keys(r.id, self.revision) {
+                let prev = self.current(&key);
+                self.record(&key, None, prev);
+            }
+        }
+        LeaseRevokeResponse::default()
     }
 
     fn txn(&mut self, r: &TxnRequest) -> TxnResponse {

@@ -498,3 +498,126 @@ fn a_watch_cut_short_is_checked_as_far_as_it_got() {
     let v = check_watch(&watch_all(vec![first, events(3, Vec::new())]), &model).unwrap_err();
     assert!(v.what.contains("undelivered"), "{v}");
 }
+
+fn lease_put_req(key: &str, value: &str, lease: i64) -> Request {
+    Request::Put(PutRequest {
+        key: key.into(),
+        value: value.into(),
+        lease,
+        prev_kv: true,
+        ..Default::default()
+    })
+}
+
+fn grant_ok(revision: i64, id: i64) -> Outcome {
+    Outcome::Ok(Response::LeaseGrant(
+        oxetcd_proto::etcdserverpb::LeaseGrantResponse {
+            header: header(revision),
+            id,
+            ttl: 5,
+            ..Default::default()
+        },
+    ))
+}
+
+fn revoke_ok(revision: i64) -> Outcome {
+    Outcome::Ok(Response::LeaseRevoke(
+        oxetcd_proto::etcdserverpb::LeaseRevokeResponse {
+            header: header(revision),
+        },
+    ))
+}
+
+fn leased(key: &str, value: &str, create: i64, modified: i64, lease: i64) -> KeyValue {
+    KeyValue {
+        lease,
+        ..kv(key, value, create, modified, 1)
+    }
+}
+
+/// Lease 7 granted at 1; a and b attached at 2 and 3; the revoke answers
+/// at `revoked`; reads of everything after.
+fn revoked_history(revoked: i64, read: Outcome) -> Vec<Operation> {
+    vec![
+        op(0, 1, traffic::lease_grant(7, 5), grant_ok(1, 7)),
+        op(2, 3, lease_put_req("a", "1", 7), put_ok(2, None)),
+        op(4, 5, lease_put_req("b", "1", 7), put_ok(3, None)),
+        op(6, 7, traffic::lease_revoke(7), revoke_ok(revoked)),
+        op(8, 9, get_req("a"), read),
+    ]
+}
+
+#[test]
+fn a_revoke_deletes_every_attached_key_in_its_own_revision() {
+    let model = check(&revoked_history(4, get_ok(4, vec![])), 1).unwrap();
+    assert_eq!(model.revision(), 4);
+    assert!(!model.lease_exists(7));
+    assert_eq!(model.events_at(4).len(), 2, "both keys deleted at 4");
+    // The keys still there after the revoke answered.
+    let kept = get_ok(4, vec![leased("a", "1", 2, 2, 7)]);
+    assert!(check(&revoked_history(4, kept), 1).is_err());
+}
+
+#[test]
+fn a_revoke_split_over_two_revisions_is_caught() {
+    // Revision 4 deleted a (nobody answered for it), 5 deleted b and the
+    // revoke answered 5: no revoke explains 4.
+    let mut history = revoked_history(5, get_ok(5, vec![]));
+    history.push(op(
+        10,
+        11,
+        get_at_req("b", 4),
+        get_ok(5, vec![leased("b", "1", 3, 3, 7)]),
+    ));
+    let v = check(&history, 1).unwrap_err();
+    assert!(!v.undecided, "{v}");
+}
+
+#[test]
+fn a_revoke_of_a_lease_without_keys_makes_no_revision() {
+    let history = vec![
+        op(0, 1, traffic::lease_grant(7, 5), grant_ok(1, 7)),
+        op(2, 3, traffic::lease_revoke(7), revoke_ok(1)),
+        op(4, 5, put_req("a", "1"), put_ok(2, None)),
+    ];
+    let model = check(&history, 1).unwrap();
+    assert!(!model.lease_exists(7));
+}
+
+#[test]
+fn a_put_on_a_lease_not_granted_yet_or_revoked_is_caught() {
+    // Attached before the grant's revision was passed: the grant answered
+    // at 2, after the put made 2.
+    let early = vec![
+        op(0, 1, lease_put_req("a", "1", 7), put_ok(2, None)),
+        op(2, 3, traffic::lease_grant(7, 5), grant_ok(2, 7)),
+    ];
+    assert!(check(&early, 1).is_err());
+    let late = vec![
+        op(0, 1, traffic::lease_grant(7, 5), grant_ok(1, 7)),
+        op(2, 3, traffic::lease_revoke(7), revoke_ok(1)),
+        op(4, 5, lease_put_req("a", "1", 7), put_ok(2, None)),
+    ];
+    assert!(check(&late, 1).is_err());
+}
+
+#[test]
+fn an_expiry_explains_the_deletion_of_a_leases_keys() {
+    let mut history = vec![
+        op(0, 1, traffic::lease_grant(7, 5), grant_ok(1, 7)),
+        op(2, 3, lease_put_req("a", "1", 7), put_ok(2, None)),
+        op(4, 5, lease_put_req("b", "1", 7), put_ok(3, None)),
+        op(8, 9, get_req("a"), get_ok(4, vec![])),
+    ];
+    // Without the expiry nothing explains revision 4.
+    assert!(check(&history, 1).is_err());
+    history.push(Operation {
+        client: 1,
+        invoke: 0,
+        complete: None,
+        request: traffic::lease_expiry(7),
+        outcome: Outcome::Unknown,
+    });
+    let model = check(&history, 1).unwrap();
+    assert!(model.get_at(b"b", 4).is_none(), "b went with a");
+}

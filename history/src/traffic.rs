@@ -1,7 +1,8 @@
 //! The client traffic the fault tests send: puts, linearizable and
 //! serializable reads, compare-and-sets on a key's mod revision, and
 //! deletes over a few keys `k0`, `k1`, …, each value unique, so that a
-//! history says which write a read saw.
+//! history says which write a read saw; and leases: grants, puts attached
+//! to a lease, revokes, and the expiries a recorder adds for the leader.
 //!
 //! Design. Randomness stays with the caller (a seeded simulator, a
 //! process test's own generator): [`request`] maps two numbers the caller
@@ -9,8 +10,8 @@
 //! the process tests send the same mix this way.
 
 use oxetcd_proto::etcdserverpb::{
-    compare, request_op, Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
-    TxnRequest,
+    compare, request_op, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseRevokeRequest,
+    PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
 
 use crate::model::Request;
@@ -73,4 +74,36 @@ pub fn request(kind: u64, k: u64, tag: &str, cas_revision: i64) -> Request {
             ..Default::default()
         }),
     }
+}
+
+/// A grant of lease `id` (the caller picks IDs, so that it can attach keys
+/// to a lease before the grant is answered) for `ttl_secs`.
+pub fn lease_grant(id: i64, ttl_secs: i64) -> Request {
+    Request::LeaseGrant(LeaseGrantRequest { ttl: ttl_secs, id })
+}
+
+/// A put of key `k` attached to lease `lease`, with `prev_kv`; refused
+/// while the lease does not exist.
+pub fn lease_put(k: u64, tag: &str, lease: i64) -> Request {
+    Request::Put(PutRequest {
+        key: key(k),
+        value: format!("{tag}-lease").into_bytes(),
+        lease,
+        prev_kv: true,
+        ..Default::default()
+    })
+}
+
+/// A revoke of lease `id`.
+pub fn lease_revoke(id: i64) -> Request {
+    Request::LeaseRevoke(LeaseRevokeRequest { id })
+}
+
+/// The expiry of lease `id`, as a history records it: a revoke the leader
+/// proposed for itself, which nobody answered. A recorder adds one, with
+/// an unknown outcome, for every lease whose TTL may have run out (invoked
+/// when its grant was): the checker then lets it explain deletions of the
+/// lease's keys, all at one revision, wherever they happened.
+pub fn lease_expiry(id: i64) -> Request {
+    lease_revoke(id)
 }

@@ -139,10 +139,33 @@ fn apply_revoke(
     id: i64,
     cx: &mut ApplyContext<'_>,
 ) -> Result<Result<Response, Error>, StorageError> {
-    let Some(keys) = cx.lessor.revoke(txn, id)? else {
+    let Some(mut keys) = cx.lessor.revoke(txn, id)? else {
         return Ok(Err(Error::LeaseNotFound));
     };
     cx.revoked.push(id);
+    if crate::canary::on(crate::canary::Canary::RevokeLeavesKeyBehind) && keys.len() >= 2 {
+        // The last key goes at the next revision, on its own.
+        let last = keys.pop().into_iter().collect();
+        apply_revoke_deletes(txn, meta, id, keys, cx)?;
+        keys = last;
+    }
+    apply_revoke_deletes(txn, meta, id, keys, cx)?;
+    Ok(Ok(Response::LeaseRevoke(LeaseRevokeResponse {
+        header: Some(ResponseHeader {
+            revision: meta.revision,
+            ..cx.identity
+        }),
+    })))
+}
+
+/// Deletes `keys`, the keys of revoked lease `id`, in one revision.
+fn apply_revoke_deletes(
+    txn: &mut impl KvWrite,
+    meta: &mut KvMeta,
+    id: i64,
+    keys: Vec<Vec<u8>>,
+    cx: &mut ApplyContext<'_>,
+) -> Result<(), StorageError> {
     if !keys.is_empty() {
         let deletes = keys
             .into_iter()
@@ -166,12 +189,7 @@ fn apply_revoke(
             )));
         }
     }
-    Ok(Ok(Response::LeaseRevoke(LeaseRevokeResponse {
-        header: Some(ResponseHeader {
-            revision: meta.revision,
-            ..cx.identity
-        }),
-    })))
+    Ok(())
 }
 
 /// Stamps the member's identity and term on an answer's header. mvcc sets

@@ -93,3 +93,13 @@ fn a_compacted_watch_cancelled_without_its_revision_is_caught() {
 fn events_duplicated_at_the_catch_up_boundary_are_caught() {
     must_be_caught(Canary::DuplicateEventsAtCatchUp);
 }
+
+#[test]
+fn a_revoke_not_atomic_with_its_keys_is_caught() {
+    must_be_caught(Canary::RevokeLeavesKeyBehind);
+}
+
+#[test]
+fn lease_ttls_reset_on_a_leader_change_are_caught() {
+    must_be_caught(Canary::LeaseTtlResetOnLeaderChange);
+}

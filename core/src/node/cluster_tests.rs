@@ -4,7 +4,9 @@
 //! makes every `Persist` durable at once, moves virtual time to the next
 //! deadline, and transfers snapshots by handing the leader's backend read
 //! view to the follower, which installs it by copying it into its own
-//! backend. A crash drops the node and keeps its storage.
+//! backend. A crash drops the node and keeps its storage. On request
+//! ([`Cluster::track_leadership`]) it records the virtual time during which
+//! no leader could commit, as the node simulator's lease checks need.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
@@ -66,6 +68,12 @@ pub(super) struct Cluster {
     /// transport drops those that exceed its frame bound.
     message_bytes_max: usize,
     pub(super) next_request: RequestId,
+    /// Whether no leader could commit at the last look, and when that was
+    /// (`None`: not tracked).
+    leadership_seen: Option<(Instant, bool)>,
+    /// Spans of virtual time in which, at either end, no leader could
+    /// commit (when tracked).
+    pub(super) leaderless: Vec<(Instant, Instant)>,
 }
 
 pub(super) fn url(id: u64) -> String {
@@ -130,6 +138,8 @@ impl Cluster {
             cut: BTreeSet::new(),
             message_bytes_max: usize::MAX,
             next_request: 1,
+            leadership_seen: None,
+            leaderless: Vec::new(),
         };
         for &id in &ids {
             let mut config = config(id, &ids, ClusterState::New);
@@ -209,10 +219,12 @@ impl Cluster {
                 self.cut.insert((other, id));
             }
         }
+        self.note_leadership();
     }
 
     pub(super) fn heal(&mut self) {
         self.cut.clear();
+        self.note_leadership();
     }
 
     /// Stops member `id` cleanly: its backend synced, as a member asked
@@ -230,6 +242,52 @@ impl Cluster {
         let member = self.members.get_mut(&id).unwrap();
         member.running = None;
         member.kv.lose_unsynced();
+        self.note_leadership();
+    }
+
+    /// From now on, records in [`Cluster::leaderless`] the spans of
+    /// virtual time in which no leader could commit.
+    pub(super) fn track_leadership(&mut self) {
+        self.leadership_seen = Some((self.now, self.leader_can_commit()));
+    }
+
+    /// Whether the running leader of the highest term reaches a majority
+    /// of the members (itself included) over links that are not cut.
+    pub(super) fn leader_can_commit(&self) -> bool {
+        let Some(leader) = self.leader() else {
+            return false;
+        };
+        let reached = self
+            .running()
+            .into_iter()
+            .filter(|&id| {
+                id == leader
+                    || (!self.cut.contains(&(leader, id)) && !self.cut.contains(&(id, leader)))
+            })
+            .count();
+        reached * 2 > self.members.len()
+    }
+
+    /// A look at the leadership, when tracked: the span since the last
+    /// look counts as leaderless when either look found no leader that
+    /// could commit.
+    fn note_leadership(&mut self) {
+        let Some((since, could)) = self.leadership_seen else {
+            return;
+        };
+        let can = self.leader_can_commit();
+        if !(could && can) && self.now > since {
+            match self.leaderless.last_mut() {
+                Some((_, end)) if *end == since => *end = self.now,
+                _ => self.leaderless.push((since, self.now)),
+            }
+        }
+        self.leadership_seen = Some((self.now, can));
+    }
+
+    /// A read view of member `id`'s backend (running or not).
+    pub(super) fn kv_view(&self, id: u64) -> MemoryKvRead {
+        self.members[&id].kv.read().expect("an in-memory read view")
     }
 
     pub(super) fn restart(&mut self, id: u64) {
@@ -241,6 +299,7 @@ impl Cluster {
             self.now,
         );
         member.running = Some(running.unwrap());
+        self.note_leadership();
     }
 
     /// Feeds a request to member `id`; returns its request ID.
@@ -308,6 +367,7 @@ impl Cluster {
         let until = self.now + limit;
         for _ in 0..STEPS_MAX {
             self.settle();
+            self.note_leadership();
             if done(self) {
                 return true;
             }
@@ -320,6 +380,7 @@ impl Cluster {
                 self.now = until;
                 self.fire_timers();
                 self.settle();
+                self.note_leadership();
                 return done(self);
             };
             self.now = self.now.max(next);

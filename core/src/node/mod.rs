@@ -99,6 +99,10 @@ mod canary_tests;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod sim_hash;
+#[cfg(test)]
+mod sim_leases;
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 mod sim_watches;

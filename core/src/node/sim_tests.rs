@@ -4,15 +4,21 @@
 //! past revisions, compare-and-sets on mod revisions, deletes and
 //! compactions (at a drawn revision: some already compacted, some in the
 //! future, which the node refuses) to random members without waiting;
-//! watchers watch members from now or from a past revision
-//! (`sim_watches`); faults come and go (a member cut off from the others,
-//! a member crashed and restarted with only what it persisted, its
-//! watchers ended and some resumed elsewhere); virtual time moves on in
-//! random steps. Every answer is recorded with its virtual times, a
-//! request that never got one as unknown, and the history is checked by
+//! they grant leases, attach keys to them, revoke them and keep them alive
+//! (`sim_leases`; members checkpoint leases every second); watchers
+//! watch members from now or from a past revision (`sim_watches`); faults
+//! come and go (a member cut off from the others, a member crashed and
+//! restarted with only what it persisted, its watchers ended and some
+//! resumed elsewhere); virtual time moves on in random steps, now and then
+//! by seconds, so leases expire. Every answer is recorded with its virtual
+//! times, a request that never got one as unknown, each lease's possible
+//! expiry as a revoke nobody answered, and the history is checked by
 //! `oxetcd-history`; then every watch is checked against the model the
-//! history led to. Each run ends healed, with a final put, and every
-//! member must then hold the same key space at the same revision.
+//! history led to. Each run ends healed: leases that got no keep-alive
+//! must be gone within their bound, the rest are revoked, a final put
+//! follows, and every member must then hold the same key space at the same
+//! revision, with the same `HashKV` (`sim_hash`), and no key attached to a
+//! lease its member no longer holds.
 //!
 //! A failure prints its seed; `SIM_SEED=n` replays one seed, `SIM_SEEDS`
 //! sets how many run (default [`SEEDS_DEFAULT`], split over [`PARTS`]
@@ -29,6 +35,8 @@ use oxetcd_history::{
 use oxetcd_proto::etcdserverpb::{CompactionRequest, PutRequest, RangeRequest};
 
 use super::cluster_tests::Cluster;
+use super::sim_hash::hash_kv;
+use super::sim_leases::{check_attached, Leases, CHECKPOINT_INTERVAL};
 use super::sim_watches::Watchers;
 use super::*;
 
@@ -45,6 +53,9 @@ const SNAPSHOT_CATCH_UP_ENTRIES: u64 = 3;
 /// Steps of one run: each sends a request, opens a watcher, changes a
 /// fault or moves time.
 const STEPS: usize = 120;
+/// One time step in this many moves time by seconds rather than
+/// milliseconds, so leases expire within a run.
+const LONG_STEP_ONE_IN: u64 = 6;
 pub(super) const KEYS: u64 = 3;
 /// How long the healed cluster may take to answer what is still pending.
 pub(super) const DRAIN_TIME: Duration = Duration::from_secs(30);
@@ -80,6 +91,8 @@ fn to_node(request: &HRequest) -> Request {
         HRequest::DeleteRange(r) => Request::DeleteRange(r),
         HRequest::Txn(r) => Request::Txn(r),
         HRequest::Compaction(r) => Request::Compact(r),
+        HRequest::LeaseGrant(r) => Request::LeaseGrant(r),
+        HRequest::LeaseRevoke(r) => Request::LeaseRevoke(r),
     }
 }
 
@@ -116,14 +129,23 @@ fn seen(history: &[Operation]) -> i64 {
         .unwrap_or(1)
 }
 
-/// What the checker records of an answer.
+/// What the checker records of an answer. A put refused for its lease
+/// certainly changed nothing.
 fn outcome(request: &HRequest, answer: Result<Response, Error>) -> Outcome {
+    if matches!(
+        (request, &answer),
+        (HRequest::Put(_), Err(Error::LeaseNotFound))
+    ) {
+        return Outcome::Failed;
+    }
     let answer = answer.map(|response| match response {
         Response::Range(r) => HResponse::Range(r),
         Response::Put(r) => HResponse::Put(r),
         Response::DeleteRange(r) => HResponse::DeleteRange(r),
         Response::Txn(r) => HResponse::Txn(r),
         Response::Compact(r) => HResponse::Compaction(r),
+        Response::LeaseGrant(r) => HResponse::LeaseGrant(r),
+        Response::LeaseRevoke(r) => HResponse::LeaseRevoke(r),
         other => panic!("a KV request answered {other:?}"),
     });
     Outcome::of(request, answer)
@@ -149,7 +171,13 @@ pub(super) fn run(seed: u64) -> Verdict {
     let mut cluster = Cluster::with(3, |config| {
         config.snapshot_count = SNAPSHOT_COUNT;
         config.snapshot_catch_up_entries = SNAPSHOT_CATCH_UP_ENTRIES;
+        config.lease.checkpoint_interval = CHECKPOINT_INTERVAL;
+        // A member restarted or promoted after a restart starts leases
+        // from the checkpoint it persisted (etcd 3.6's default).
+        config.lease.checkpoint_persist = true;
     });
+    cluster.track_leadership();
+    let mut leases = Leases::default();
     let ids: Vec<u64> = cluster.members.keys().copied().collect();
     let mut history: Vec<Operation> = Vec::new();
     // Request ID -> (member, index in the history).
@@ -180,13 +208,14 @@ pub(super) fn run(seed: u64) -> Verdict {
         watchers.create(&mut cluster, &mut rng, member, 1);
     }
     for n in 0..STEPS {
-        match rng.below(24) {
-            step @ (0..=11 | 18 | 19) => {
+        match rng.below(28) {
+            step @ (0..=11 | 18 | 19 | 24..=26) => {
                 let running = cluster.running();
                 let member = running[rng.below(running.len() as u64) as usize];
                 let request = match step {
                     18 => compaction(&mut rng, seen(&history)),
                     19 => past_read(&mut rng, seen(&history)),
+                    24..=26 => leases.request(&cluster, &mut rng, n, history.len()),
                     _ => request(&mut rng, n),
                 };
                 let rid = cluster.send(member, to_node(&request));
@@ -220,8 +249,17 @@ pub(super) fn run(seed: u64) -> Verdict {
                 let member = running[rng.below(running.len() as u64) as usize];
                 watchers.create(&mut cluster, &mut rng, member, seen(&history));
             }
+            27 => {
+                let running = cluster.running();
+                let member = running[rng.below(running.len() as u64) as usize];
+                leases.keep_alive(&mut cluster, &mut rng, member);
+            }
             _ => {
-                let step = Duration::from_millis(1 + rng.below(400));
+                let step = if rng.below(LONG_STEP_ONE_IN) == 0 {
+                    Duration::from_millis(1_000 + rng.below(5_000))
+                } else {
+                    Duration::from_millis(1 + rng.below(400))
+                };
                 cluster.run_for(step);
             }
         }
@@ -244,6 +282,12 @@ pub(super) fn run(seed: u64) -> Verdict {
         "seed {seed}: no leader, or requests unanswered, once healed"
     );
     collect(&mut cluster, &mut pending, &mut history);
+    // Leases: those that got no keep-alive must be gone in time; then
+    // every lease left goes, so nothing changes from here on.
+    leases.check_ttls(&mut cluster, &history, seed);
+    leases.revoke_all(&mut cluster, &mut history);
+    let expiries = leases.expiries(&history);
+    history.extend(expiries);
     // The final put, on the leader.
     let leader = cluster.leader().expect("a leader once healed");
     let last = HRequest::Put(PutRequest {
@@ -349,6 +393,16 @@ pub(super) fn run(seed: u64) -> Verdict {
         assert_eq!(at, model.revision(), "seed {seed}: member {id}'s revision");
         assert_eq!(view.kvs, views[0].1.kvs, "seed {seed}: member {id}'s keys");
     }
+    // Every member's HashKV at the final revision is the same.
+    let hashes: Vec<(u64, u64)> = cluster
+        .running()
+        .into_iter()
+        .map(|id| (id, hash_kv(&cluster.kv_view(id), model.revision())))
+        .collect();
+    for (id, hash) in &hashes {
+        assert_eq!(*hash, hashes[0].1, "seed {seed}: member {id}'s HashKV");
+    }
+    check_attached(&cluster, seed);
     watchers.check(&model, seed);
     Verdict::Linearizable
 }
