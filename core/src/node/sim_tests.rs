@@ -20,10 +20,12 @@
 //! revision, with the same `HashKV` (`sim_hash`), and no key attached to a
 //! lease its member no longer holds.
 //!
-//! A failure prints its seed; `SIM_SEED=n` replays one seed, `SIM_SEEDS`
-//! sets how many run (default [`SEEDS_DEFAULT`], split over [`PARTS`]
-//! tests, each bounded by [`SIM_TIME_MAX`]). A run the checker cannot decide within its search
-//! bound (many writes of unknown outcome) is counted and listed, not
+//! A failure prints its seed and an excerpt of the history (what can
+//! explain the violation, `oxetcd_history::excerpt`; `SIM_FULL_HISTORY=1`
+//! prints all of it); `SIM_SEED=n` replays one seed, `SIM_SEEDS` sets how
+//! many run (default [`SEEDS_DEFAULT`], split over [`PARTS`] tests, each
+//! bounded by [`SIM_TIME_MAX`]). A run the checker cannot decide within its
+//! search bound (many writes of unknown outcome) is counted and listed, not
 //! passed: more than 1% of them fails the test.
 
 use std::collections::BTreeMap;
@@ -345,13 +347,21 @@ pub(super) fn run(seed: u64) -> Verdict {
             return Verdict::Undecided;
         }
         Err(v) => {
-            // What the leader actually holds at each revision, beside the
-            // history, to tell a server bug from a checker one.
+            // What the leader actually holds at each revision near the
+            // violation's, beside the history's excerpt, to tell a server
+            // bug from a checker one. SIM_FULL_HISTORY=1 prints them all.
+            let full = std::env::var_os("SIM_FULL_HISTORY").is_some();
             let mut actual = String::new();
             let last = views.first().map_or(1, |(_, view)| {
                 view.header.as_ref().map_or(1, |h| h.revision)
             });
-            for revision in 2..=last {
+            let around = oxetcd_history::excerpt::REVISIONS_AROUND;
+            let revisions = if full {
+                2..=last
+            } else {
+                (v.revision - around).max(2)..=(v.revision + around).min(last)
+            };
+            for revision in revisions {
                 let at = Request::Range(RangeRequest {
                     key: vec![0],
                     range_end: vec![0],
@@ -377,13 +387,23 @@ pub(super) fn run(seed: u64) -> Verdict {
                     actual.push_str(&format!("{revision}: {}\n", kvs.join(" ")));
                 }
             }
-            let brief: Vec<String> = history
+            let shown: Vec<usize> = if full {
+                (0..history.len()).collect()
+            } else {
+                oxetcd_history::excerpt(&history, &v)
+            };
+            let brief: Vec<String> = shown
                 .iter()
-                .enumerate()
-                .map(|(i, op)| format!("{i} m{} {:?} -> {:?}", op.client, op.request, op.outcome))
+                .map(|&i| {
+                    let op = &history[i];
+                    format!("{i} m{} {:?} -> {:?}", op.client, op.request, op.outcome)
+                })
                 .collect();
             panic!(
-                "seed {seed}: not linearizable: {v}\nthe leader holds:\n{actual}history:\n{}",
+                "seed {seed}: not linearizable: {v}\nthe leader holds:\n{actual}history ({} of {} \
+                 operations; SIM_SEED={seed} replays, SIM_FULL_HISTORY=1 shows all):\n{}",
+                shown.len(),
+                history.len(),
                 brief.join("\n")
             );
         }
