@@ -18,7 +18,8 @@
 //! TTL (or its full TTL when none was recorded) plus the election timeout,
 //! as etcd's `Promote` does; periodic checkpoints of leases longer than the
 //! checkpoint interval go through the log, so a new leader never renews a
-//! long lease to its full TTL. A keep-alive clears a recorded remaining TTL
+//! long lease to its full TTL; the next checkpoint is scheduled when one is
+//! proposed, so one that never applies does not end them. A keep-alive clears a recorded remaining TTL
 //! with one more checkpoint, as etcd does.
 //!
 //! Expiry is rate-limited as etcd's is: one round of revokes proposes at
@@ -579,6 +580,18 @@ impl Lessor {
                 id,
                 remaining_ttl: i64::try_from(secs).unwrap_or(i64::MAX),
             });
+        }
+        // The next checkpoint of each is due an interval from now even if
+        // this one is never applied (its proposal refused during a leader
+        // transfer, or lost with a leader change); applying it moves the
+        // next to an interval after the apply. Without this, one lost
+        // checkpoint stopped a lease's checkpoints, and a later leader
+        // started it from a stale remaining TTL.
+        let interval = self.config.checkpoint_interval;
+        for checkpoint in &checkpoints {
+            if checkpoint.remaining_ttl > i64::try_from(interval.as_secs()).unwrap_or(i64::MAX) {
+                self.checkpoints.insert((now + interval, checkpoint.id));
+            }
         }
         (revokes, checkpoints)
     }

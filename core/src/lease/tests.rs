@@ -249,3 +249,39 @@ fn chosen_ids_are_positive_and_skip_taken_ones() {
     assert_eq!(choose_id(1, 5, |id| id == first), first + 1);
     assert_ne!(choose_id(1, 6, |_| false), first);
 }
+
+/// A checkpoint that is never applied (its proposal refused during a
+/// leader transfer, or lost with the leader) does not end the lease's
+/// checkpoints: the next one is due an interval later all the same. (The
+/// node simulator found this: a new leader then started a lease from a
+/// remaining TTL several checkpoints old.)
+#[test]
+fn a_lost_checkpoint_does_not_stop_the_next() {
+    let config = LeaseConfig {
+        checkpoint_interval: Duration::from_secs(5),
+        ..LeaseConfig::default()
+    };
+    let kv = MemoryKv::default();
+    let mut lessor = Lessor::recover(config, &kv.read().unwrap()).unwrap();
+    lessor.promote(at(0));
+    let mut txn = kv.write().unwrap();
+    lessor.grant(&mut txn, 1, 60, at(0)).unwrap().unwrap();
+    let (_, first) = lessor.poll_due(at(5));
+    assert_eq!(first.len(), 1, "{first:?}");
+    // Never applied: the next is due five seconds on.
+    assert_eq!(lessor.poll_due(at(9)).1, vec![]);
+    let (_, second) = lessor.poll_due(at(10));
+    assert_eq!(
+        second,
+        vec![LeaseCheckpoint {
+            id: 1,
+            remaining_ttl: 50
+        }]
+    );
+    // Applied, it moves the next to an interval after the apply.
+    lessor
+        .checkpoint(&mut txn, &second[0], at(11), true)
+        .unwrap();
+    assert_eq!(lessor.poll_due(at(15)).1, vec![]);
+    assert_eq!(lessor.poll_due(at(16)).1.len(), 1);
+}
