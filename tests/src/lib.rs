@@ -7,6 +7,8 @@
 //! - [`cluster`]: multi-member clusters ([`Cluster`], [`ClusterOptions`]):
 //!   plaintext or TLS peers, mixed binaries, members added and restarted.
 //! - [`ports`]: where ports come from ([`Ports`]).
+//! - [`proxy`]: fault-injecting proxies in front of members' peer ports
+//!   ([`proxy::PeerProxies`]): links cut, black-holed, one-way or slow.
 //! - [`pki`]: the test PKI and the TLS flags that name its files.
 //! - [`process`]: a guard for processes a test spawns itself.
 //! - [`etcdctl`]: running Debian's `etcdctl` (or `oxetcdctl`) and
@@ -23,6 +25,7 @@ pub mod pki;
 pub mod ports;
 pub mod probe;
 pub mod process;
+pub mod proxy;
 pub mod session;
 
 pub use cluster::{Cluster, ClusterOptions, Member};
