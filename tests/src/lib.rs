@@ -9,6 +9,8 @@
 //! - [`ports`]: where ports come from ([`Ports`]).
 //! - [`proxy`]: fault-injecting proxies in front of members' peer ports
 //!   ([`proxy::PeerProxies`]): links cut, black-holed, one-way or slow.
+//! - [`history_load`]: concurrent clients recorded as a history while a
+//!   fault strikes, then checked for linearizability and an exact watch.
 //! - [`pki`]: the test PKI and the TLS flags that name its files.
 //! - [`process`]: a guard for processes a test spawns itself.
 //! - [`etcdctl`]: running Debian's `etcdctl` (or `oxetcdctl`) and
@@ -20,6 +22,7 @@
 pub mod cluster;
 pub mod etcdctl;
 pub mod gateway;
+pub mod history_load;
 pub mod launch;
 pub mod pki;
 pub mod ports;
