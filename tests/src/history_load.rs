@@ -181,13 +181,20 @@ impl Fault {
         let name = |i: usize, cluster: &Cluster| cluster.members[i].name.clone();
         if self.needs_proxies() {
             // The faults below act on the proxies: they must be in the
-            // members' path.
+            // members' path, and know which member dials.
             let proxies = cluster.proxies();
             assert!(
                 proxies.open_connections() >= n * (n - 1),
                 "{} peer connections through the proxies",
                 proxies.open_connections()
             );
+            for member in &cluster.members {
+                assert!(
+                    proxies.member_id(&member.name).is_some(),
+                    "{}'s proxy has not seen its member ID",
+                    member.name
+                );
+            }
         }
         match self {
             Self::KillLeader | Self::KillFollower => {
