@@ -5,8 +5,8 @@
 //!
 //! What differs between tests is data, in [`ClusterOptions`]: which
 //! binary each member runs (mixed clusters too), plaintext or TLS peer
-//! URLs and the TLS flags, where ports come from, further flags, and how
-//! long waits may take. Every wait is bounded and, when it fails, panics
+//! URLs and the TLS flags, where ports come from, fault-injecting proxies
+//! in front of the peer ports, further flags, and how long waits may take. Every wait is bounded and, when it fails, panics
 //! with the members' logs.
 
 use std::path::{Path, PathBuf};
@@ -18,6 +18,7 @@ use crate::etcdctl::ctl_ok;
 use crate::launch::Launch;
 use crate::ports::Ports;
 use crate::probe::{self, status};
+use crate::proxy::PeerProxies;
 
 /// Raft timing for clusters under test: etcd's ratio (heartbeat a tenth
 /// of the election timeout), elections ten times faster than etcd's
@@ -55,6 +56,9 @@ pub struct ClusterOptions {
     pub leader_deadline: Duration,
     /// Longest to wait for a member to show a write.
     pub catch_up_deadline: Duration,
+    /// Every member behind a proxy of [`Cluster::proxies`]: it advertises
+    /// (and the others dial) the proxy's port, and listens on its own.
+    pub peer_proxies: bool,
 }
 
 impl ClusterOptions {
@@ -68,6 +72,7 @@ impl ClusterOptions {
             peer_tls: None,
             leader_deadline: Duration::from_secs(10),
             catch_up_deadline: Duration::from_secs(15),
+            peer_proxies: false,
         }
     }
 
@@ -87,6 +92,12 @@ impl ClusterOptions {
     /// Ports from `ports`.
     pub fn ports(mut self, ports: Ports) -> Self {
         self.ports = ports;
+        self
+    }
+
+    /// Every member behind a fault-injecting proxy when `on`.
+    pub fn peer_proxies(mut self, on: bool) -> Self {
+        self.peer_proxies = on;
         self
     }
 
@@ -270,14 +281,16 @@ pub fn initial_cluster(members: &[&Member]) -> String {
         .join(",")
 }
 
-/// A cluster: its members (`m0`, `m1`, … in order) and the temporary
-/// directory their data dirs live in.
+/// A cluster: its members (`m0`, `m1`, … in order), the temporary
+/// directory their data dirs live in, and their peer proxies if any.
 pub struct Cluster {
     /// The members, started or not.
     pub members: Vec<Member>,
     /// How it was set up.
     pub options: ClusterOptions,
     root: tempfile::TempDir,
+    /// Dropped after the members: their links stay up while they stop.
+    proxies: Option<PeerProxies>,
 }
 
 impl Cluster {
@@ -293,16 +306,17 @@ impl Cluster {
     /// at) before [`Cluster::start_all`].
     pub fn plan(options: ClusterOptions, kinds: &[ServerKind]) -> Self {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-        let members = kinds
-            .iter()
-            .enumerate()
-            .map(|(i, kind)| Member::new(&format!("m{i}"), *kind, root.path(), &options))
-            .collect();
-        Self {
-            members,
+        let mut cluster = Self {
+            members: Vec::new(),
+            proxies: options.peer_proxies.then(PeerProxies::new),
             options,
             root,
+        };
+        for (i, kind) in kinds.iter().enumerate() {
+            let member = cluster.new_member(&format!("m{i}"), *kind);
+            cluster.members.push(member);
         }
+        cluster
     }
 
     /// Starts every planned member as a new cluster of them all.
@@ -323,9 +337,22 @@ impl Cluster {
         self.root.path()
     }
 
-    /// A member set up as the others, not started and not in the cluster.
+    /// A member set up as the others (behind a proxy of its own when the
+    /// others are), not started and not in the cluster.
     pub fn new_member(&self, name: &str, kind: ServerKind) -> Member {
-        Member::new(name, kind, self.root(), &self.options)
+        let mut member = Member::new(name, kind, self.root(), &self.options);
+        if let Some(proxies) = &self.proxies {
+            member.advertised_peer_port = proxies.front(name, member.peer_port, self.options.ports);
+        }
+        member
+    }
+
+    /// The members' peer proxies; panics unless
+    /// [`ClusterOptions::peer_proxies`] was set.
+    pub fn proxies(&self) -> &PeerProxies {
+        self.proxies
+            .as_ref()
+            .unwrap_or_else(|| panic!("a cluster without peer proxies"))
     }
 
     /// Adds a member named `name` running `kind` through `etcdctl member
@@ -333,9 +360,14 @@ impl Cluster {
     /// as `existing`, with the running members and itself as its initial
     /// cluster. It is not pushed to [`Cluster::members`].
     pub fn add_member(&self, via: usize, name: &str, kind: ServerKind, learner: bool) -> Member {
-        let mut member = self.new_member(name, kind);
+        self.join(via, self.new_member(name, kind), learner)
+    }
+
+    /// [`Cluster::add_member`] for a member planned with
+    /// [`Cluster::new_member`].
+    pub fn join(&self, via: usize, mut member: Member, learner: bool) -> Member {
         let peer_url = member.peer_url();
-        let mut args = vec!["member", "add", name];
+        let mut args = vec!["member", "add", &member.name];
         if learner {
             args.push("--learner");
         }

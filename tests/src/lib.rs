@@ -7,6 +7,10 @@
 //! - [`cluster`]: multi-member clusters ([`Cluster`], [`ClusterOptions`]):
 //!   plaintext or TLS peers, mixed binaries, members added and restarted.
 //! - [`ports`]: where ports come from ([`Ports`]).
+//! - [`proxy`]: fault-injecting proxies in front of members' peer ports
+//!   ([`proxy::PeerProxies`]): links cut, black-holed, one-way or slow.
+//! - [`history_load`]: concurrent clients recorded as a history while a
+//!   fault strikes, then checked for linearizability and an exact watch.
 //! - [`pki`]: the test PKI and the TLS flags that name its files.
 //! - [`process`]: a guard for processes a test spawns itself.
 //! - [`etcdctl`]: running Debian's `etcdctl` (or `oxetcdctl`) and
@@ -18,11 +22,13 @@
 pub mod cluster;
 pub mod etcdctl;
 pub mod gateway;
+pub mod history_load;
 pub mod launch;
 pub mod pki;
 pub mod ports;
 pub mod probe;
 pub mod process;
+pub mod proxy;
 pub mod session;
 
 pub use cluster::{Cluster, ClusterOptions, Member};

@@ -6,10 +6,10 @@
 //! Members publish their names and client URLs (`member list`, `endpoint
 //! status --cluster`), a leader stopped with SIGTERM hands leadership over
 //! first, a removed member exits, and check-quorum holds over real sockets
-//! cut by a fault-injecting proxy ([`LinkCutter`]). Leases keep their TTL
-//! across a leader kill (with frequent checkpoints, the remaining TTL the
-//! old leader recorded), and etcdctl's `lease keep-alive` and `lease
-//! timetolive` work through a follower.
+//! cut by the members' peer proxies (`oxetcd_tests::proxy`). Leases keep
+//! their TTL across a leader kill (with frequent checkpoints, the
+//! remaining TTL the old leader recorded), and etcdctl's `lease
+//! keep-alive` and `lease timetolive` work through a follower.
 //!
 //! Every wait is bounded; each test prints how long it took.
 
@@ -581,12 +581,8 @@ fn a_removed_member_exits() {
 #[test]
 fn check_quorum_and_pre_vote_over_cut_links() {
     let started = Instant::now();
-    let cutter = LinkCutter::default();
-    let mut cluster = Cluster::plan(options(&[]), &[ServerKind::Oxetcd; 3]);
-    for member in &mut cluster.members {
-        member.advertised_peer_port = cutter.front(member.peer_port);
-    }
-    cluster.start_all();
+    let cluster = Cluster::start(options(&[]).peer_proxies(true), &[ServerKind::Oxetcd; 3]);
+    let names: Vec<String> = cluster.members.iter().map(|m| m.name.clone()).collect();
     let leader = cluster.wait_leader();
     let ids: Vec<u64> = cluster
         .members
@@ -600,10 +596,10 @@ fn check_quorum_and_pre_vote_over_cut_links() {
 
     // A follower cut off for three election timeouts, then back.
     let follower = (leader + 1) % 3;
-    cutter.cut(ids[follower]);
+    cluster.proxies().cut(&names[follower]);
     std::thread::sleep(Duration::from_millis(1_500));
     ctl_ok(&leader_address, &["put", "while", "cut"]);
-    cutter.heal(ids[follower]);
+    cluster.proxies().heal(&names[follower]);
     cluster.wait_value(follower, "while", "cut", false);
     assert_eq!(
         cluster.wait_leader(),
@@ -618,7 +614,7 @@ fn check_quorum_and_pre_vote_over_cut_links() {
 
     // The leader cut off: the others elect a new one, it steps down.
     let cut_at = Instant::now();
-    cutter.cut(ids[leader]);
+    cluster.proxies().cut(&names[leader]);
     let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     let mut new_leader = None;
     let mut stepped_down = None;
@@ -649,7 +645,7 @@ fn check_quorum_and_pre_vote_over_cut_links() {
         stepped_down < Duration::from_millis(2_500),
         "old leader stepped down only after {stepped_down:?}"
     );
-    cutter.heal(ids[leader]);
+    cluster.proxies().heal(&names[leader]);
     let agreed = cluster.wait_leader();
     assert_ne!(agreed, leader);
     ctl_ok(
@@ -661,111 +657,6 @@ fn check_quorum_and_pre_vote_over_cut_links() {
         "leader cut: new leader after {elected_after:?}, old stepped down after {stepped_down:?}; whole test {:?}",
         started.elapsed()
     );
-}
-
-/// A fault-injecting TCP proxy for peer links on 127.0.0.1: one listener in
-/// front of each member's peer port. It reads each connection's handshake
-/// (the sender and receiver IDs of our peer protocol's fixed-size hello)
-/// and can cut every link to or from a member: open ones are shut, new
-/// ones refused, until it is healed.
-#[derive(Clone, Default)]
-struct LinkCutter {
-    shared: std::sync::Arc<CutterState>,
-}
-
-#[derive(Default)]
-struct CutterState {
-    cut: std::sync::Mutex<std::collections::HashSet<u64>>,
-    /// Open links: (from, to, both sockets).
-    links: std::sync::Mutex<Vec<(u64, u64, std::net::TcpStream, std::net::TcpStream)>>,
-}
-
-/// Bytes of the peer handshake's hello; the sender and receiver IDs are its
-/// last 16 (see `server/src/peer/wire.rs`).
-const HELLO_BYTES: usize = 36;
-
-/// Links a proxy keeps track of at most; the test opens a handful.
-const PROXY_LINKS_MAX: usize = 256;
-
-impl LinkCutter {
-    /// Starts a listener forwarding to `target` on 127.0.0.1; returns its
-    /// port. Its thread lives as long as the test process.
-    fn front(&self, target: u16) -> u16 {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let shared = self.shared.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming().flatten() {
-                let shared = shared.clone();
-                std::thread::spawn(move || forward(&shared, client, target));
-            }
-        });
-        port
-    }
-
-    fn cut(&self, member: u64) {
-        self.shared.cut.lock().unwrap().insert(member);
-        let mut links = self.shared.links.lock().unwrap();
-        links.retain(|(from, to, a, b)| {
-            if *from == member || *to == member {
-                let _ = a.shutdown(std::net::Shutdown::Both);
-                let _ = b.shutdown(std::net::Shutdown::Both);
-                false
-            } else {
-                true
-            }
-        });
-    }
-
-    fn heal(&self, member: u64) {
-        self.shared.cut.lock().unwrap().remove(&member);
-    }
-}
-
-fn forward(shared: &CutterState, mut client: std::net::TcpStream, target: u16) {
-    use std::io::{Read, Write};
-    let _ = client.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut hello = [0u8; HELLO_BYTES];
-    if client.read_exact(&mut hello).is_err() {
-        return;
-    }
-    let _ = client.set_read_timeout(None);
-    let id_at = |at: usize| u64::from_be_bytes(hello[at..at + 8].try_into().unwrap());
-    let (from, to) = (id_at(20), id_at(28));
-    {
-        let cut = shared.cut.lock().unwrap();
-        if cut.contains(&from) || cut.contains(&to) {
-            return;
-        }
-    }
-    let Ok(mut server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
-        return;
-    };
-    if server.write_all(&hello).is_err() {
-        return;
-    }
-    let (Ok(client_copy), Ok(server_copy)) = (client.try_clone(), server.try_clone()) else {
-        return;
-    };
-    {
-        let mut links = shared.links.lock().unwrap();
-        links.retain(|(_, _, a, _)| a.peer_addr().is_ok());
-        if links.len() >= PROXY_LINKS_MAX {
-            return;
-        }
-        let (Ok(a), Ok(b)) = (client.try_clone(), server.try_clone()) else {
-            return;
-        };
-        links.push((from, to, a, b));
-    }
-    let back = std::thread::spawn(move || {
-        let (mut server, mut client) = (server_copy, client_copy);
-        let _ = std::io::copy(&mut server, &mut client);
-        let _ = client.shutdown(std::net::Shutdown::Both);
-    });
-    let _ = std::io::copy(&mut client, &mut server);
-    let _ = server.shutdown(std::net::Shutdown::Both);
-    let _ = back.join();
 }
 
 /// Polls that must see a lease's key, or must see it gone, run this often.
