@@ -21,12 +21,6 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 ///   deployed with version 1 data, so there is no migration from it.
 pub(crate) const FORMAT_VERSION: u64 = 2;
 
-/// redb's own page cache per database file, at most. redb's default (1 GiB)
-/// holds every page it touched in the process's memory; beyond this bound
-/// reads go to the kernel's page cache, which serves them as etcd's mmap
-/// does, without counting as the member's memory.
-pub(crate) const CACHE_BYTES: usize = 8 * 1024 * 1024;
-
 /// Meta record: the format version, a little-endian u64.
 const FORMAT_VERSION_KEY: &str = "format_version";
 /// Meta record: what the file holds (`raft-log` or `mvcc`), so that swapped
@@ -61,7 +55,7 @@ pub(crate) fn open_database_on(
     })
 }
 
-/// Opens the database `create` makes with oxetcd's settings, then
+/// Opens the database `create` makes, then
 /// checks or writes its format records and runs `init`, in one durable
 /// transaction.
 fn open_built(
@@ -70,8 +64,10 @@ fn open_built(
     init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
     create: impl FnOnce(&redb::Builder) -> Result<Database, redb::DatabaseError>,
 ) -> Result<Database, OpenError> {
-    let mut builder = Database::builder();
-    builder.set_cache_size(CACHE_BYTES);
+    // redb's default page cache (1 GiB): below the working set, redb
+    // reads large values slowly enough to stall a range (a 1 MiB value
+    // took over a second with 8 or 64 MiB).
+    let builder = Database::builder();
     let db = create(&builder).map_err(|e| OpenError::from_redb(path, e))?;
     let txn = db.begin_write().map_err(|e| OpenError::other(path, e))?;
     let fresh = txn
