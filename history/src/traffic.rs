@@ -17,17 +17,19 @@ use oxetcd_proto::etcdserverpb::{
 use crate::model::Request;
 
 /// Draws of the kind number range over `0..KINDS`.
-pub const KINDS: u64 = 10;
+pub const KINDS: u64 = 12;
 
 /// Key `k` of the traffic.
 pub fn key(k: u64) -> Vec<u8> {
     format!("k{k}").into_bytes()
 }
 
-/// The request of kind `kind` (`0..KINDS`: 30% puts, 20% reads, 10%
-/// serializable reads of every key, 30% compare-and-sets, 10% deletes)
-/// on key `k`. `tag` makes the values unique; `cas_revision` is the mod
-/// revision a compare-and-set expects the key to have.
+/// The request of kind `kind` (`0..KINDS`, in twelfths: 3 puts, 2 reads,
+/// 1 serializable read of every key, 3 compare-and-sets, 1 delete, and
+/// Kubernetes' two other optimistic writes: 1 create if absent, 1 delete
+/// if unchanged) on key `k`. `tag` makes the values unique;
+/// `cas_revision` is the mod revision a compare-and-set or a guarded
+/// delete expects the key to have.
 pub fn request(kind: u64, k: u64, tag: &str, cas_revision: i64) -> Request {
     match kind % KINDS {
         0..=2 => Request::Put(PutRequest {
@@ -46,34 +48,72 @@ pub fn request(kind: u64, k: u64, tag: &str, cas_revision: i64) -> Request {
             serializable: true,
             ..Default::default()
         }),
-        6..=8 => Request::Txn(TxnRequest {
-            compare: vec![Compare {
-                result: compare::CompareResult::Equal as i32,
-                target: compare::CompareTarget::Mod as i32,
+        6..=8 => guarded(
+            k,
+            compare::CompareTarget::Mod,
+            compare::TargetUnion::ModRevision(cas_revision),
+            request_op::Request::RequestPut(PutRequest {
                 key: key(k),
-                target_union: Some(compare::TargetUnion::ModRevision(cas_revision)),
+                value: format!("{tag}-cas").into_bytes(),
                 ..Default::default()
-            }],
-            success: vec![RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: key(k),
-                    value: format!("{tag}-cas").into_bytes(),
-                    ..Default::default()
-                })),
-            }],
-            failure: vec![RequestOp {
-                request: Some(request_op::Request::RequestRange(RangeRequest {
-                    key: key(k),
-                    ..Default::default()
-                })),
-            }],
-        }),
-        _ => Request::DeleteRange(DeleteRangeRequest {
+            }),
+        ),
+        9 => Request::DeleteRange(DeleteRangeRequest {
             key: key(k),
             prev_kv: true,
             ..Default::default()
         }),
+        // Kubernetes' create: only if the key does not exist.
+        10 => guarded(
+            k,
+            compare::CompareTarget::Create,
+            compare::TargetUnion::CreateRevision(0),
+            request_op::Request::RequestPut(PutRequest {
+                key: key(k),
+                value: format!("{tag}-create").into_bytes(),
+                ..Default::default()
+            }),
+        ),
+        // Kubernetes' delete: only if the key is as last read.
+        _ => guarded(
+            k,
+            compare::CompareTarget::Mod,
+            compare::TargetUnion::ModRevision(cas_revision),
+            request_op::Request::RequestDeleteRange(DeleteRangeRequest {
+                key: key(k),
+                prev_kv: true,
+                ..Default::default()
+            }),
+        ),
     }
+}
+
+/// A txn on key `k`: `then` if the key's `target` equals `value`, else a
+/// read of the key (what Kubernetes does to learn the current object).
+fn guarded(
+    k: u64,
+    target: compare::CompareTarget,
+    value: compare::TargetUnion,
+    then: request_op::Request,
+) -> Request {
+    Request::Txn(TxnRequest {
+        compare: vec![Compare {
+            result: compare::CompareResult::Equal as i32,
+            target: target as i32,
+            key: key(k),
+            target_union: Some(value),
+            ..Default::default()
+        }],
+        success: vec![RequestOp {
+            request: Some(then),
+        }],
+        failure: vec![RequestOp {
+            request: Some(request_op::Request::RequestRange(RangeRequest {
+                key: key(k),
+                ..Default::default()
+            })),
+        }],
+    })
 }
 
 /// A grant of lease `id` (the caller picks IDs, so that it can attach keys

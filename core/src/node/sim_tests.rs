@@ -1,7 +1,9 @@
 //! The node simulator: whole nodes (raft, MVCC, watch, leases,
 //! membership) in the in-process cluster of `cluster_tests`, driven by a
 //! seed. Clients send puts, linearizable and serializable reads, reads at
-//! past revisions, compare-and-sets on mod revisions, deletes and
+//! past revisions, compare-and-sets on mod revisions, Kubernetes' creates
+//! if absent and deletes if unchanged, informers (a list, then a watch
+//! from its revision + 1), deletes and
 //! compactions (at a drawn revision: some already compacted, some in the
 //! future, which the node refuses) to random members without waiting;
 //! they grant leases, attach keys to them, revoke them and keep them alive
@@ -219,6 +221,8 @@ pub(super) fn run(seed: u64) -> Verdict {
         }
     };
     let mut watchers = Watchers::default();
+    // Informer lists not answered yet: (index in the history, member).
+    let mut informers: Vec<(usize, u64)> = Vec::new();
     for _ in 0..WATCHERS_AT_START {
         let member = ids[rng.below(3) as usize];
         watchers.create(&mut cluster, &mut rng, member, 1);
@@ -270,6 +274,27 @@ pub(super) fn run(seed: u64) -> Verdict {
                 let member = running[rng.below(running.len() as u64) as usize];
                 leases.keep_alive(&mut cluster, &mut rng, member);
             }
+            29 => {
+                // A Kubernetes informer: a list of every key; its watch
+                // opens once the list is answered.
+                let running = cluster.running();
+                let member = running[rng.below(running.len() as u64) as usize];
+                let list = HRequest::Range(RangeRequest {
+                    key: b"k".to_vec(),
+                    range_end: b"l".to_vec(),
+                    ..Default::default()
+                });
+                let rid = cluster.send(member, to_node(&list));
+                pending.insert(rid, (member, history.len()));
+                informers.push((history.len(), member));
+                history.push(Operation {
+                    client: member as u32,
+                    invoke: nanos(&cluster),
+                    complete: None,
+                    request: list,
+                    outcome: Outcome::Unknown,
+                });
+            }
             28 => {
                 // A leader transfer (etcdctl move-leader), its answer
                 // not recorded: it changes no key.
@@ -293,6 +318,19 @@ pub(super) fn run(seed: u64) -> Verdict {
             }
         }
         collect(&mut cluster, &mut pending, &mut history);
+        informers.retain(|&(at, member)| {
+            let listed = match &history[at].outcome {
+                Outcome::Ok(HResponse::Range(list)) => list.header.as_ref().map(|h| h.revision),
+                Outcome::Unknown => return true,
+                _ => None,
+            };
+            if let Some(revision) = listed {
+                if cluster.running().contains(&member) {
+                    watchers.informer(&mut cluster, member, revision);
+                }
+            }
+            false
+        });
         watchers.collect(&mut cluster);
     }
     // Heal, restart, and let everything pending be answered.

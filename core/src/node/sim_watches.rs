@@ -12,7 +12,8 @@
 //! exact. A watcher still open once the run is healed asks for a progress
 //! notification, which makes it answer for every event up to the final
 //! revision. A watcher whose start revision is compacted must be cancelled
-//! with `compact_revision` and is not resumed.
+//! with `compact_revision` and is not resumed. An informer lists the keys,
+//! then watches from the list's revision + 1, as Kubernetes does.
 
 use oxetcd_history::{check_watch, Model, Watch};
 use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
@@ -89,6 +90,20 @@ impl Watchers {
             _ => (seen - rng.below(10) as i64).max(1),
         };
         self.open(cluster, member, key, range_end, prev_kv, start_revision);
+    }
+
+    /// A Kubernetes informer's watch: after listing every key at
+    /// `listed` (the list's header revision), it watches from the next
+    /// revision, so the list and the watch together must miss nothing.
+    pub(super) fn informer(&mut self, cluster: &mut Cluster, member: u64, listed: i64) {
+        self.open(
+            cluster,
+            member,
+            b"k".to_vec(),
+            b"l".to_vec(),
+            false,
+            listed + 1,
+        );
     }
 
     fn open(
