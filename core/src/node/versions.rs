@@ -235,7 +235,8 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             info!(
                 from = ?plan.from.map(|v| v.to_string()),
                 to = %plan.to,
-                steps = ?plan.steps,
+                steps = plan.steps.len(),
+                plan = ?plan.steps,
                 "migrated the storage version"
             );
         }
