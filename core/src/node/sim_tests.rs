@@ -21,7 +21,9 @@
 //! expiry as a revoke nobody answered, and the history is checked by
 //! `oxetcd-history`; then every watch is checked against the model the
 //! history led to. Each run ends healed: leases that got no keep-alive
-//! must be gone within their bound, the rest are revoked, a final put
+//! must be gone within their bound, the rest are revoked, one run in four
+//! replaces a follower (removed; a new member added and started empty,
+//! catching up from a snapshot), a final put
 //! follows, and every member must then hold the same key space at the same
 //! revision, with the same `HashKV` (`sim_hash`), and no key attached to a
 //! lease its member no longer holds.
@@ -40,7 +42,10 @@ use std::time::{Duration, Instant as WallClock};
 use oxetcd_history::{
     check_with_watches, traffic, Operation, Outcome, Request as HRequest, Response as HResponse,
 };
-use oxetcd_proto::etcdserverpb::{CompactionRequest, MoveLeaderRequest, PutRequest, RangeRequest};
+use oxetcd_proto::etcdserverpb::{
+    CompactionRequest, MemberAddRequest, MemberAddResponse, MemberRemoveRequest, MoveLeaderRequest,
+    PutRequest, RangeRequest,
+};
 
 use super::cluster_tests::Cluster;
 use super::sim_hash::hash_kv;
@@ -181,19 +186,65 @@ pub(super) enum Verdict {
     Undecided,
 }
 
+/// Every member's configuration in a run.
+fn tune(config: &mut Config) {
+    config.snapshot_count = SNAPSHOT_COUNT;
+    config.snapshot_catch_up_entries = SNAPSHOT_CATCH_UP_ENTRIES;
+    config.lease.checkpoint_interval = CHECKPOINT_INTERVAL;
+    // A member restarted or promoted after a restart starts leases from
+    // the checkpoint it persisted (etcd 3.6's default).
+    config.lease.checkpoint_persist = true;
+}
+
+/// One run in this many replaces a follower once healed.
+const REPLACE_ONE_IN: u64 = 4;
+
+/// Replaces a follower as an operator replaces a failed machine: it is
+/// removed (and stops), and a new member with a new ID, an empty data
+/// directory and `existing` state is added and started; it catches up
+/// from a snapshot, as the log is compacted. Its watchers end as a
+/// crashed member's do.
+fn replace_a_follower(cluster: &mut Cluster, watchers: &mut Watchers, rng: &mut Rng, seed: u64) {
+    let (Some(leader), followers) = (cluster.leader(), cluster.followers()) else {
+        return;
+    };
+    let Some(&gone) = followers.get(rng.below(followers.len() as u64) as usize) else {
+        return;
+    };
+    let removed = cluster.call(
+        leader,
+        Request::MemberRemove(MemberRemoveRequest { id: gone }),
+    );
+    assert!(
+        matches!(removed, Ok(Response::MemberRemove(_))),
+        "seed {seed}: removing member {gone}: {removed:?}"
+    );
+    watchers.collect(cluster);
+    cluster.crash(gone);
+    watchers.crashed(cluster, rng, gone);
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![super::cluster_tests::url(4)],
+        is_learner: false,
+    });
+    let added = cluster.call(leader, add);
+    let Ok(Response::MemberAdd(MemberAddResponse {
+        member: Some(member),
+        ..
+    })) = added
+    else {
+        panic!("seed {seed}: adding a member: {added:?}");
+    };
+    let mut config = super::cluster_tests::config(member.id, &[1, 2, 3], ClusterState::Existing);
+    tune(&mut config);
+    cluster.start(member.id, config);
+}
+
 /// One seeded run; panics with the seed on a violation.
 pub(super) fn run(seed: u64) -> Verdict {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     // The log is compacted often, so a member that fell behind (cut
     // off, or crashed) is sent a snapshot and restarts from it.
-    let mut cluster = Cluster::with(3, |config| {
-        config.snapshot_count = SNAPSHOT_COUNT;
-        config.snapshot_catch_up_entries = SNAPSHOT_CATCH_UP_ENTRIES;
-        config.lease.checkpoint_interval = CHECKPOINT_INTERVAL;
-        // A member restarted or promoted after a restart starts leases
-        // from the checkpoint it persisted (etcd 3.6's default).
-        config.lease.checkpoint_persist = true;
-    });
+    let mut cluster = Cluster::with(3, tune);
     cluster.track_leadership();
     let mut leases = Leases::default();
     let ids: Vec<u64> = cluster.members.keys().copied().collect();
@@ -355,6 +406,9 @@ pub(super) fn run(seed: u64) -> Verdict {
     leases.revoke_all(&mut cluster, &mut history);
     let expiries = leases.expiries(&history);
     history.extend(expiries);
+    if rng.below(REPLACE_ONE_IN) == 0 {
+        replace_a_follower(&mut cluster, &mut watchers, &mut rng, seed);
+    }
     // The final put, on the leader.
     let leader = cluster.leader().expect("a leader once healed");
     let last = HRequest::Put(PutRequest {
