@@ -4,18 +4,35 @@
 //! A stored version (its mod revision is the table key):
 //!
 //! ```text
-//! flags: u8                bit 0 = tombstone; other bits must be 0
+//! flags: u8                bit 0 = tombstone; the other bits 0101101
+//!                          (checksummed, as every record written now)
+//!                          or all 0 (written before checksums)
 //! key length: varint       LEB128
 //! key: bytes
 //! create_revision: varint  zigzag LEB128 of the i64
 //! version: varint
 //! lease: varint
-//! value: bytes             the rest of the record
+//! value: bytes             the rest of the record, less the checksum
+//! checksum: u32 LE         CRC-32C of the table key (16 bytes LE) and
+//!                          every byte above; when checksummed
 //! ```
+//!
+//! Every record written carries the checksum, so a flipped bit in a value,
+//! a key or the revision it is stored at is refused on read, never served
+//! (redb itself checks its page checksums only when it repairs a file).
+//! Records written before checksums were added are read as they are; the
+//! two flag patterns differ in four bits, so no single flipped bit turns a
+//! checksummed record into one that is not.
 
 use oxetcd_core::storage::{KvMeta, LeaseRecord, StorageError};
 
+use crate::crc32c::Crc32c;
+
 const FLAG_TOMBSTONE: u8 = 1;
+/// The flag bits of a checksummed record (bit 0 is the tombstone).
+const FLAG_CHECKSUM: u8 = 0x5a;
+/// The checksum's bytes at the end of a record.
+const CHECKSUM_BYTES: usize = 4;
 
 /// A [`RevisionRecord`]'s name in a [`StorageError::Corrupt`].
 const VERSION_RECORD: &str = "version record";
@@ -31,25 +48,83 @@ pub(crate) struct RevisionRecord<'a> {
     pub(crate) value: &'a [u8],
 }
 
+/// The checksum of a record stored under `table_key` whose bytes before
+/// the checksum are `body`.
+fn record_checksum(table_key: u128, body: &[u8]) -> u32 {
+    let mut crc = Crc32c::default();
+    crc.update(&table_key.to_le_bytes());
+    crc.update(body);
+    crc.sum()
+}
+
 impl RevisionRecord<'_> {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(1 + 4 * 10 + self.key.len() + self.value.len());
-        out.push(if self.tombstone { FLAG_TOMBSTONE } else { 0 });
+    /// The record as stored under `table_key`, with its checksum.
+    pub(crate) fn encode(&self, table_key: u128) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(1 + 4 * 10 + self.key.len() + self.value.len() + CHECKSUM_BYTES);
+        let tombstone = if self.tombstone { FLAG_TOMBSTONE } else { 0 };
+        out.push(tombstone | FLAG_CHECKSUM);
         put_varint(&mut out, self.key.len() as u64);
         out.extend_from_slice(self.key);
         put_varint(&mut out, zigzag(self.create_revision));
         put_varint(&mut out, zigzag(self.version));
         put_varint(&mut out, zigzag(self.lease));
         out.extend_from_slice(self.value);
+        let checksum = record_checksum(table_key, &out);
+        out.extend_from_slice(&checksum.to_le_bytes());
         out
     }
 }
 
 impl<'a> RevisionRecord<'a> {
-    pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, StorageError> {
+    /// Decodes the record stored under `table_key`, checking its checksum.
+    pub(crate) fn decode(bytes: &'a [u8], table_key: u128) -> Result<Self, StorageError> {
+        Self::decode_checked(bytes, Some(table_key))
+    }
+
+    /// Decodes a record without checking its checksum: for the key index
+    /// built at open, which reads every record and needs only its key
+    /// (the reads that serve it check).
+    pub(crate) fn decode_unverified(bytes: &'a [u8]) -> Result<Self, StorageError> {
+        Self::decode_checked(bytes, None)
+    }
+
+    fn decode_checked(bytes: &'a [u8], table_key: Option<u128>) -> Result<Self, StorageError> {
+        let (&flags, _) = bytes
+            .split_first()
+            .ok_or_else(|| StorageError::corrupt(VERSION_RECORD, "empty"))?;
+        let bytes = if flags & !FLAG_TOMBSTONE == FLAG_CHECKSUM {
+            let split = bytes.len().checked_sub(CHECKSUM_BYTES).ok_or_else(|| {
+                StorageError::corrupt(VERSION_RECORD, "too short for its checksum")
+            })?;
+            let (body, stored) = bytes.split_at(split);
+            if let Some(table_key) = table_key {
+                let mut word = [0u8; CHECKSUM_BYTES];
+                word.copy_from_slice(stored);
+                let stored = u32::from_le_bytes(word);
+                let computed = record_checksum(table_key, body);
+                if stored != computed {
+                    return Err(StorageError::corrupt(
+                        VERSION_RECORD,
+                        format_args!(
+                            "checksum mismatch: stored {stored:#010x}, computed {computed:#010x} \
+                             (the backend file is damaged)"
+                        ),
+                    ));
+                }
+            }
+            body
+        } else {
+            bytes
+        };
         let (&flags, mut rest) = bytes
             .split_first()
             .ok_or_else(|| StorageError::corrupt(VERSION_RECORD, "empty"))?;
+        let flags = if flags & !FLAG_TOMBSTONE == FLAG_CHECKSUM {
+            flags & FLAG_TOMBSTONE
+        } else {
+            flags
+        };
         if flags & !FLAG_TOMBSTONE != 0 {
             return Err(StorageError::corrupt(
                 VERSION_RECORD,
@@ -208,41 +283,72 @@ mod tests {
                 tombstone,
                 value,
             };
-            let bytes = record.encode();
-            assert_eq!(RevisionRecord::decode(&bytes).unwrap(), record);
+            let bytes = record.encode(7);
+            assert_eq!(RevisionRecord::decode(&bytes, 7).unwrap(), record);
+            assert_eq!(RevisionRecord::decode_unverified(&bytes).unwrap(), record);
         }
-        assert_eq!(
-            RevisionRecord {
-                key: b"k",
-                create_revision: 5,
-                version: 1,
-                lease: 0,
-                tombstone: false,
-                value: b""
-            }
-            .encode()
-            .len(),
-            6
+        let small = RevisionRecord {
+            key: b"k",
+            create_revision: 5,
+            version: 1,
+            lease: 0,
+            tombstone: false,
+            value: b"",
+        };
+        assert_eq!(small.encode(7).len(), 6 + CHECKSUM_BYTES);
+        // A record written before checksums reads as it is.
+        let mut old = small.encode(7);
+        old.truncate(6);
+        old[0] &= !FLAG_CHECKSUM;
+        assert_eq!(RevisionRecord::decode(&old, 7).unwrap(), small);
+    }
+
+    /// A flipped bit anywhere in a record, or the record read at another
+    /// revision than it was stored at, is refused.
+    #[test]
+    fn a_damaged_record_fails_its_checksum() {
+        let record = RevisionRecord {
+            key: b"key",
+            create_revision: 2,
+            version: 1,
+            lease: 0,
+            tombstone: false,
+            value: b"value",
+        };
+        let bytes = record.encode(9);
+        assert!(
+            RevisionRecord::decode(&bytes, 10).is_err(),
+            "another revision"
         );
+        for at in 0..bytes.len() * 8 {
+            let mut damaged = bytes.clone();
+            damaged[at / 8] ^= 1 << (at % 8);
+            let decoded = RevisionRecord::decode(&damaged, 9);
+            assert!(decoded.is_err(), "bit {at} passed");
+        }
     }
 
     #[test]
     fn corrupt_revision_records_are_errors() {
-        assert!(RevisionRecord::decode(b"").is_err());
+        assert!(RevisionRecord::decode(b"", 0).is_err());
         // Unknown flag.
-        assert!(RevisionRecord::decode(&[2, 0, 0, 0, 0]).is_err());
+        assert!(RevisionRecord::decode(&[4, 0, 0, 0, 0], 0).is_err());
+        // Too short for its checksum.
+        assert!(RevisionRecord::decode(&[2, 0, 0], 0).is_err());
         // Key longer than the record.
-        assert!(RevisionRecord::decode(&[0, 5, b'a', 0, 0, 0]).is_err());
-        assert!(RevisionRecord::decode(&[
-            0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01
-        ])
+        assert!(RevisionRecord::decode(&[0, 5, b'a', 0, 0, 0], 0).is_err());
+        assert!(RevisionRecord::decode(
+            &[0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+            0
+        )
         .is_err());
         // Truncated varints.
-        assert!(RevisionRecord::decode(&[0, 0, 0x80]).is_err());
-        assert!(RevisionRecord::decode(&[0, 1, b'a', 0, 0]).is_err());
-        assert!(RevisionRecord::decode(&[
-            0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0
-        ])
+        assert!(RevisionRecord::decode(&[0, 0, 0x80], 0).is_err());
+        assert!(RevisionRecord::decode(&[0, 1, b'a', 0, 0], 0).is_err());
+        assert!(RevisionRecord::decode(
+            &[0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0],
+            0
+        )
         .is_err());
     }
 

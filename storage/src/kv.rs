@@ -625,7 +625,7 @@ impl KvWrite for RedbKvWrite {
             tombstone: version.tombstone,
             value: &version.value,
         }
-        .encode();
+        .encode(revision_key(rev));
         self.lowest = self.lowest.min(rev.0);
         let mut table = self.txn.open_table(REVISIONS).map_err(err("kv put"))?;
         // One B-tree operation in the common case: the replaced record, if
@@ -636,7 +636,7 @@ impl KvWrite for RedbKvWrite {
         {
             Some(old) => {
                 let old = old.value();
-                let replaced = RevisionRecord::decode(old)?;
+                let replaced = RevisionRecord::decode(old, revision_key(rev))?;
                 if replaced.key == version.key.as_slice() {
                     self.used.count(
                         false,
@@ -671,7 +671,7 @@ impl KvWrite for RedbKvWrite {
         let mut table = self.txn.open_table(REVISIONS).map_err(err("kv remove"))?;
         let owned = match table.get(revision_key(rev)).map_err(err("kv remove"))? {
             Some(bytes) => {
-                let record = RevisionRecord::decode(bytes.value())?;
+                let record = RevisionRecord::decode(bytes.value(), revision_key(rev))?;
                 (record.key == key).then(|| version_bytes(record.key.len(), record.value.len()))
             }
             None => None,
@@ -889,7 +889,7 @@ impl<T: ReadableTable<u128, &'static [u8]>> View<'_, T> {
                     "kv index names revision {main}.{sub}, which the snapshot does not store"
                 ))
             })?;
-        let record = RevisionRecord::decode(bytes.value())?;
+        let record = RevisionRecord::decode(bytes.value(), revision_key((main, sub)))?;
         if record.key != key.as_slice() {
             return Err(StorageError::invariant(format_args!(
                 "kv index names revision {main}.{sub} for another key"
@@ -912,7 +912,7 @@ fn build_index(db: &Database) -> Result<(SharedIndex, u64, u64), StorageError> {
         let (rev, bytes) = row.map_err(err("kv index"))?;
         versions += 1;
         let rev = split_revision_key(rev.value());
-        let record = RevisionRecord::decode(bytes.value()).map_err(|e| match e {
+        let record = RevisionRecord::decode_unverified(bytes.value()).map_err(|e| match e {
             StorageError::Corrupt { record, detail } => StorageError::Corrupt {
                 record: format!("{record} at revision {}.{}", rev.0, rev.1),
                 detail,
@@ -998,7 +998,7 @@ fn changes(
     {
         let (rev, bytes) = row.map_err(err("kv changes"))?;
         let (main, sub) = split_revision_key(rev.value());
-        let record = RevisionRecord::decode(bytes.value())?;
+        let record = RevisionRecord::decode(bytes.value(), rev.value())?;
         if visit(key_version(record.key.to_vec(), main, sub, &record)?).is_break() {
             break;
         }

@@ -315,13 +315,24 @@ fn a_crash_at_any_write_or_sync_loses_nothing_synced_and_splits_no_commit() {
     );
 }
 
+/// Everything `kv` holds, or the first error reading it.
+fn read_all(kv: &RedbKv) -> Result<(KvMeta, Vec<Stored>), oxetcd_core::storage::StorageError> {
+    let read = kv.read()?;
+    let mut versions = Vec::new();
+    read.changes(0, i64::MAX, &mut |v| {
+        versions.push((v.mod_revision.main, v.key, v.value));
+        ControlFlow::Continue(())
+    })?;
+    Ok((read.meta()?, versions))
+}
+
 /// A byte flipped anywhere in a backend file (every 97th byte of one):
-/// opening it answers, never panics. Most flips land where nothing is
-/// read; the rest are refused as corrupt, naming the file. (A flip inside
-/// a stored value can still be served as it reads: redb checks its page
-/// checksums only when it repairs a file.)
+/// opening it answers, never panics; most flips land where nothing is
+/// read, the rest are refused as corrupt, naming the file; and what an
+/// opened file serves is its data or an error, never other data (the
+/// records' checksums).
 #[test]
-fn a_flipped_byte_is_refused_or_harmless_at_open_never_a_panic() {
+fn a_flipped_byte_is_refused_or_harmless_never_served() {
     let disk = SimDisk::default();
     let kv = RedbKv::open_on(disk.clone(), Path::new("kv.redb")).expect("opens");
     let mut versions = BTreeMap::new();
@@ -331,24 +342,37 @@ fn a_flipped_byte_is_refused_or_harmless_at_open_never_a_panic() {
         txn.commit().expect("commit");
     }
     kv.sync().expect("sync");
+    let good = read_all(&kv).expect("reads");
     drop(kv);
     let image = disk.state().synced.clone();
-    let (mut opened, mut refused) = (0, 0);
+    let (mut served, mut refused_at_open, mut refused_at_read, mut read_panics) = (0, 0, 0, 0);
     for offset in (0..image.len()).step_by(97) {
         let mut damaged = image.clone();
         damaged[offset] ^= 0x10;
         match RedbKv::open_on(SimDisk::on(damaged, None), Path::new("kv.redb")) {
-            Ok(_) => opened += 1,
+            Ok(kv) => {
+                let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_all(&kv)));
+                match read {
+                    Ok(Ok(held)) => {
+                        assert_eq!(held, good, "a flip at {offset} served other data");
+                        served += 1;
+                    }
+                    Ok(Err(_)) => refused_at_read += 1,
+                    Err(_) => read_panics += 1,
+                }
+            }
             Err(e) => {
                 let text = e.to_string();
                 assert!(text.starts_with("kv.redb: "), "{text}");
-                refused += 1;
+                refused_at_open += 1;
             }
         }
     }
-    assert!(refused > 0, "no flip refused");
+    assert!(refused_at_open + refused_at_read > 0, "no flip refused");
+    assert_eq!(read_panics, 0, "redb panicked reading a damaged file");
     eprintln!(
-        "a flipped byte at {} places: {opened} opened, {refused} refused",
-        opened + refused
+        "a flipped byte at {} places: {served} served the same data, {refused_at_open} refused \
+         at open, {refused_at_read} refused at read, {read_panics} made redb panic while reading",
+        served + refused_at_open + refused_at_read + read_panics
     );
 }
