@@ -57,6 +57,19 @@ pub(crate) enum Canary {
     LeaseTtlResetOnLeaderChange,
 }
 
+/// The applied index a member starting on `log` believes in: `applied`,
+/// unless a canary misremembers it ([`Canary::ApplyTwice`],
+/// [`Canary::AppliedIndexBeforeData`]).
+pub(crate) fn applied_index_at_start(applied: u64, log: &crate::storage::LogState) -> u64 {
+    if on(Canary::ApplyTwice) {
+        return applied.saturating_sub(1).max(log.first_index - 1);
+    }
+    if on(Canary::AppliedIndexBeforeData) {
+        return (applied + 1).min(log.last_index);
+    }
+    applied
+}
+
 #[cfg(test)]
 thread_local! {
     static ON: std::cell::Cell<Option<Canary>> = const { std::cell::Cell::new(None) };

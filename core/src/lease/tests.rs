@@ -101,8 +101,9 @@ fn keys_attach_detach_and_recover_from_storage() {
     assert!(recovered.contains(2));
 }
 
-#[test]
-fn checkpoints_keep_the_remaining_ttl_across_promotion() {
+/// A lessor leading from time 0 that checkpoints leases every 5 s, over
+/// an empty in-memory backend, and its configuration.
+fn checkpointing_leader() -> (LeaseConfig, MemoryKv, Lessor) {
     let config = LeaseConfig {
         checkpoint_interval: Duration::from_secs(5),
         ..LeaseConfig::default()
@@ -110,6 +111,12 @@ fn checkpoints_keep_the_remaining_ttl_across_promotion() {
     let kv = MemoryKv::default();
     let mut lessor = Lessor::recover(config, &kv.read().unwrap()).unwrap();
     lessor.promote(at(0));
+    (config, kv, lessor)
+}
+
+#[test]
+fn checkpoints_keep_the_remaining_ttl_across_promotion() {
+    let (config, kv, mut lessor) = checkpointing_leader();
     let mut txn = kv.write().unwrap();
     lessor.grant(&mut txn, 1, 30, at(0)).unwrap().unwrap();
     // Short leases are not checkpointed.
@@ -257,13 +264,7 @@ fn chosen_ids_are_positive_and_skip_taken_ones() {
 /// remaining TTL several checkpoints old.)
 #[test]
 fn a_lost_checkpoint_does_not_stop_the_next() {
-    let config = LeaseConfig {
-        checkpoint_interval: Duration::from_secs(5),
-        ..LeaseConfig::default()
-    };
-    let kv = MemoryKv::default();
-    let mut lessor = Lessor::recover(config, &kv.read().unwrap()).unwrap();
-    lessor.promote(at(0));
+    let (_, kv, mut lessor) = checkpointing_leader();
     let mut txn = kv.write().unwrap();
     lessor.grant(&mut txn, 1, 60, at(0)).unwrap().unwrap();
     let (_, first) = lessor.poll_due(at(5));

@@ -282,19 +282,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         }
         let view = kv.read()?;
         let meta = view.meta()?;
-        let mut meta = KvMeta {
+        let meta = KvMeta {
             revision: meta.revision.max(1),
+            applied_index: crate::canary::applied_index_at_start(meta.applied_index, &state),
             ..meta
         };
-        if crate::canary::on(crate::canary::Canary::ApplyTwice) {
-            meta.applied_index = meta
-                .applied_index
-                .saturating_sub(1)
-                .max(state.first_index - 1);
-        }
-        if crate::canary::on(crate::canary::Canary::AppliedIndexBeforeData) {
-            meta.applied_index = (meta.applied_index + 1).min(state.last_index);
-        }
         check_stores_agree(&state, &meta)?;
         let fresh = state.last_index == 0 && state.hard_state.term == 0;
         let initial_voters: Vec<u64> = config.initial_members.iter().map(|m| m.id).collect();
