@@ -28,7 +28,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use oxetcd_conformance::{Grpc, ServerKind};
-use oxetcd_history::{check, check_watch, traffic, Operation, Outcome, Request, Response, Watch};
+use oxetcd_history::{
+    check, check_watch, check_with_watches, traffic, Operation, Outcome, Request, Response, Watch,
+};
 use oxetcd_proto::etcdserverpb::{
     watch_request, CompactionRequest, PutRequest, WatchCreateRequest, WatchRequest,
 };
@@ -634,6 +636,18 @@ impl Recording {
             prev_kv: true,
             responses,
             created_revision: self.created_revision,
+        };
+        // Where writes of unknown outcome leave more than one explanation,
+        // the model follows the one the watch shows the server made; the
+        // watch is then held to that model.
+        let model = match check_with_watches(&history, std::slice::from_ref(&watch), 1) {
+            Ok(model) => model,
+            Err(v) => {
+                report
+                    .violations
+                    .push(format!("not linearizable with the watch's events: {v}"));
+                return report;
+            }
         };
         if let Err(v) = check_watch(&watch, &model) {
             report.violations.push(format!("watch: {v}"));
