@@ -816,6 +816,23 @@ fn compactions_record_the_hash_of_the_history_they_drop() {
     assert_eq!(kept[0].revision, last, "newest first");
 }
 
+/// The names of `db`'s tables and of the keys of its `meta` table.
+fn tables_and_meta_keys(db: &redb::Database) -> (Vec<String>, Vec<String>) {
+    use redb::ReadableDatabase as _;
+    let read = db.begin_read().unwrap();
+    let tables = read
+        .list_tables()
+        .unwrap()
+        .map(|t| redb::TableHandle::name(&t).to_owned())
+        .collect();
+    let meta = read.open_table(crate::format::META).unwrap();
+    let keys = redb::ReadableTable::iter(&meta)
+        .unwrap()
+        .map(|entry| entry.unwrap().0.value().to_owned())
+        .collect();
+    (tables, keys)
+}
+
 /// What the backend writes (its tables, and the keys of its `meta`
 /// table once every kind of record was written) is exactly the schema of
 /// the newest storage version in `oxetcd_core::version::migration`, which
@@ -825,7 +842,6 @@ fn compactions_record_the_hash_of_the_history_they_drop() {
 fn the_backend_is_the_newest_schema() {
     use oxetcd_core::storage::{AuthState, LeaseRecord, Membership};
     use oxetcd_core::version::migration::SCHEMAS;
-    use redb::ReadableDatabase as _;
 
     let dir = tempfile::tempdir().unwrap();
     {
@@ -855,17 +871,7 @@ fn the_backend_is_the_newest_schema() {
         kv.sync().unwrap();
     }
     let db = redb::Database::open(dir.path().join("kv.redb")).unwrap();
-    let read = db.begin_read().unwrap();
-    let mut tables: Vec<String> = read
-        .list_tables()
-        .unwrap()
-        .map(|t| redb::TableHandle::name(&t).to_owned())
-        .collect();
-    let meta = read.open_table(crate::format::META).unwrap();
-    let mut keys: Vec<String> = redb::ReadableTable::iter(&meta)
-        .unwrap()
-        .map(|entry| entry.unwrap().0.value().to_owned())
-        .collect();
+    let (mut tables, mut keys) = tables_and_meta_keys(&db);
     let newest = SCHEMAS.last().unwrap();
     let mut want_tables: Vec<String> = newest.tables.iter().map(|t| t.to_string()).collect();
     let mut want_keys: Vec<String> = newest.meta_keys.iter().map(|k| k.to_string()).collect();
@@ -882,24 +888,9 @@ fn the_backend_is_the_newest_schema() {
 #[test]
 fn migration_steps_apply_with_their_transaction() {
     use oxetcd_core::version::migration::Step;
-    use redb::ReadableDatabase as _;
 
     let dir = tempfile::tempdir().unwrap();
-    let tables_and_keys = |kv: &RedbKv| {
-        let db = kv.shared.db.read().unwrap();
-        let read = db.begin_read().unwrap();
-        let tables: Vec<String> = read
-            .list_tables()
-            .unwrap()
-            .map(|t| redb::TableHandle::name(&t).to_owned())
-            .collect();
-        let meta = read.open_table(crate::format::META).unwrap();
-        let keys: Vec<String> = redb::ReadableTable::iter(&meta)
-            .unwrap()
-            .map(|entry| entry.unwrap().0.value().to_owned())
-            .collect();
-        (tables, keys)
-    };
+    let tables_and_keys = |kv: &RedbKv| tables_and_meta_keys(&kv.shared.db.read().unwrap());
     let kv = open_kv(dir.path());
     let mut txn = kv.write().unwrap();
     txn.set_alarms(&[AlarmMember {
