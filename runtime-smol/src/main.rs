@@ -29,7 +29,7 @@ use smol::Executor;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Tasks run on this executor, polled by one thread per core.
+/// Tasks run on this executor, polled by [`oxetcd_server::runtime::async_threads`] threads.
 #[derive(Clone)]
 struct Smol {
     executor: Arc<Executor<'static>>,
@@ -191,10 +191,8 @@ where
 fn main() -> ExitCode {
     let config = oxetcd_server::config::from_process();
     let executor = Arc::new(Executor::new());
-    // The main thread polls the executor too, so one extra thread per
-    // remaining core.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for i in 1..threads {
+    // The main thread polls the executor too.
+    for i in 1..oxetcd_server::runtime::async_threads() {
         let executor = executor.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("oxetcd-smol-{i}"))

@@ -89,11 +89,12 @@ impl Runtime for Tokio {
 
 fn main() -> ExitCode {
     let config = oxetcd_server::config::from_process();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("oxetcd-tokio")
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // tokio's own TOKIO_WORKER_THREADS, when set, wins.
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(oxetcd_server::runtime::async_threads());
+    }
+    let runtime = match builder.enable_all().thread_name("oxetcd-tokio").build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the tokio runtime: {e}");
