@@ -6,7 +6,7 @@ use std::path::Path;
 
 use redb::{Database, ReadableTable, TableDefinition, WriteTransaction};
 
-use crate::error::OpenError;
+use crate::error::{panic_message, OpenError};
 
 /// Every database's table of named records; each database adds its own
 /// records beside the two below.
@@ -102,11 +102,7 @@ pub(crate) fn refusing_panics<T>(
     open: impl FnOnce() -> Result<T, OpenError>,
 ) -> Result<T, OpenError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("no message");
+        let why = panic_message(&*panic);
         Err(OpenError::Corrupt {
             path: path.to_path_buf(),
             detail: format!("the storage engine failed on the file's contents ({why})"),
