@@ -168,6 +168,14 @@ pub(crate) fn unseal<'a>(
     Ok(payload)
 }
 
+/// Whether `stored` is a sealed record of `address` whose checksum holds.
+#[cfg(test)]
+pub(crate) fn is_sealed(address: Address<'_>, stored: &[u8]) -> bool {
+    stored.first() == Some(&TAG)
+        && stored.len() >= SEAL_BYTES
+        && unseal(address, Shape::Fixed(stored.len() - SEAL_BYTES), stored).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

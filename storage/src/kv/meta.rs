@@ -385,4 +385,81 @@ mod tests {
         );
         assert!(error.contains("unknown meta record \"kv_mdta\""), "{error}");
     }
+
+    /// Every meta record and lease of `kv` is sealed, besides the format
+    /// version and contents every database carries.
+    fn assert_all_sealed(kv: &RedbKv) {
+        use crate::sealed::{is_sealed, Address};
+        let db = kv.db();
+        let txn = db.begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        let mut sealed = 0;
+        for row in meta.iter().unwrap() {
+            let (key, value) = row.unwrap();
+            let key = key.value();
+            if key == "format_version" || key == "contents" {
+                continue;
+            }
+            assert!(is_sealed(Address::Meta(key), value.value()), "{key}");
+            sealed += 1;
+        }
+        assert!(sealed >= 4, "{sealed} meta records");
+        let leases = txn.open_table(LEASES).unwrap();
+        for row in leases.iter().unwrap() {
+            let (id, value) = row.unwrap();
+            assert!(is_sealed(Address::Lease(id.value()), value.value()));
+        }
+    }
+
+    /// A backend holding every kind of meta record and a lease.
+    fn source(path: &Path) -> RedbKv {
+        let kv = RedbKv::open(path).unwrap();
+        let mut txn = kv.write().unwrap();
+        txn.set_meta(&APPLIED).unwrap();
+        txn.set_membership(&membership()).unwrap();
+        txn.set_auth(&auth()).unwrap();
+        txn.set_alarms(&[ALARM]).unwrap();
+        txn.put_lease(&LEASE).unwrap();
+        txn.commit().unwrap();
+        kv
+    }
+
+    /// A backend restored from an oxetcd snapshot, or imported from an
+    /// etcd backend, holds sealed records only: both write through the
+    /// backend's own transaction.
+    #[test]
+    fn restored_and_imported_records_are_sealed() {
+        use crate::bolt::{etcd, BoltReader};
+        use crate::snapshot::{import, SnapshotExport};
+
+        let dir = tempfile::tempdir().unwrap();
+        let source = source(&dir.path().join("source.redb"));
+        assert_all_sealed(&source);
+
+        let mut stream = Vec::new();
+        for chunk in SnapshotExport::new(source.read().unwrap(), 1024) {
+            stream.extend_from_slice(&chunk.unwrap());
+        }
+        let restored = RedbKv::open(&dir.path().join("restored.redb")).unwrap();
+        let mut txn = restored.write().unwrap();
+        import(&mut txn, stream.as_slice()).unwrap();
+        txn.commit().unwrap();
+        assert_all_sealed(&restored);
+        assert_eq!(
+            restored.read().unwrap().membership().unwrap(),
+            Some(membership())
+        );
+
+        let mut image = Vec::new();
+        for chunk in etcd::image(source.read().unwrap(), "3.6.0", 4096).unwrap() {
+            image.extend_from_slice(&chunk.unwrap());
+        }
+        let reader = BoltReader::open(image).unwrap();
+        let imported = RedbKv::open(&dir.path().join("imported.redb")).unwrap();
+        let mut txn = imported.write().unwrap();
+        etcd::import(&reader, &mut txn).unwrap();
+        txn.commit().unwrap();
+        assert_all_sealed(&imported);
+        assert_eq!(imported.read().unwrap().auth().unwrap(), Some(auth()));
+    }
 }
