@@ -79,7 +79,7 @@ impl RevisionRecord<'_> {
 impl<'a> RevisionRecord<'a> {
     /// Decodes the record stored under `table_key`, checking its checksum.
     pub(crate) fn decode(bytes: &'a [u8], table_key: u128) -> Result<Self, StorageError> {
-        Self::decode_checked(bytes, Some(table_key))
+        Self::decode_checked(bytes, Some(table_key)).map_err(|e| at_revision(e, table_key))
     }
 
     /// Decodes a record without checking its checksum: for the key index
@@ -153,6 +153,27 @@ impl<'a> RevisionRecord<'a> {
             tombstone: flags & FLAG_TOMBSTONE != 0,
             value: rest,
         })
+    }
+}
+
+/// `error`, when it is a version record's, naming the revision the record
+/// is stored at (`table_key`).
+pub(crate) fn at_revision(error: StorageError, table_key: u128) -> StorageError {
+    match error {
+        StorageError::Corrupt {
+            path,
+            record,
+            detail,
+        } => StorageError::Corrupt {
+            path,
+            record: format!(
+                "{record} at revision {}.{}",
+                (table_key >> 64) as u64,
+                table_key as u64
+            ),
+            detail,
+        },
+        other => other,
     }
 }
 

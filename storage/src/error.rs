@@ -179,6 +179,36 @@ pub(crate) fn err<E: Into<redb::Error>>(what: &'static str) -> impl Fn(E) -> Sto
     }
 }
 
+/// Runs `read`, the storage engine reading `record`, and turns a panic of
+/// the engine into a refusal of the record as damaged: redb trusts its
+/// file, and some damage makes it panic rather than answer an error (the
+/// open is guarded the same way, `format::refusing_panics`). Only the
+/// engine's own calls go in `read`, never a caller's, whose panic is a bug
+/// and not damage.
+pub(crate) fn refusing_engine_panics<T>(
+    record: impl fmt::Display,
+    read: impl FnOnce() -> Result<T, StorageError>,
+) -> Result<T, StorageError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|panic| {
+        Err(StorageError::corrupt(
+            record,
+            format_args!(
+                "the storage engine failed on it ({}; the backend file is damaged)",
+                panic_message(&*panic)
+            ),
+        ))
+    })
+}
+
+/// What a caught panic said.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("no message")
+}
+
 /// An operating system error met while doing `during`, the operating
 /// system's error kept as the source. A full disk is its own variant: it is
 /// the one an operator fixes without touching the data.

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use redb::{Database, ReadableTable, TableDefinition, WriteTransaction};
 
-use crate::error::OpenError;
+use crate::error::{panic_message, OpenError};
 
 /// Every database's table of named records; each database adds its own
 /// records beside the two below.
@@ -19,6 +19,10 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 /// - 1: MVCC versions keyed by (user key, revision), plus a revision index.
 /// - 2: MVCC versions keyed by revision, with an in-memory key index. Never
 ///   deployed with version 1 data, so there is no migration from it.
+///
+/// Record checksums (versions, module `codec`; meta records and leases,
+/// module `sealed`) came within version 2 without a bump: every record
+/// written before them still reads as it is, so no file needs migrating.
 pub(crate) const FORMAT_VERSION: u64 = 2;
 
 /// Meta record: the format version, a little-endian u64.
@@ -102,11 +106,7 @@ pub(crate) fn refusing_panics<T>(
     open: impl FnOnce() -> Result<T, OpenError>,
 ) -> Result<T, OpenError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("no message");
+        let why = panic_message(&*panic);
         Err(OpenError::Corrupt {
             path: path.to_path_buf(),
             detail: format!("the storage engine failed on the file's contents ({why})"),

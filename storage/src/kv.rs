@@ -8,8 +8,17 @@
 //!            "kv_commit_seq"   -> commit sequence of the last index change, LE u64
 //!            "alarms"          -> the active alarms (core's encode_alarms)
 //!            "kv_used_bytes"   -> bytes in use (core's KvRead::used_bytes), LE u64
+//!            "membership"      -> Membership::encode
+//!            "auth"            -> AuthState::encode
 //! leases     lease ID (i64)    -> TTL, remaining TTL: two LE words
 //! ```
+//!
+//! Every record carries a CRC-32C checked on each read: version records
+//! in their own encoding (module `codec`), `meta` records and leases in a
+//! checksummed envelope (module `sealed`; module `meta` lists the meta
+//! records), besides the format version and contents every database
+//! carries (module `format`). A record refused as damaged is an error
+//! naming the backend file ([`StorageError::in_file`]).
 //!
 //! Versions are stored by revision, the order in which the apply step writes
 //! them, so a batch of puts fills the rightmost leaves of one B-tree and a
@@ -45,13 +54,15 @@ mod cadence;
 #[cfg(test)]
 mod crash_tests;
 mod index;
+mod meta;
 mod online_defrag;
 mod used;
+mod view;
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::ops::{Bound, ControlFlow};
-use std::path::{Path, PathBuf};
+use std::ops::ControlFlow;
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -66,15 +77,19 @@ use redb::{
     WriteTransaction,
 };
 
-use crate::codec::{
-    decode_kv_meta, decode_lease, decode_u64, encode_kv_meta, encode_lease, RevisionRecord,
-};
+use crate::codec::{at_revision, encode_kv_meta, encode_lease, RevisionRecord};
 use crate::error::{err, OpenError};
 use crate::format::{open_database, refusing_panics, META};
 use crate::log::file_size;
+use crate::sealed::{seal, Address, Shape};
 use cadence::DurableCadence;
 use index::{Overlay, Pin, Rev, SharedIndex};
-use used::{read_alarms, read_used_bytes, UsedBytes, ALARMS_KEY, USED_BYTES_KEY};
+use meta::{
+    read_alarms, read_auth, read_commit_seq, read_membership, read_meta, read_used_bytes, ALARMS,
+    AUTH, COMMIT_SEQ, FRESH_META, KV_META, MEMBERSHIP, USED_BYTES,
+};
+use used::UsedBytes;
+use view::{changes, leases, View};
 
 /// A durable commit is made at least this often while commits keep coming,
 /// so that redb can reclaim freed pages and replay after a crash stays short.
@@ -86,26 +101,9 @@ pub const DURABLE_EVERY_COMMITS: u32 = 10_000;
 /// cheaper for redb to open and compare than a tuple.
 const REVISIONS: TableDefinition<u128, &[u8]> = TableDefinition::new("revisions");
 const LEASES: TableDefinition<i64, &[u8]> = TableDefinition::new("leases");
-const KV_META_KEY: &str = "kv_meta";
-/// The membership record ([`Membership::encode`]), written in the apply
-/// transaction that changes it, beside the applied index.
-const MEMBERSHIP_KEY: &str = "membership";
-
-/// The auth record ([`AuthState::encode`]), written in the apply
-/// transaction that changes it.
-const AUTH_KEY: &str = "auth";
-/// Meta record: the commit sequence of the last commit that changed the key
-/// index, so that a snapshot knows which index changes it contains.
-const COMMIT_SEQ_KEY: &str = "kv_commit_seq";
+/// A lease record's payload: TTL and remaining TTL, two LE words.
+const LEASE_SHAPE: Shape = Shape::Fixed(16);
 pub(crate) const CONTENTS: &str = "mvcc";
-
-/// The meta record of a fresh store: revision 1 and never compacted, as etcd.
-const FRESH_META: KvMeta = KvMeta {
-    applied_index: 0,
-    applied_term: 0,
-    revision: 1,
-    compact_revision: -1,
-};
 
 /// The MVCC backend in its own redb database. Cloning shares the database.
 #[derive(Clone)]
@@ -120,7 +118,8 @@ struct Shared {
     /// database's pages once the `Database` drops, and a reader that began
     /// before a defragmentation's swap keeps reading the old file.
     db: RwLock<Arc<Db>>,
-    path: PathBuf,
+    /// The backend file, named in errors.
+    path: Arc<Path>,
     index: Arc<SharedIndex>,
     cadence: Mutex<DurableCadence>,
     /// Hashes recorded at compactions, newest first, at most
@@ -178,9 +177,12 @@ pub type CommitObserver = Box<dyn Fn(Duration) + Send + Sync>;
 fn init_tables(txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
     txn.open_table(REVISIONS)?;
     txn.open_table(LEASES)?;
-    let mut meta = txn.open_table(META)?;
-    if meta.get(KV_META_KEY)?.is_none() {
-        meta.insert(KV_META_KEY, encode_kv_meta(&FRESH_META).as_slice())?;
+    let mut table = txn.open_table(META)?;
+    // Before a missing applied index is taken for a fresh store's.
+    meta::check_keys(&table)?;
+    if table.get(KV_META.key)?.is_none() {
+        let fresh = seal(Address::Meta(KV_META.key), &encode_kv_meta(&FRESH_META));
+        table.insert(KV_META.key, fresh.as_slice())?;
     }
     Ok(())
 }
@@ -234,7 +236,7 @@ impl RedbKv {
         Ok(Self {
             shared: Arc::new(Shared {
                 db: RwLock::new(Arc::new(Db::new(db))),
-                path: path.to_path_buf(),
+                path: Arc::from(path),
                 index: Arc::new(index),
                 cadence: Mutex::new(DurableCadence::new(Instant::now())),
                 compaction_hashes: Mutex::new(None),
@@ -328,24 +330,44 @@ impl KvStore for RedbKv {
         // snapshot may need is dropped in between.
         let mut pin = self.shared.index.pin();
         let db = Arc::clone(&self.db());
-        let txn = db.begin_read().map_err(err("kv read"))?;
+        let in_file = |e: StorageError| e.in_file(self.shared.path.display());
+        let txn = db.begin_read().map_err(err("kv read")).map_err(in_file)?;
         // The tables hold the snapshot open after the transaction handle goes.
-        let meta = txn.open_table(META).map_err(err("kv read"))?;
-        pin.settle(read_commit_seq(&meta)?)?;
+        let meta = txn
+            .open_table(META)
+            .map_err(err("kv read"))
+            .map_err(in_file)?;
+        pin.settle(read_commit_seq(&meta).map_err(in_file)?)?;
         Ok(RedbKvRead {
-            revisions: txn.open_table(REVISIONS).map_err(err("kv read"))?,
+            revisions: txn
+                .open_table(REVISIONS)
+                .map_err(err("kv read"))
+                .map_err(in_file)?,
             meta,
-            leases: txn.open_table(LEASES).map_err(err("kv read"))?,
+            leases: txn
+                .open_table(LEASES)
+                .map_err(err("kv read"))
+                .map_err(in_file)?,
             pin,
+            path: Arc::clone(&self.shared.path),
             _db: db,
         })
     }
 
     fn write(&self) -> Result<RedbKvWrite, StorageError> {
-        let txn = self.db().begin_write().map_err(err("kv write"))?;
+        let in_file = |e: StorageError| e.in_file(self.shared.path.display());
+        let txn = self
+            .db()
+            .begin_write()
+            .map_err(err("kv write"))
+            .map_err(in_file)?;
         let (seq, used_bytes) = {
-            let meta = txn.open_table(META).map_err(err("kv write"))?;
-            (read_commit_seq(&meta)?, read_used_bytes(&meta)?)
+            let meta = txn
+                .open_table(META)
+                .map_err(err("kv write"))
+                .map_err(in_file)?;
+            let seq = read_commit_seq(&meta).map_err(in_file)?;
+            (seq, read_used_bytes(&meta).map_err(in_file)?)
         };
         // The previous writer publishes its index changes just after its
         // redb commit, which already let this transaction begin.
@@ -401,6 +423,8 @@ pub struct RedbKvRead {
     leases: ReadOnlyTable<i64, &'static [u8]>,
     /// Keeps the index slots this snapshot sees; knows its commit sequence.
     pin: Pin,
+    /// The backend file, named in errors.
+    path: Arc<Path>,
     /// Keeps the database open while the tables above read it (declared
     /// last, so dropped last).
     _db: Arc<Db>,
@@ -416,7 +440,7 @@ impl fmt::Debug for RedbKvRead {
 
 impl KvRead for RedbKvRead {
     fn meta(&self) -> Result<KvMeta, StorageError> {
-        read_meta(&self.meta)
+        in_file(&self.path, read_meta(&self.meta))
     }
 
     fn scan(
@@ -432,7 +456,7 @@ impl KvRead for RedbKvRead {
             overlay: None,
             revisions: &self.revisions,
         };
-        view.scan(start, end, at, visit)
+        in_file(&self.path, view.scan(start, end, at, visit))
     }
 
     fn versions(
@@ -446,7 +470,7 @@ impl KvRead for RedbKvRead {
             overlay: None,
             revisions: &self.revisions,
         };
-        view.versions(key, visit)
+        in_file(&self.path, view.versions(key, visit))
     }
 
     fn changes(
@@ -455,30 +479,30 @@ impl KvRead for RedbKvRead {
         to: i64,
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        changes(&self.revisions, from, to, visit)
+        in_file(&self.path, changes(&self.revisions, from, to, visit))
     }
 
     fn leases(
         &self,
         visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        leases(&self.leases, visit)
+        in_file(&self.path, leases(&self.leases, visit))
     }
 
     fn membership(&self) -> Result<Option<Membership>, StorageError> {
-        read_membership(&self.meta)
+        in_file(&self.path, read_membership(&self.meta))
     }
 
     fn auth(&self) -> Result<Option<AuthState>, StorageError> {
-        read_auth(&self.meta)
+        in_file(&self.path, read_auth(&self.meta))
     }
 
     fn alarms(&self) -> Result<Alarms, StorageError> {
-        read_alarms(&self.meta)
+        in_file(&self.path, read_alarms(&self.meta))
     }
 
     fn used_bytes(&self) -> Result<u64, StorageError> {
-        read_used_bytes(&self.meta)
+        in_file(&self.path, read_used_bytes(&self.meta))
     }
 }
 
@@ -521,96 +545,26 @@ impl RedbKvWrite {
             revisions,
         }
     }
-}
 
-impl KvRead for RedbKvWrite {
-    fn meta(&self) -> Result<KvMeta, StorageError> {
-        match self.meta {
-            Some(meta) => Ok(meta),
-            None => read_meta(&self.txn.open_table(META).map_err(err("kv read"))?),
-        }
+    /// `result`, a damaged record's error naming the backend file.
+    fn named<T>(&self, result: Result<T, StorageError>) -> Result<T, StorageError> {
+        in_file(&self.kv.shared.path, result)
     }
 
-    fn scan(
+    /// One of the backend's tables, as this transaction sees it.
+    fn table<K: redb::Key + 'static>(
         &self,
-        start: &[u8],
-        end: RangeEnd<'_>,
-        at: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let table = self.txn.open_table(REVISIONS).map_err(err("kv read"))?;
-        self.view(&table).scan(start, end, at, visit)
+        table: TableDefinition<K, &'static [u8]>,
+    ) -> Result<redb::Table<'_, K, &'static [u8]>, StorageError> {
+        self.named(self.txn.open_table(table).map_err(err("kv read")))
     }
 
-    fn versions(
-        &self,
-        key: &[u8],
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let table = self.txn.open_table(REVISIONS).map_err(err("kv read"))?;
-        self.view(&table).versions(key, visit)
+    fn meta_table(&self) -> Result<redb::Table<'_, &'static str, &'static [u8]>, StorageError> {
+        self.table(META)
     }
 
-    fn changes(
-        &self,
-        from: i64,
-        to: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let table = self.txn.open_table(REVISIONS).map_err(err("kv read"))?;
-        changes(&table, from, to, visit)
-    }
-
-    fn leases(
-        &self,
-        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let table = self.txn.open_table(LEASES).map_err(err("kv read"))?;
-        leases(&table, visit)
-    }
-
-    fn membership(&self) -> Result<Option<Membership>, StorageError> {
-        read_membership(&self.txn.open_table(META).map_err(err("kv read"))?)
-    }
-
-    fn auth(&self) -> Result<Option<AuthState>, StorageError> {
-        read_auth(&self.txn.open_table(META).map_err(err("kv read"))?)
-    }
-
-    fn alarms(&self) -> Result<Alarms, StorageError> {
-        read_alarms(&self.txn.open_table(META).map_err(err("kv read"))?)
-    }
-
-    fn used_bytes(&self) -> Result<u64, StorageError> {
-        Ok(self.used.bytes)
-    }
-}
-
-impl KvWrite for RedbKvWrite {
-    fn migrate(&mut self, steps: &[Step]) -> Result<(), StorageError> {
-        const WHAT: &str = "kv migrate";
-        for step in steps {
-            match *step {
-                Step::AddTable(name) => {
-                    self.txn
-                        .open_table(TableDefinition::<&[u8], &[u8]>::new(name))
-                        .map_err(err(WHAT))?;
-                }
-                Step::DropTable(name) => {
-                    self.txn
-                        .delete_table(TableDefinition::<&[u8], &[u8]>::new(name))
-                        .map_err(err(WHAT))?;
-                }
-                Step::DropMetaKey(key) => {
-                    let mut table = self.txn.open_table(META).map_err(err(WHAT))?;
-                    table.remove(key).map_err(err(WHAT))?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
+    /// [`KvWrite::put_version`], its errors not yet naming the file.
+    fn put_stored_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
         let rev = stored_revision(version.mod_revision).ok_or_else(|| {
             StorageError::invariant(format_args!(
                 "kv put: negative revision {:?}",
@@ -664,7 +618,12 @@ impl KvWrite for RedbKvWrite {
         Ok(())
     }
 
-    fn remove_version(&mut self, key: &[u8], revision: Revision) -> Result<(), StorageError> {
+    /// [`KvWrite::remove_version`], its errors not yet naming the file.
+    fn remove_stored_version(
+        &mut self,
+        key: &[u8],
+        revision: Revision,
+    ) -> Result<(), StorageError> {
         let Some(rev) = stored_revision(revision) else {
             return Ok(()); // never stored
         };
@@ -684,11 +643,110 @@ impl KvWrite for RedbKvWrite {
         }
         Ok(())
     }
+}
+
+impl KvRead for RedbKvWrite {
+    fn meta(&self) -> Result<KvMeta, StorageError> {
+        match self.meta {
+            Some(meta) => Ok(meta),
+            None => self.named(read_meta(&self.meta_table()?)),
+        }
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: RangeEnd<'_>,
+        at: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        let table = self.table(REVISIONS)?;
+        self.named(self.view(&table).scan(start, end, at, visit))
+    }
+
+    fn versions(
+        &self,
+        key: &[u8],
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        let table = self.table(REVISIONS)?;
+        self.named(self.view(&table).versions(key, visit))
+    }
+
+    fn changes(
+        &self,
+        from: i64,
+        to: i64,
+        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        let table = self.table(REVISIONS)?;
+        self.named(changes(&table, from, to, visit))
+    }
+
+    fn leases(
+        &self,
+        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
+    ) -> Result<(), StorageError> {
+        let table = self.table(LEASES)?;
+        self.named(leases(&table, visit))
+    }
+
+    fn membership(&self) -> Result<Option<Membership>, StorageError> {
+        self.named(read_membership(&self.meta_table()?))
+    }
+
+    fn auth(&self) -> Result<Option<AuthState>, StorageError> {
+        self.named(read_auth(&self.meta_table()?))
+    }
+
+    fn alarms(&self) -> Result<Alarms, StorageError> {
+        self.named(read_alarms(&self.meta_table()?))
+    }
+
+    fn used_bytes(&self) -> Result<u64, StorageError> {
+        Ok(self.used.bytes)
+    }
+}
+
+impl KvWrite for RedbKvWrite {
+    fn migrate(&mut self, steps: &[Step]) -> Result<(), StorageError> {
+        const WHAT: &str = "kv migrate";
+        for step in steps {
+            match *step {
+                Step::AddTable(name) => {
+                    self.txn
+                        .open_table(TableDefinition::<&[u8], &[u8]>::new(name))
+                        .map_err(err(WHAT))?;
+                }
+                Step::DropTable(name) => {
+                    self.txn
+                        .delete_table(TableDefinition::<&[u8], &[u8]>::new(name))
+                        .map_err(err(WHAT))?;
+                }
+                Step::DropMetaKey(key) => {
+                    let mut table = self.txn.open_table(META).map_err(err(WHAT))?;
+                    table.remove(key).map_err(err(WHAT))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
+        let result = self.put_stored_version(version);
+        self.named(result)
+    }
+
+    fn remove_version(&mut self, key: &[u8], revision: Revision) -> Result<(), StorageError> {
+        let result = self.remove_stored_version(key, revision);
+        self.named(result)
+    }
 
     fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), StorageError> {
         let mut table = self.txn.open_table(LEASES).map_err(err("kv lease"))?;
+        let sealed = seal(Address::Lease(lease.id), &encode_lease(lease));
         let replaced = table
-            .insert(lease.id, encode_lease(lease).as_slice())
+            .insert(lease.id, sealed.as_slice())
             .map_err(err("kv lease"))?
             .is_some();
         drop(table);
@@ -715,29 +773,18 @@ impl KvWrite for RedbKvWrite {
 
     fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError> {
         let mut table = self.txn.open_table(META).map_err(err("kv membership"))?;
-        table
-            .insert(MEMBERSHIP_KEY, membership.encode().as_slice())
-            .map_err(err("kv membership"))?;
-        Ok(())
+        MEMBERSHIP.write(&mut table, &membership.encode(), "kv membership")
     }
 
     fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError> {
         let mut table = self.txn.open_table(META).map_err(err("kv auth"))?;
-        table
-            .insert(AUTH_KEY, auth.encode().as_slice())
-            .map_err(err("kv auth"))?;
-        Ok(())
+        AUTH.write(&mut table, &auth.encode(), "kv auth")
     }
 
     fn set_alarms(&mut self, alarms: &[AlarmMember]) -> Result<(), StorageError> {
         let mut table = self.txn.open_table(META).map_err(err("kv alarms"))?;
-        table
-            .insert(
-                ALARMS_KEY,
-                oxetcd_core::storage::encode_alarms(alarms).as_slice(),
-            )
-            .map_err(err("kv alarms"))?;
-        Ok(())
+        let payload = oxetcd_core::storage::encode_alarms(alarms);
+        ALARMS.write(&mut table, &payload, "kv alarms")
     }
 
     fn commit(self) -> Result<(), StorageError> {
@@ -757,19 +804,13 @@ impl KvWrite for RedbKvWrite {
         if changes_index || meta.is_some() || used_bytes_changed {
             let mut table = txn.open_table(META).map_err(err("kv commit"))?;
             if used_bytes_changed {
-                table
-                    .insert(USED_BYTES_KEY, used_bytes.to_le_bytes().as_slice())
-                    .map_err(err("kv commit"))?;
+                USED_BYTES.write(&mut table, &used_bytes.to_le_bytes(), "kv commit")?;
             }
             if let Some(meta) = meta {
-                table
-                    .insert(KV_META_KEY, encode_kv_meta(&meta).as_slice())
-                    .map_err(err("kv commit"))?;
+                KV_META.write(&mut table, &encode_kv_meta(&meta), "kv commit")?;
             }
             if changes_index {
-                table
-                    .insert(COMMIT_SEQ_KEY, seq.to_le_bytes().as_slice())
-                    .map_err(err("kv commit"))?;
+                COMMIT_SEQ.write(&mut table, &seq.to_le_bytes(), "kv commit")?;
             }
         }
         let durable = kv.cadence().is_due(Instant::now());
@@ -820,85 +861,6 @@ impl KvWrite for RedbKvWrite {
     }
 }
 
-/// What a scan needs: the index as one reader sees it, and that reader's
-/// `revisions` table.
-struct View<'a, T> {
-    index: &'a SharedIndex,
-    seq: u64,
-    overlay: Option<&'a Overlay>,
-    revisions: &'a T,
-}
-
-impl<T: ReadableTable<u128, &'static [u8]>> View<'_, T> {
-    fn scan(
-        &self,
-        start: &[u8],
-        end: RangeEnd<'_>,
-        at: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let Ok(at) = u64::try_from(at) else {
-            return Ok(()); // nothing is stored below revision 0
-        };
-        let mut after: Option<Vec<u8>> = None;
-        let mut batch = Vec::new();
-        loop {
-            let from = match &after {
-                Some(last) => Bound::Excluded(last.as_slice()),
-                None => Bound::Included(start),
-            };
-            let next = self
-                .index
-                .scan_batch(from, end, self.seq, at, self.overlay, &mut batch)?;
-            // The index lock is released: reading records and visiting them
-            // holds up no writer.
-            for (key, rev) in batch.drain(..) {
-                if visit(self.load(key, rev)?).is_break() {
-                    return Ok(());
-                }
-            }
-            match next {
-                Some(last) => after = Some(last),
-                None => return Ok(()),
-            }
-        }
-    }
-
-    fn versions(
-        &self,
-        key: &[u8],
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        for rev in self.index.versions(key, self.seq, self.overlay)? {
-            if visit(self.load(key.to_vec(), rev)?).is_break() {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// The version of `key` stored at `rev`, which the index says this view
-    /// sees.
-    fn load(&self, key: Vec<u8>, (main, sub): Rev) -> Result<KeyVersion, StorageError> {
-        let bytes = self
-            .revisions
-            .get(revision_key((main, sub)))
-            .map_err(err("kv read"))?
-            .ok_or_else(|| {
-                StorageError::invariant(format_args!(
-                    "kv index names revision {main}.{sub}, which the snapshot does not store"
-                ))
-            })?;
-        let record = RevisionRecord::decode(bytes.value(), revision_key((main, sub)))?;
-        if record.key != key.as_slice() {
-            return Err(StorageError::invariant(format_args!(
-                "kv index names revision {main}.{sub} for another key"
-            )));
-        }
-        key_version(key, main, sub, &record)
-    }
-}
-
 /// Reads every stored version's key, in revision order, into a fresh
 /// index; returns it with the number of versions and the bytes they count
 /// for ([`version_bytes`]).
@@ -912,18 +874,18 @@ fn build_index(db: &Database) -> Result<(SharedIndex, u64, u64), StorageError> {
         let (rev, bytes) = row.map_err(err("kv index"))?;
         versions += 1;
         let rev = split_revision_key(rev.value());
-        let record = RevisionRecord::decode_unverified(bytes.value()).map_err(|e| match e {
-            StorageError::Corrupt { record, detail } => StorageError::Corrupt {
-                record: format!("{record} at revision {}.{}", rev.0, rev.1),
-                detail,
-            },
-            other => other,
-        })?;
+        let record = RevisionRecord::decode_unverified(bytes.value())
+            .map_err(|e| at_revision(e, revision_key(rev)))?;
         used_bytes += version_bytes(record.key.len(), record.value.len());
         Ok((record.key.to_vec(), rev))
     });
     let index = SharedIndex::build(seq, rows)?;
     Ok((index, versions, used_bytes))
+}
+
+/// `result`, a damaged record's error naming the backend file `path`.
+fn in_file<T>(path: &Path, result: Result<T, StorageError>) -> Result<T, StorageError> {
+    result.map_err(|error| error.in_file(path.display()))
 }
 
 /// A revision as stored: both parts must be non-negative.
@@ -941,105 +903,6 @@ fn revision_key((main, sub): Rev) -> u128 {
 
 fn split_revision_key(key: u128) -> Rev {
     ((key >> 64) as u64, key as u64)
-}
-
-fn read_membership(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<Option<Membership>, StorageError> {
-    match table.get(MEMBERSHIP_KEY).map_err(err("kv read"))? {
-        Some(bytes) => Membership::decode(bytes.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
-fn read_auth(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<Option<AuthState>, StorageError> {
-    match table.get(AUTH_KEY).map_err(err("kv read"))? {
-        Some(bytes) => AuthState::decode(bytes.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
-fn read_meta(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<KvMeta, StorageError> {
-    match table.get(KV_META_KEY).map_err(err("kv read"))? {
-        Some(bytes) => decode_kv_meta(bytes.value()),
-        None => Ok(FRESH_META),
-    }
-}
-
-fn read_commit_seq(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<u64, StorageError> {
-    match table.get(COMMIT_SEQ_KEY).map_err(err("kv read"))? {
-        Some(bytes) => decode_u64("kv commit sequence", bytes.value()),
-        None => Ok(0),
-    }
-}
-
-fn changes(
-    table: &impl ReadableTable<u128, &'static [u8]>,
-    from: i64,
-    to: i64,
-    visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-) -> Result<(), StorageError> {
-    let Ok(to) = u64::try_from(to) else {
-        return Ok(());
-    };
-    let from = u64::try_from(from).unwrap_or(0);
-    if from > to {
-        return Ok(());
-    }
-    for row in table
-        .range(revision_key((from, 0))..=revision_key((to, u64::MAX)))
-        .map_err(err("kv changes"))?
-    {
-        let (rev, bytes) = row.map_err(err("kv changes"))?;
-        let (main, sub) = split_revision_key(rev.value());
-        let record = RevisionRecord::decode(bytes.value(), rev.value())?;
-        if visit(key_version(record.key.to_vec(), main, sub, &record)?).is_break() {
-            break;
-        }
-    }
-    Ok(())
-}
-
-fn leases(
-    table: &impl ReadableTable<i64, &'static [u8]>,
-    visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
-) -> Result<(), StorageError> {
-    for row in table.iter().map_err(err("kv leases"))? {
-        let (id, bytes) = row.map_err(err("kv leases"))?;
-        if visit(decode_lease(id.value(), bytes.value())?).is_break() {
-            break;
-        }
-    }
-    Ok(())
-}
-
-fn key_version(
-    key: Vec<u8>,
-    main: u64,
-    sub: u64,
-    record: &RevisionRecord<'_>,
-) -> Result<KeyVersion, StorageError> {
-    let revision = |n: u64| {
-        i64::try_from(n).map_err(|_| StorageError::corrupt("revision key", "out of range"))
-    };
-    Ok(KeyVersion {
-        key,
-        mod_revision: Revision {
-            main: revision(main)?,
-            sub: revision(sub)?,
-        },
-        create_revision: record.create_revision,
-        version: record.version,
-        lease: record.lease,
-        value: record.value.to_vec(),
-        tombstone: record.tombstone,
-    })
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ mod fuzz_tests;
 pub mod go_json;
 pub mod kv;
 pub mod log;
+mod sealed;
 pub mod snapshot;
 pub mod snapshot_file;
 pub mod wal;

@@ -64,6 +64,9 @@ pub enum StorageError {
     /// A stored record does not decode, or the storage engine found its file
     /// damaged. Reading again reads the same bytes.
     Corrupt {
+        /// The file the record was read from, once the store that read it
+        /// has named it ([`StorageError::in_file`]).
+        path: Option<String>,
         /// The record, with its key when it has one (`"log entry 7"`).
         record: String,
         /// What is wrong with it.
@@ -113,8 +116,28 @@ impl StorageError {
     /// A [`StorageError::Corrupt`] naming the record and what is wrong with it.
     pub fn corrupt(record: impl fmt::Display, detail: impl fmt::Display) -> Self {
         Self::Corrupt {
+            path: None,
             record: record.to_string(),
             detail: detail.to_string(),
+        }
+    }
+
+    /// Names the file a [`StorageError::Corrupt`] was read from, unless it
+    /// names one already; any other error is returned as it is. A store
+    /// calls it where it knows its file, so that an operator is told which
+    /// file is damaged.
+    pub fn in_file(self, file: impl fmt::Display) -> Self {
+        match self {
+            Self::Corrupt {
+                path: None,
+                record,
+                detail,
+            } => Self::Corrupt {
+                path: Some(file.to_string()),
+                record,
+                detail,
+            },
+            other => other,
         }
     }
 
@@ -133,7 +156,16 @@ impl fmt::Display for StorageError {
             | Self::Io { during, source }
             | Self::Engine { during, source } => write!(f, "{during}: {source}"),
             Self::FileMissing { path, source } => write!(f, "{path} is missing: {source}"),
-            Self::Corrupt { record, detail } => write!(f, "corrupt {record}: {detail}"),
+            Self::Corrupt {
+                path: None,
+                record,
+                detail,
+            } => write!(f, "corrupt {record}: {detail}"),
+            Self::Corrupt {
+                path: Some(path),
+                record,
+                detail,
+            } => write!(f, "{path}: corrupt {record}: {detail}"),
             Self::EntriesUnavailable {
                 low,
                 high,
@@ -239,6 +271,25 @@ mod tests {
         assert_eq!(error.to_string(), "log append commit: fsync failed");
         let source = error.source().and_then(|s| s.downcast_ref::<io::Error>());
         assert_eq!(source.map(io::Error::kind), Some(io::ErrorKind::Other));
+    }
+
+    #[test]
+    fn a_corrupt_record_names_its_file_once_told() {
+        let error = StorageError::corrupt("meta record \"kv_meta\"", "checksum mismatch");
+        assert_eq!(
+            error.to_string(),
+            "corrupt meta record \"kv_meta\": checksum mismatch"
+        );
+        let named = error.in_file("member/kv.redb");
+        assert_eq!(
+            named.to_string(),
+            "member/kv.redb: corrupt meta record \"kv_meta\": checksum mismatch"
+        );
+        assert_eq!(named.clone().in_file("other"), named, "named once");
+        assert_eq!(
+            StorageError::IndexPoisoned.in_file("kv.redb"),
+            StorageError::IndexPoisoned
+        );
     }
 
     #[test]

@@ -13,6 +13,12 @@
 //! crash leaves either format, never half of one. The storage crate
 //! checks in its tests that what it writes is exactly the current
 //! schema.
+//!
+//! A schema names tables and `meta` keys, not how a record is encoded:
+//! the storage crate reads every encoding it ever wrote (records with and
+//! without checksums alike), so an encoding change needs no step here.
+//! The `meta` keys are also what the backend accepts at open: a key no
+//! schema names is taken for damage.
 
 use super::Version;
 

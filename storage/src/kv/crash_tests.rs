@@ -20,7 +20,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use oxetcd_core::storage::{KeyVersion, KvMeta, KvRead, KvStore, KvWrite, Revision};
+use oxetcd_core::storage::{
+    Alarms, AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, Membership,
+    Revision, StorageError,
+};
+use oxetcd_proto::etcdserverpb::{AlarmMember, Member};
+use raft_proto::eraftpb::ConfState;
 
 use super::RedbKv;
 
@@ -315,64 +320,268 @@ fn a_crash_at_any_write_or_sync_loses_nothing_synced_and_splits_no_commit() {
     );
 }
 
+/// Everything a backend holds, as the flipped-byte sweep compares it.
+#[derive(Debug, PartialEq)]
+struct Held {
+    meta: KvMeta,
+    membership: Option<Membership>,
+    auth: Option<AuthState>,
+    alarms: Alarms,
+    used_bytes: u64,
+    leases: Vec<LeaseRecord>,
+    versions: Vec<Stored>,
+}
+
 /// Everything `kv` holds, or the first error reading it.
-fn read_all(kv: &RedbKv) -> Result<(KvMeta, Vec<Stored>), oxetcd_core::storage::StorageError> {
+fn read_all(kv: &RedbKv) -> Result<Held, StorageError> {
     let read = kv.read()?;
     let mut versions = Vec::new();
     read.changes(0, i64::MAX, &mut |v| {
         versions.push((v.mod_revision.main, v.key, v.value));
         ControlFlow::Continue(())
     })?;
-    Ok((read.meta()?, versions))
+    let mut leases = Vec::new();
+    read.leases(&mut |lease| {
+        leases.push(lease);
+        ControlFlow::Continue(())
+    })?;
+    Ok(Held {
+        meta: read.meta()?,
+        membership: read.membership()?,
+        auth: read.auth()?,
+        alarms: read.alarms()?,
+        used_bytes: read.used_bytes()?,
+        leases,
+        versions,
+    })
+}
+
+/// A backend holding some of every kind of record: versions, leases,
+/// the applied index, membership, auth and alarms.
+fn every_kind_of_record(kv: &RedbKv) {
+    let mut versions = BTreeMap::new();
+    for i in 1..=200 {
+        let mut txn = kv.write().expect("write");
+        txn.put_version(&entry(i, &mut versions)).expect("put");
+        txn.set_meta(&KvMeta {
+            applied_index: i + 10,
+            applied_term: 2,
+            revision: i as i64 + 1,
+            compact_revision: -1,
+        })
+        .expect("meta");
+        if i % 50 == 0 {
+            txn.put_lease(&LeaseRecord {
+                id: i as i64,
+                ttl_secs: 60,
+                remaining_ttl_secs: 30,
+            })
+            .expect("lease");
+        }
+        txn.commit().expect("commit");
+    }
+    let mut txn = kv.write().expect("write");
+    txn.set_membership(&Membership {
+        members: vec![Member {
+            id: 0x1234,
+            name: "one".into(),
+            peer_ur_ls: vec!["http://127.0.0.1:2380".into()],
+            client_ur_ls: vec!["http://127.0.0.1:2379".into()],
+            is_learner: false,
+        }],
+        conf_state: ConfState {
+            voters: vec![0x1234],
+            ..ConfState::default()
+        },
+        ..Membership::default()
+    })
+    .expect("membership");
+    txn.set_auth(&AuthState {
+        enabled: true,
+        revision: 3,
+        ..AuthState::default()
+    })
+    .expect("auth");
+    txn.set_alarms(&[AlarmMember {
+        member_id: 0x1234,
+        alarm: 1,
+    }])
+    .expect("alarms");
+    txn.commit().expect("commit");
+}
+
+/// What the flipped-byte sweep saw, by place.
+#[derive(Debug, Default)]
+struct Sweep {
+    /// Opened, and served exactly the data written.
+    same_data: usize,
+    /// Refused at open (a damaged meta record among them counted in
+    /// `meta_at_open` too).
+    refused_at_open: usize,
+    meta_at_open: usize,
+    /// Opened, then a read was refused: a version record, a meta or lease
+    /// record, or the storage engine's own check.
+    refused_at_read: usize,
+    version_at_read: usize,
+    meta_at_read: usize,
+    /// Read refusals that did not name the backend file.
+    unnamed_at_read: Vec<String>,
+    /// Opened, and served something other than the data written.
+    other_data: Vec<usize>,
+    panics: usize,
+}
+
+/// Whether a refusal's text blames a meta or lease record.
+fn blames_meta(text: &str) -> bool {
+    [
+        "meta record",
+        "lease record",
+        "membership record",
+        "auth record",
+        "alarm record",
+        "kv commit sequence record",
+        "bytes-in-use record",
+    ]
+    .iter()
+    .any(|name| text.contains(name))
+}
+
+/// The backend file the sweeps damage; every refusal must name it.
+const SWEPT_FILE: &str = "sim-disk/kv.redb";
+
+/// The synced image of a backend holding every kind of record, and what
+/// it serves.
+fn swept_image() -> (Vec<u8>, Held) {
+    let disk = SimDisk::default();
+    let kv = RedbKv::open_on(disk.clone(), Path::new(SWEPT_FILE)).expect("opens");
+    every_kind_of_record(&kv);
+    kv.sync().expect("sync");
+    let good = read_all(&kv).expect("reads");
+    drop(kv);
+    let image = disk.state().synced.clone();
+    (image, good)
+}
+
+/// Flips one bit of the byte at each of `offsets` in turn, opens the
+/// damaged image and reads everything, counting what came of it.
+fn sweep(image: &[u8], good: &Held, offsets: impl Iterator<Item = usize>) -> Sweep {
+    let path = Path::new(SWEPT_FILE);
+    let named = format!("{SWEPT_FILE}: ");
+    let mut sweep = Sweep::default();
+    for offset in offsets {
+        let mut damaged = image.to_vec();
+        damaged[offset] ^= 0x10;
+        match RedbKv::open_on(SimDisk::on(damaged, None), path) {
+            Ok(kv) => {
+                let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_all(&kv)));
+                match read {
+                    Ok(Ok(held)) if held == *good => sweep.same_data += 1,
+                    Ok(Ok(_)) => sweep.other_data.push(offset),
+                    Ok(Err(e)) => {
+                        let text = e.to_string();
+                        sweep.refused_at_read += 1;
+                        if text.contains("version record") {
+                            sweep.version_at_read += 1;
+                        } else if blames_meta(&text) {
+                            sweep.meta_at_read += 1;
+                        }
+                        if !text.starts_with(&named) {
+                            sweep.unnamed_at_read.push(text);
+                        }
+                    }
+                    Err(_) => sweep.panics += 1,
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.starts_with(&named), "{text}");
+                sweep.refused_at_open += 1;
+                if blames_meta(&text) {
+                    sweep.meta_at_open += 1;
+                }
+            }
+        }
+    }
+    sweep
+}
+
+impl Sweep {
+    /// Prints the figures, then checks that nothing other than the data
+    /// written was served, redb never panicked while reading, and every
+    /// refusal at read named the file.
+    fn report_and_check(&self, what: &str) {
+        let places = self.same_data
+            + self.refused_at_open
+            + self.refused_at_read
+            + self.other_data.len()
+            + self.panics;
+        eprintln!(
+            "{what}: a flipped byte at {places} places: {} served the same data, {} refused at \
+             open ({} of them a meta record), {} refused at read ({} a version record, {} a \
+             meta or lease record), {} served other data, {} made redb panic while reading",
+            self.same_data,
+            self.refused_at_open,
+            self.meta_at_open,
+            self.refused_at_read,
+            self.version_at_read,
+            self.meta_at_read,
+            self.other_data.len(),
+            self.panics,
+        );
+        assert!(
+            self.other_data.is_empty(),
+            "{what}: flips at {:?} served other data",
+            self.other_data
+        );
+        assert_eq!(
+            self.panics, 0,
+            "{what}: redb panicked reading a damaged file"
+        );
+        assert!(
+            self.unnamed_at_read.is_empty(),
+            "{what}: refusals at read that do not name the file: {:?}",
+            self.unnamed_at_read
+        );
+    }
 }
 
 /// A byte flipped anywhere in a backend file (every 97th byte of one):
 /// opening it answers, never panics; most flips land where nothing is
 /// read, the rest are refused as corrupt, naming the file; and what an
 /// opened file serves is its data or an error, never other data (the
-/// records' checksums).
+/// records' checksums, meta records and leases as much as versions).
 #[test]
 fn a_flipped_byte_is_refused_or_harmless_never_served() {
-    let disk = SimDisk::default();
-    let kv = RedbKv::open_on(disk.clone(), Path::new("kv.redb")).expect("opens");
-    let mut versions = BTreeMap::new();
-    for i in 1..=200 {
-        let mut txn = kv.write().expect("write");
-        txn.put_version(&entry(i, &mut versions)).expect("put");
-        txn.commit().expect("commit");
-    }
-    kv.sync().expect("sync");
-    let good = read_all(&kv).expect("reads");
-    drop(kv);
-    let image = disk.state().synced.clone();
-    let (mut served, mut refused_at_open, mut refused_at_read, mut read_panics) = (0, 0, 0, 0);
-    for offset in (0..image.len()).step_by(97) {
-        let mut damaged = image.clone();
-        damaged[offset] ^= 0x10;
-        match RedbKv::open_on(SimDisk::on(damaged, None), Path::new("kv.redb")) {
-            Ok(kv) => {
-                let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_all(&kv)));
-                match read {
-                    Ok(Ok(held)) => {
-                        assert_eq!(held, good, "a flip at {offset} served other data");
-                        served += 1;
-                    }
-                    Ok(Err(_)) => refused_at_read += 1,
-                    Err(_) => read_panics += 1,
-                }
-            }
-            Err(e) => {
-                let text = e.to_string();
-                assert!(text.starts_with("kv.redb: "), "{text}");
-                refused_at_open += 1;
-            }
-        }
-    }
-    assert!(refused_at_open + refused_at_read > 0, "no flip refused");
-    assert_eq!(read_panics, 0, "redb panicked reading a damaged file");
-    eprintln!(
-        "a flipped byte at {} places: {served} served the same data, {refused_at_open} refused \
-         at open, {refused_at_read} refused at read, {read_panics} made redb panic while reading",
-        served + refused_at_open + refused_at_read + read_panics
+    let (image, good) = swept_image();
+    let sweep = sweep(&image, &good, (0..image.len()).step_by(97));
+    sweep.report_and_check("whole file");
+    assert!(
+        sweep.version_at_read > 0,
+        "no damaged version record refused"
+    );
+}
+
+/// Every byte of the page that holds the meta records (the one page that
+/// holds the membership record, written by the last commit alone): a
+/// damaged applied index, membership, auth or alarm record is refused,
+/// never served.
+#[test]
+fn a_flipped_byte_in_the_meta_records_is_refused_never_served() {
+    const PAGE_BYTES: usize = 4096;
+    let (image, good) = swept_image();
+    let pages: Vec<usize> = image
+        .windows(b"membership".len())
+        .enumerate()
+        .filter(|(_, window)| *window == b"membership")
+        .map(|(at, _)| at / PAGE_BYTES * PAGE_BYTES)
+        .collect();
+    assert_eq!(pages.len(), 1, "the meta page is not found: {pages:?}");
+    let start = pages[0];
+    let end = (start + PAGE_BYTES).min(image.len());
+    let sweep = sweep(&image, &good, start..end);
+    sweep.report_and_check("meta page");
+    assert!(
+        sweep.meta_at_open + sweep.meta_at_read > 0,
+        "no damaged meta record refused"
     );
 }

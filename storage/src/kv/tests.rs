@@ -765,7 +765,7 @@ fn used_bytes_and_alarms_are_exact_and_survive_reopen() {
         let txn = db.begin_write().unwrap();
         txn.open_table(META)
             .unwrap()
-            .remove(USED_BYTES_KEY)
+            .remove(USED_BYTES.key)
             .unwrap();
         txn.commit().unwrap();
     }

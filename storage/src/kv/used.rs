@@ -1,4 +1,4 @@
-//! The backend's records of alarms and of the bytes in use.
+//! The backend's record of the bytes in use.
 //!
 //! Design. The bytes in use are kept by every write transaction as it puts
 //! and removes versions and leases, and stored with its commit. At open the
@@ -7,18 +7,14 @@
 //! written before the figure existed, or one restored from a snapshot, holds
 //! the exact figure from its first read on.
 
-use redb::{Database, ReadableTable, ReadableTableMetadata};
+use redb::{Database, ReadableTableMetadata};
 
-use oxetcd_core::storage::{decode_alarms, Alarms, StorageError, LEASE_BYTES};
+use oxetcd_core::storage::{StorageError, LEASE_BYTES};
 
+use super::meta::{read_used_bytes, USED_BYTES};
 use super::LEASES;
 use crate::error::err;
 use crate::format::META;
-
-/// The meta key of the active alarms.
-pub(super) const ALARMS_KEY: &str = "alarms";
-/// The meta key of the bytes in use, a little-endian u64.
-pub(super) const USED_BYTES_KEY: &str = "kv_used_bytes";
 
 /// A write transaction's count of the bytes in use.
 #[derive(Debug)]
@@ -47,30 +43,6 @@ impl UsedBytes {
     }
 }
 
-pub(super) fn read_alarms(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<Alarms, StorageError> {
-    match table.get(ALARMS_KEY).map_err(err("kv read"))? {
-        Some(bytes) => decode_alarms(bytes.value()),
-        None => Ok(Alarms::new()),
-    }
-}
-
-pub(super) fn read_used_bytes(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<u64, StorageError> {
-    match table.get(USED_BYTES_KEY).map_err(err("kv read"))? {
-        Some(bytes) => {
-            let raw: [u8; 8] = bytes
-                .value()
-                .try_into()
-                .map_err(|_| StorageError::corrupt("bytes-in-use record", "not eight bytes"))?;
-            Ok(u64::from_le_bytes(raw))
-        }
-        None => Ok(0),
-    }
-}
-
 /// Stores the bytes in use counted at open (`version_bytes` for the
 /// versions, plus the leases), if the stored figure differs.
 pub(super) fn settle_used_bytes(db: &Database, version_bytes: u64) -> Result<(), StorageError> {
@@ -83,8 +55,7 @@ pub(super) fn settle_used_bytes(db: &Database, version_bytes: u64) -> Result<(),
         if read_used_bytes(&meta)? == counted {
             return Ok(());
         }
-        meta.insert(USED_BYTES_KEY, counted.to_le_bytes().as_slice())
-            .map_err(err("kv used bytes"))?;
+        USED_BYTES.write(&mut meta, &counted.to_le_bytes(), "kv used bytes")?;
     }
     txn.commit().map_err(err("kv used bytes"))
 }
