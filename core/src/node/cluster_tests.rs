@@ -22,7 +22,7 @@ use crate::auth::Credentials;
 use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
 use crate::testing::{self as driver, Effect};
 use crate::watch::StreamId;
-use oxetcd_proto::eraftpb::Message;
+use oxetcd_proto::eraftpb::{Message, MessageType};
 
 /// Virtual time a call may take before the harness gives up.
 const CALL_TIME_MAX: Duration = Duration::from_secs(60);
@@ -67,6 +67,8 @@ pub(super) struct Cluster {
     /// Messages larger than this (encoded) are dropped, as the peer
     /// transport drops those that exceed its frame bound.
     message_bytes_max: usize,
+    /// Members whose proposals forwarded to the leader are lost.
+    pub(super) proposals_lost_from: BTreeSet<u64>,
     pub(super) next_request: RequestId,
     /// Whether no leader could commit at the last look, and when that was
     /// (`None`: not tracked).
@@ -137,6 +139,7 @@ impl Cluster {
             network: VecDeque::new(),
             cut: BTreeSet::new(),
             message_bytes_max: usize::MAX,
+            proposals_lost_from: BTreeSet::new(),
             next_request: 1,
             leadership_seen: None,
             leaderless: Vec::new(),
@@ -420,7 +423,9 @@ impl Cluster {
                 Effect::Send(m) => {
                     let fits =
                         protobuf::Message::compute_size(&m) as usize <= self.message_bytes_max;
-                    if fits && !self.cut.contains(&(id, m.to)) {
+                    let lost = m.msg_type == MessageType::MsgPropose
+                        && self.proposals_lost_from.contains(&id);
+                    if fits && !lost && !self.cut.contains(&(id, m.to)) {
                         self.network.push_back(Packet::Message(m));
                     }
                 }

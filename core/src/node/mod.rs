@@ -99,6 +99,8 @@ mod canary_tests;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod membership_tests;
+#[cfg(test)]
 mod sim_hash;
 #[cfg(test)]
 mod sim_leases;

@@ -1,0 +1,55 @@
+//! Membership changes under faults, in the in-process cluster: each test
+//! pins a bug the node simulator found with members added and removed
+//! while members crash (`sim_members`).
+//!
+//! A removed member reports it ([`Node::is_removed`]) and the runtime
+//! stops it; until then its timers must not stay due. A member restarted
+//! after a crash must come back in the configuration it had reached, or
+//! learn it again from its log: never in an older one, nor in one it
+//! guessed from its flags.
+
+use std::time::Duration;
+
+use oxetcd_proto::etcdserverpb::{MemberAddRequest, MemberAddResponse, MemberRemoveRequest};
+
+use super::cluster_tests::{self, Cluster};
+use super::*;
+
+/// A member removed before its attributes were published kept its
+/// publication's retry due: `poll_timeout` answered a time in the past
+/// for ever, so a runtime driven by it woke at once, again and again (the
+/// node simulator found it, a new member removed while it caught up).
+#[test]
+fn a_member_removed_before_it_published_keeps_no_timer_due() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().expect("a leader");
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![cluster_tests::url(4)],
+        is_learner: false,
+    });
+    let Ok(Response::MemberAdd(MemberAddResponse {
+        member: Some(added),
+        ..
+    })) = c.call(leader, add)
+    else {
+        panic!("the add failed");
+    };
+    let id = added.id;
+    // Its publish never reaches the leader: it retries every election
+    // timeout.
+    c.proposals_lost_from.insert(id);
+    let config = cluster_tests::config(id, &[1, 2, 3], ClusterState::Existing);
+    c.start(id, config);
+    c.run_for(Duration::from_secs(2));
+    assert!(!c.node(id).publication.is_published());
+    let remove = Request::MemberRemove(MemberRemoveRequest { id });
+    assert!(c.call(leader, remove).is_ok());
+    assert!(c.run_until(Duration::from_secs(2), |c| c.node(id).is_removed()));
+    let now = c.now;
+    assert!(
+        c.node(id).poll_timeout().is_none_or(|t| t > now),
+        "a removed member's timer is due at once"
+    );
+    // Time moves on without a timer firing in a loop.
+    c.run_for(Duration::from_secs(10));
+}
