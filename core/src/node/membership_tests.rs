@@ -53,3 +53,28 @@ fn a_member_removed_before_it_published_keeps_no_timer_due() {
     // Time moves on without a timer firing in a loop.
     c.run_for(Duration::from_secs(10));
 }
+
+/// A member restarted after a crash took its configuration from what its
+/// backend had synced, and its commit index from the hard state, stored
+/// lazily: it could come back from before a removal it had applied,
+/// without knowing the removal committed. The member a removal left alone
+/// then waited for the removed member's vote for ever (the node simulator
+/// found it). A membership change is now applied only once a stored hard
+/// state says it is committed.
+#[test]
+fn a_member_left_alone_by_a_removal_leads_after_a_crash() {
+    let mut c = Cluster::new(2);
+    let leader = c.leader().expect("a leader");
+    let other = if leader == 1 { 2 } else { 1 };
+    let remove = Request::MemberRemove(MemberRemoveRequest { id: other });
+    assert!(c.call(leader, remove).is_ok());
+    c.crash(other);
+    // The backend loses what it applied since its last sync.
+    c.crash(leader);
+    c.restart(leader);
+    assert!(
+        c.run_until(Duration::from_secs(10), |c| c.leader() == Some(leader)),
+        "the member left alone does not lead"
+    );
+    assert!(c.call(leader, cluster_tests::put("k", "v")).is_ok());
+}
