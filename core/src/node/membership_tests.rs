@@ -78,3 +78,44 @@ fn a_member_left_alone_by_a_removal_leads_after_a_crash() {
     );
     assert!(c.call(leader, cluster_tests::put("k", "v")).is_ok());
 }
+
+/// A member restarted with a backend that had synced nothing (a crash
+/// soon after it joined) took its configured initial members for the
+/// voters, itself among them: a learner came back as a voter that no other
+/// member counted, campaigned, and led a term of its own (the node
+/// simulator found it). It now learns the membership again from its log.
+#[test]
+fn a_learner_restarted_before_its_backend_synced_is_still_a_learner() {
+    let mut c = Cluster::new(3);
+    let leader = c.leader().expect("a leader");
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![cluster_tests::url(4)],
+        is_learner: true,
+    });
+    let Ok(Response::MemberAdd(MemberAddResponse {
+        member: Some(added),
+        ..
+    })) = c.call(leader, add)
+    else {
+        panic!("the add failed");
+    };
+    let id = added.id;
+    // As etcd's `--initial-cluster` for a joining member: the members and
+    // itself.
+    let mut config = cluster_tests::config(id, &[1, 2, 3], ClusterState::Existing);
+    config.initial_members.push(InitialMember {
+        id,
+        name: format!("m{id}"),
+        peer_urls: vec![cluster_tests::url(4)],
+    });
+    c.start(id, config);
+    assert!(c.run_until(Duration::from_secs(5), |c| c.node(id).is_learner()));
+    c.crash(id);
+    c.restart(id);
+    c.run_for(Duration::from_secs(5));
+    let conf = c.node(id).raft.conf_state();
+    assert_eq!(conf.voters, vec![1, 2, 3], "the restarted learner's voters");
+    assert_eq!(conf.learners, vec![id]);
+    assert!(c.node(id).is_learner());
+    assert_ne!(c.node(id).role(), Role::Leader);
+}
