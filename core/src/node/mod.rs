@@ -105,6 +105,8 @@ mod sim_hash;
 #[cfg(test)]
 mod sim_leases;
 #[cfg(test)]
+mod sim_members;
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 mod sim_watches;
