@@ -689,3 +689,29 @@ fn seed_6_a_watch_from_the_compaction_revision_sees_its_delete() {
 fn seed_3605_a_lost_checkpoint_does_not_stop_the_next() {
     assert_eq!(run(3605), Verdict::Linearizable);
 }
+
+/// Seed 121 found that a member removed before its attributes were
+/// published kept its publication's retry due, so its timer fired at
+/// once, for ever (unit test in `membership_tests.rs`).
+#[test]
+fn seed_121_a_removed_member_keeps_no_timer_due() {
+    assert_eq!(run(121), Verdict::Linearizable);
+}
+
+/// Seed 136 found that a member restarted after a crash went back to the
+/// configuration before a removal it had applied, not knowing the removal
+/// committed, and waited for the removed member's vote for ever (unit
+/// test in `membership_tests.rs`).
+#[test]
+fn seed_136_a_member_left_alone_by_a_removal_leads_after_a_crash() {
+    assert_eq!(run(136), Verdict::Linearizable);
+}
+
+/// Seed 1604 found that the history checker filled a revision nobody
+/// answered for with a write on a key a synced watch had been silent
+/// about there, and then held the watch to that write (unit test in the
+/// history crate's `tests.rs`).
+#[test]
+fn seed_1604_a_silent_watch_narrows_the_writes_that_fill_a_gap() {
+    assert_eq!(run(1604), Verdict::Linearizable);
+}
