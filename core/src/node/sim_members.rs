@@ -21,9 +21,10 @@
 //! partitions and leader transfers pick among the members of the last list,
 //! those being added or removed included.
 //!
-//! Checked: a removed member never leads in a term after the one its
-//! removal was seen in; once healed, every member holds the same list, and
-//! its raft configuration has the list's voters and learners, no more.
+//! Checked: members that applied as much hold the same list and raft
+//! configuration; a removed member never leads in a term after the one
+//! its removal was seen in; once healed, every member holds the same list,
+//! and its raft configuration has the list's voters and learners, no more.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -179,6 +180,7 @@ impl Membership {
             let at = cluster.node(newest).applied_index();
             if at > self.listed_at {
                 let list = cluster.node(newest).members();
+                same_at_same_index(cluster, newest, &list, seed);
                 self.listed_at = at;
                 self.read(cluster, list);
             }
@@ -292,6 +294,31 @@ impl Membership {
                 "seed {seed}: removed member {id} is back"
             );
         }
+    }
+}
+
+/// Every running member that applied as much as `newest` holds the same
+/// list and raft configuration: both change only as the log applies.
+/// Panics with the seed.
+fn same_at_same_index(cluster: &Cluster, newest: u64, list: &[Member], seed: u64) {
+    let at = cluster.node(newest).applied_index();
+    let conf = cluster.node(newest).raft.conf_state();
+    for id in cluster.running() {
+        let node = cluster.node(id);
+        if id == newest || node.applied_index() != at {
+            continue;
+        }
+        let same = node
+            .members()
+            .iter()
+            .map(|m| (m.id, m.is_learner))
+            .eq(list.iter().map(|m| (m.id, m.is_learner)))
+            && node.raft.conf_state() == conf;
+        assert!(
+            same,
+            "seed {seed}: members {newest} and {id} applied {at} and differ; {}",
+            cluster.summary()
+        );
     }
 }
 
