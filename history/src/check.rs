@@ -25,10 +25,12 @@
 //!    Real time orders what one revision cannot: a linearizable read sent
 //!    after a compaction was answered must be refused below it.
 //!    What the answers showed of a revision (a key's value written there,
-//!    a key created there) narrows the candidates, and so do the events
-//!    of watches, when they are given ([`check_with_watches`]): the gap
-//!    is filled with the write the server made, not merely one that fits
-//!    the answers, so the model can be held against those watches after.
+//!    a key created there) narrows the candidates, and so do watches, when
+//!    they are given ([`check_with_watches`]): the events they delivered,
+//!    and the revisions they answered for without an event, at which
+//!    nothing on their range changed. The gap is filled with the write the
+//!    server made, not merely one that fits the answers, so the model can
+//!    be held against those watches after.
 //! 4. Real time: an operation must not see an older revision than one an
 //!    operation completed before it started saw; a write that changed
 //!    something must come strictly after. Serializable reads may be stale
@@ -51,7 +53,7 @@ use std::hash::{Hash, Hasher};
 use oxetcd_proto::etcdserverpb::{response_op, RangeResponse, ResponseOp};
 use oxetcd_proto::mvccpb::event::EventType;
 
-use crate::model::{Model, Request, Response};
+use crate::model::{in_range, Model, Request, Response};
 use crate::watch::Watch;
 
 /// A time in any unit, the same for every operation of a history.
@@ -315,6 +317,14 @@ impl Plan {
                         key: prev.key.clone(),
                         value: prev.value.clone(),
                     });
+            }
+        }
+        for watch in watches {
+            for revision in silent_revisions(watch) {
+                observed.entry(revision).or_default().push(Seen::Untouched {
+                    key: watch.key.clone(),
+                    range_end: watch.range_end.clone(),
+                });
             }
         }
         let mut answered: Vec<(i64, Time)> = history
@@ -625,6 +635,9 @@ enum Seen {
     Created { key: Vec<u8> },
     /// `key` was deleted at the revision.
     Deleted { key: Vec<u8> },
+    /// Nothing in `[key, range_end)` changed at the revision: a watch on
+    /// that range answered for it without an event there.
+    Untouched { key: Vec<u8>, range_end: Vec<u8> },
 }
 
 impl Seen {
@@ -639,8 +652,37 @@ impl Seen {
             Self::Deleted { key } => {
                 model.get_at(key, revision).is_none() && model.get_at(key, revision - 1).is_some()
             }
+            Self::Untouched { key, range_end } => !model.events_at(revision).iter().any(|e| {
+                e.kv.as_ref()
+                    .is_some_and(|kv| in_range(&kv.key, key, range_end))
+            }),
         }
     }
+}
+
+/// The revisions a watch answered for without an event: every event on
+/// its range up to the last one it delivered, or up to a progress
+/// notification's revision, must have been delivered ([`crate::check_watch`]
+/// holds it to that), so at these revisions nothing on its range changed.
+fn silent_revisions(watch: &Watch) -> impl Iterator<Item = i64> {
+    let start = if watch.start_revision > 0 {
+        watch.start_revision
+    } else {
+        watch.created_revision + 1
+    };
+    let mut upto = start - 1;
+    let mut with_events = HashSet::new();
+    for response in watch.responses.iter().take_while(|r| !r.canceled) {
+        if response.events.is_empty() {
+            upto = upto.max(response.header.as_ref().map_or(0, |h| h.revision));
+        }
+        for event in &response.events {
+            let revision = event.kv.as_ref().map_or(0, |kv| kv.mod_revision);
+            with_events.insert(revision);
+            upto = upto.max(revision);
+        }
+    }
+    (start..=upto).filter(move |revision| !with_events.contains(revision))
 }
 
 /// The stored values an answer shows (reads, previous values), with

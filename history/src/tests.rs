@@ -621,3 +621,37 @@ fn an_expiry_explains_the_deletion_of_a_leases_keys() {
     let model = check(&history, 1).unwrap();
     assert!(model.get_at(b"b", 4).is_none(), "b went with a");
 }
+
+/// Two puts of unknown outcome and an answer that shows revision 2
+/// happened: either put may have made it. A watch on `a` that answered
+/// for revision 2 without an event rules out the put of `a`, so the model
+/// the watch is held against is the one the server made.
+#[test]
+fn a_watch_silent_at_a_revision_rules_out_writes_on_its_range() {
+    let unknown = |request: Request| Operation {
+        client: 1,
+        invoke: 0,
+        complete: None,
+        request,
+        outcome: Outcome::Unknown,
+    };
+    let history = vec![
+        unknown(put_req("a", "1")),
+        unknown(put_req("b", "1")),
+        op(5, 6, get_req("c"), get_ok(2, Vec::new())),
+    ];
+    let model = check(&history, 1).unwrap();
+    assert!(model.get_at(b"a", 2).is_some(), "the first fit, unguided");
+    let watch = Watch {
+        key: b"a".to_vec(),
+        range_end: Vec::new(),
+        start_revision: 2,
+        prev_kv: false,
+        responses: vec![events(2, Vec::new())],
+        created_revision: 1,
+    };
+    let model = check_with_watches(&history, std::slice::from_ref(&watch), 1).unwrap();
+    assert!(model.get_at(b"a", 2).is_none());
+    assert!(model.get_at(b"b", 2).is_some());
+    check_watch(&watch, &model).unwrap();
+}

@@ -110,3 +110,10 @@ fn lease_ttls_reset_on_a_leader_change_are_caught() {
     // change without a keep-alive shows it: rarer than the others.
     must_be_caught_within(Canary::LeaseTtlResetOnLeaderChange, 1_000);
 }
+
+/// Learners join the node simulator's runs with its membership changes
+/// (`sim_members`); the raft simulator catches this canary too.
+#[test]
+fn a_learner_counted_in_the_quorum_is_caught() {
+    must_be_caught_within(Canary::LearnerInQuorum, 1_000);
+}

@@ -22,7 +22,7 @@ use crate::auth::Credentials;
 use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
 use crate::testing::{self as driver, Effect};
 use crate::watch::StreamId;
-use oxetcd_proto::eraftpb::Message;
+use oxetcd_proto::eraftpb::{Message, MessageType};
 
 /// Virtual time a call may take before the harness gives up.
 const CALL_TIME_MAX: Duration = Duration::from_secs(60);
@@ -58,6 +58,12 @@ pub(super) struct Member {
     pub(super) watched: Vec<(StreamId, WatchResponse)>,
 }
 
+impl Member {
+    pub(super) fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+}
+
 pub(super) struct Cluster {
     pub(super) members: BTreeMap<u64, Member>,
     pub(super) now: Instant,
@@ -67,6 +73,8 @@ pub(super) struct Cluster {
     /// Messages larger than this (encoded) are dropped, as the peer
     /// transport drops those that exceed its frame bound.
     message_bytes_max: usize,
+    /// Members whose proposals forwarded to the leader are lost.
+    pub(super) proposals_lost_from: BTreeSet<u64>,
     pub(super) next_request: RequestId,
     /// Whether no leader could commit at the last look, and when that was
     /// (`None`: not tracked).
@@ -137,6 +145,7 @@ impl Cluster {
             network: VecDeque::new(),
             cut: BTreeSet::new(),
             message_bytes_max: usize::MAX,
+            proposals_lost_from: BTreeSet::new(),
             next_request: 1,
             leadership_seen: None,
             leaderless: Vec::new(),
@@ -252,20 +261,25 @@ impl Cluster {
     }
 
     /// Whether the running leader of the highest term reaches a majority
-    /// of the members (itself included) over links that are not cut.
+    /// of its voters (itself included) over links that are not cut.
     pub(super) fn leader_can_commit(&self) -> bool {
         let Some(leader) = self.leader() else {
             return false;
         };
-        let reached = self
-            .running()
-            .into_iter()
-            .filter(|&id| {
-                id == leader
-                    || (!self.cut.contains(&(leader, id)) && !self.cut.contains(&(id, leader)))
+        let voters = self.node(leader).raft.conf_state().voters;
+        let reached = voters
+            .iter()
+            .filter(|&&id| {
+                let running = self.members.get(&id).is_some_and(|m| m.running.is_some());
+                id == leader || (running && self.linked(leader, id))
             })
             .count();
-        reached * 2 > self.members.len()
+        voters.contains(&leader) && reached * 2 > voters.len()
+    }
+
+    /// Whether neither direction of the link between `a` and `b` is cut.
+    pub(super) fn linked(&self, a: u64, b: u64) -> bool {
+        !self.cut.contains(&(a, b)) && !self.cut.contains(&(b, a))
     }
 
     /// A look at the leadership, when tracked: the span since the last
@@ -283,6 +297,34 @@ impl Cluster {
             }
         }
         self.leadership_seen = Some((self.now, can));
+    }
+
+    /// Every running member's raft state and membership, a line each, for
+    /// failure messages.
+    pub(super) fn summary(&self) -> String {
+        let lines: Vec<String> = self
+            .running()
+            .into_iter()
+            .map(|id| {
+                let n = self.node(id);
+                let conf = n.raft.conf_state();
+                let members: Vec<(u64, bool)> =
+                    n.members().iter().map(|m| (m.id, m.is_learner)).collect();
+                format!(
+                    "m{id}: {:?} term {} leader {:?} applied {} committed {} timeout {:?} voters \
+                     {:?} learners {:?} members {members:?}",
+                    n.role(),
+                    n.term(),
+                    n.leader(),
+                    n.applied_index(),
+                    n.raft.committed(),
+                    n.poll_timeout(),
+                    conf.voters,
+                    conf.learners,
+                )
+            })
+            .collect();
+        format!("at {:?}:\n{}", self.now, lines.join("\n"))
     }
 
     /// A read view of member `id`'s backend (running or not).
@@ -386,7 +428,7 @@ impl Cluster {
             self.now = self.now.max(next);
             self.fire_timers();
         }
-        panic!("too many timer steps");
+        panic!("too many timer steps:\n{}", self.summary());
     }
 
     pub(super) fn run_for(&mut self, d: Duration) {
@@ -420,7 +462,9 @@ impl Cluster {
                 Effect::Send(m) => {
                     let fits =
                         protobuf::Message::compute_size(&m) as usize <= self.message_bytes_max;
-                    if fits && !self.cut.contains(&(id, m.to)) {
+                    let lost = m.msg_type == MessageType::MsgPropose
+                        && self.proposals_lost_from.contains(&id);
+                    if fits && !lost && !self.cut.contains(&(id, m.to)) {
                         self.network.push_back(Packet::Message(m));
                     }
                 }

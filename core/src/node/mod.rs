@@ -99,9 +99,13 @@ mod canary_tests;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod membership_tests;
+#[cfg(test)]
 mod sim_hash;
 #[cfg(test)]
 mod sim_leases;
+#[cfg(test)]
+mod sim_members;
 #[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
@@ -295,8 +299,12 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             .as_ref()
             .map(|m| ClusterVersions::from_record(&m.versions))
             .unwrap_or_default();
-        let (conf_state, members, membership_unsaved) =
-            stored_membership(stored, fresh, &config, &initial_voters);
+        let (conf_state, members, membership_unsaved) = stored_membership(
+            stored,
+            fresh || meta.applied_index == 0,
+            &config,
+            &initial_voters,
+        );
         let lessor = Lessor::recover(config.lease, &view)?;
         let auth = AuthStore::recover(view.auth()?, config.auth_token_ttl);
         let alarms = AlarmState::recover(&view)?;
@@ -884,19 +892,23 @@ enum Held {
     Read(ReadKind),
 }
 
-/// The membership a node starts with: the stored one; none on a fresh
-/// member; on a store written before membership was stored, a single
-/// member whose flags say who it is (to be saved with the next apply:
-/// the flag in the answer).
+/// The membership a node starts with: the stored one; none on a member
+/// that applied nothing yet (`unapplied`: fresh, or its backend lost all
+/// it applied in a crash), which learns it from the log it replays; on a
+/// store written before membership was stored, the configured initial
+/// members as voters (to be saved with the next apply: the flag in the
+/// answer). A member that applied nothing never takes its initial
+/// members for its configuration: it may have joined as a learner, and
+/// the list it was given may be out of date.
 fn stored_membership(
     stored: Option<crate::storage::Membership>,
-    fresh: bool,
+    unapplied: bool,
     config: &Config,
     initial_voters: &[u64],
 ) -> (oxetcd_proto::eraftpb::ConfState, Members, bool) {
     match stored {
         Some(stored) => (stored.conf_state, Members::from_list(stored.members), false),
-        None if fresh => Default::default(),
+        None if unapplied => Default::default(),
         None => {
             let conf_state = oxetcd_proto::eraftpb::ConfState {
                 voters: initial_voters.to_vec(),

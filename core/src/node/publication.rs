@@ -64,6 +64,13 @@ impl Publication {
         self.retry_at.filter(|_| !self.published)
     }
 
+    /// This member was removed: it publishes nothing more, and keeps no
+    /// retry due (a runtime waking for it would find nothing to do, and
+    /// wake again at once). A member added back starts over.
+    pub(super) fn stop_retrying(&mut self) {
+        self.retry_at = None;
+    }
+
     pub(super) fn poll(&mut self, situation: Situation) -> Step {
         if self.published {
             return Step::Wait;
@@ -94,8 +101,11 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// so the leader knows the member that forwards it.
     pub(super) fn maybe_publish(&mut self) {
         // Checked first: this runs on every drain.
-        if self.removed || self.publication.is_published() {
+        if self.publication.is_published() {
             return;
+        }
+        if self.removed {
+            return self.publication.stop_retrying();
         }
         let id = self.config.member_id;
         let leader = self.raft.leader();
@@ -186,6 +196,16 @@ mod tests {
         assert_eq!(p.poll_timeout(), None);
         assert_eq!(p.poll(situation(5_000, false, true)), Step::Wait);
         assert!(p.is_published());
+    }
+
+    #[test]
+    fn a_removed_member_keeps_no_retry_due_and_starts_over_if_added_back() {
+        let mut p = Publication::default();
+        assert_eq!(p.poll(situation(10, false, true)), Step::Propose);
+        p.stop_retrying();
+        assert_eq!(p.poll_timeout(), None);
+        assert_eq!(p.poll(situation(20, false, true)), Step::Propose);
+        assert_eq!(p.poll_timeout(), Some(at(1_020)));
     }
 
     #[test]

@@ -12,21 +12,26 @@
 //! come and go (a member cut off from the others, a member crashed and
 //! restarted with only what it persisted, its watchers ended and some
 //! resumed elsewhere; the leader asked to hand over to another member;
-//! a value of 16 KiB now and then; the log compacted every few entries,
-//! so members fall behind into snapshots; a crash drops the backend's
+//! members removed, the leader among them, and fresh ones added as voters
+//! or as learners promoted later, between two and five members, the
+//! operator learning from the member list what its changes did
+//! (`sim_members`); a value of 16 KiB now and then; the log compacted
+//! every few entries, so members fall behind into snapshots (new members
+//! start from one); a crash drops the backend's
 //! commits since its last durable one, and the node replays them from
 //! the log); virtual time moves on in random steps, now and then
 //! by seconds, so leases expire. Every answer is recorded with its virtual
 //! times, a request that never got one as unknown, each lease's possible
 //! expiry as a revoke nobody answered, and the history is checked by
 //! `oxetcd-history`; then every watch is checked against the model the
-//! history led to. Each run ends healed: leases that got no keep-alive
-//! must be gone within their bound, the rest are revoked, one run in four
-//! replaces a follower (removed; a new member added and started empty,
-//! catching up from a snapshot), a final put
-//! follows, and every member must then hold the same key space at the same
-//! revision, with the same `HashKV` (`sim_hash`), and no key attached to a
-//! lease its member no longer holds.
+//! history led to. Each run ends healed: the members added are started
+//! and the removed ones stopped, leases that got no keep-alive must be
+//! gone within their bound, the rest are revoked, a final put follows,
+//! and every member must then hold the same member list and raft
+//! configuration, the same key space at the same revision, with the same
+//! `HashKV` (`sim_hash`), and no key attached to a lease its member no
+//! longer holds. The tests print how many membership changes the runs
+//! applied.
 //!
 //! A failure prints its seed and an excerpt of the history (what can
 //! explain the violation, `oxetcd_history::excerpt`; `SIM_FULL_HISTORY=1`
@@ -42,14 +47,12 @@ use std::time::{Duration, Instant as WallClock};
 use oxetcd_history::{
     check_with_watches, traffic, Operation, Outcome, Request as HRequest, Response as HResponse,
 };
-use oxetcd_proto::etcdserverpb::{
-    CompactionRequest, MemberAddRequest, MemberAddResponse, MemberRemoveRequest, MoveLeaderRequest,
-    PutRequest, RangeRequest,
-};
+use oxetcd_proto::etcdserverpb::{CompactionRequest, MoveLeaderRequest, PutRequest, RangeRequest};
 
 use super::cluster_tests::Cluster;
 use super::sim_hash::hash_kv;
 use super::sim_leases::{check_attached, Leases, CHECKPOINT_INTERVAL};
+use super::sim_members::Membership;
 use super::sim_watches::Watchers;
 use super::*;
 
@@ -72,6 +75,13 @@ const LONG_STEP_ONE_IN: u64 = 6;
 pub(super) const KEYS: u64 = 3;
 /// How long the healed cluster may take to answer what is still pending.
 pub(super) const DRAIN_TIME: Duration = Duration::from_secs(30);
+/// Rounds of catching up and reading the member list at the end of a run
+/// at most: a member added late is started in one and caught up in the
+/// next.
+const ROUNDS_TO_CONVERGE: usize = 3;
+/// How often the operator reads the member list while the healed cluster
+/// answers what is pending.
+const OPERATOR_INTERVAL: Duration = Duration::from_secs(1);
 /// Watchers each run opens before its first step.
 const WATCHERS_AT_START: usize = 2;
 
@@ -103,6 +113,10 @@ fn request(rng: &mut Rng, n: usize) -> HRequest {
     traffic::request(kind, k, &value, rng.below(12) as i64)
 }
 
+/// A membership step asks for a change one time in this many (otherwise
+/// time moves on): about one change every sixty steps, which keeps the
+/// runs' cost within a sixth of what they cost without.
+const MEMBER_CHANGE_ONE_IN: u64 = 2;
 /// One request in this many carries a value of [`LARGE_BYTES`].
 const LARGE_ONE_IN: u64 = 40;
 const LARGE_BYTES: usize = 16 * 1024;
@@ -153,11 +167,11 @@ fn seen(history: &[Operation]) -> i64 {
 }
 
 /// What the checker records of an answer. A put refused for its lease
-/// certainly changed nothing.
+/// certainly changed nothing, nor did a request a learner refused.
 fn outcome(request: &HRequest, answer: Result<Response, Error>) -> Outcome {
     if matches!(
         (request, &answer),
-        (HRequest::Put(_), Err(Error::LeaseNotFound))
+        (HRequest::Put(_), Err(Error::LeaseNotFound)) | (_, Err(Error::NotSupportedForLearner))
     ) {
         return Outcome::Failed;
     }
@@ -187,7 +201,7 @@ pub(super) enum Verdict {
 }
 
 /// Every member's configuration in a run.
-fn tune(config: &mut Config) {
+pub(super) fn tune(config: &mut Config) {
     config.snapshot_count = SNAPSHOT_COUNT;
     config.snapshot_catch_up_entries = SNAPSHOT_CATCH_UP_ENTRIES;
     config.lease.checkpoint_interval = CHECKPOINT_INTERVAL;
@@ -196,57 +210,37 @@ fn tune(config: &mut Config) {
     config.lease.checkpoint_persist = true;
 }
 
-/// One run in this many replaces a follower once healed.
-const REPLACE_ONE_IN: u64 = 4;
-
-/// Replaces a follower as an operator replaces a failed machine: it is
-/// removed (and stops), and a new member with a new ID, an empty data
-/// directory and `existing` state is added and started; it catches up
-/// from a snapshot, as the log is compacted. Its watchers end as a
-/// crashed member's do.
-fn replace_a_follower(cluster: &mut Cluster, watchers: &mut Watchers, rng: &mut Rng, seed: u64) {
-    let (Some(leader), followers) = (cluster.leader(), cluster.followers()) else {
-        return;
-    };
-    let Some(&gone) = followers.get(rng.below(followers.len() as u64) as usize) else {
-        return;
-    };
-    let removed = cluster.call(
-        leader,
-        Request::MemberRemove(MemberRemoveRequest { id: gone }),
-    );
-    assert!(
-        matches!(removed, Ok(Response::MemberRemove(_))),
-        "seed {seed}: removing member {gone}: {removed:?}"
-    );
-    watchers.collect(cluster);
-    cluster.crash(gone);
-    watchers.crashed(cluster, rng, gone);
-    let add = Request::MemberAdd(MemberAddRequest {
-        peer_ur_ls: vec![super::cluster_tests::url(4)],
-        is_learner: false,
-    });
-    let added = cluster.call(leader, add);
-    let Ok(Response::MemberAdd(MemberAddResponse {
-        member: Some(member),
-        ..
-    })) = added
-    else {
-        panic!("seed {seed}: adding a member: {added:?}");
-    };
-    let mut config = super::cluster_tests::config(member.id, &[1, 2, 3], ClusterState::Existing);
-    tune(&mut config);
-    cluster.start(member.id, config);
-}
-
 /// One seeded run; panics with the seed on a violation.
 pub(super) fn run(seed: u64) -> Verdict {
+    run_counting(seed).0
+}
+
+/// Member `id` stops (crashed, or removed and shut down): its unanswered
+/// requests die with it (unknown), its watchers end, and some resume
+/// elsewhere.
+fn stop(
+    cluster: &mut Cluster,
+    watchers: &mut Watchers,
+    rng: &mut Rng,
+    pending: &mut BTreeMap<RequestId, (u64, usize)>,
+    id: u64,
+) {
+    watchers.collect(cluster);
+    cluster.crash(id);
+    pending.retain(|_, (member, _)| *member != id);
+    watchers.crashed(cluster, rng, id);
+}
+
+/// One seeded run, and the membership changes it applied; panics with the
+/// seed on a violation.
+pub(super) fn run_counting(seed: u64) -> (Verdict, u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     // The log is compacted often, so a member that fell behind (cut
     // off, or crashed) is sent a snapshot and restarts from it.
     let mut cluster = Cluster::with(3, tune);
     cluster.track_leadership();
     let mut leases = Leases::default();
+    let mut membership = Membership::new(&cluster);
     let ids: Vec<u64> = cluster.members.keys().copied().collect();
     let mut history: Vec<Operation> = Vec::new();
     // Request ID -> (member, index in the history).
@@ -279,9 +273,9 @@ pub(super) fn run(seed: u64) -> Verdict {
         watchers.create(&mut cluster, &mut rng, member, 1);
     }
     for n in 0..STEPS {
-        match rng.below(30) {
+        match rng.below(31) {
             step @ (0..=11 | 18 | 19 | 24..=26) => {
-                let running = cluster.running();
+                let running = membership.clients(&cluster);
                 let member = running[rng.below(running.len() as u64) as usize];
                 let request = match step {
                     18 => compaction(&mut rng, seen(&history)),
@@ -299,16 +293,18 @@ pub(super) fn run(seed: u64) -> Verdict {
                     outcome: Outcome::Unknown,
                 });
             }
-            12 => cluster.isolate(ids[rng.below(3) as usize]),
+            12 => {
+                let members = membership.members();
+                cluster.isolate(members[rng.below(members.len() as u64) as usize]);
+            }
             13 => cluster.heal(),
             14 if crashed.is_empty() => {
-                let victim = ids[rng.below(3) as usize];
-                watchers.collect(&mut cluster);
-                cluster.crash(victim);
-                crashed.push(victim);
-                // Its unanswered requests die with it: unknown.
-                pending.retain(|_, (member, _)| *member != victim);
-                watchers.crashed(&mut cluster, &mut rng, victim);
+                let members = membership.members();
+                let victim = members[rng.below(members.len() as u64) as usize];
+                if cluster.running().contains(&victim) {
+                    stop(&mut cluster, &mut watchers, &mut rng, &mut pending, victim);
+                    crashed.push(victim);
+                }
             }
             15 => {
                 for id in crashed.drain(..) {
@@ -316,19 +312,19 @@ pub(super) fn run(seed: u64) -> Verdict {
                 }
             }
             16 | 17 => {
-                let running = cluster.running();
+                let running = membership.clients(&cluster);
                 let member = running[rng.below(running.len() as u64) as usize];
                 watchers.create(&mut cluster, &mut rng, member, seen(&history));
             }
             27 => {
-                let running = cluster.running();
+                let running = membership.clients(&cluster);
                 let member = running[rng.below(running.len() as u64) as usize];
                 leases.keep_alive(&mut cluster, &mut rng, member);
             }
             29 => {
                 // A Kubernetes informer: a list of every key; its watch
                 // opens once the list is answered.
-                let running = cluster.running();
+                let running = membership.clients(&cluster);
                 let member = running[rng.below(running.len() as u64) as usize];
                 let list = HRequest::Range(RangeRequest {
                     key: b"k".to_vec(),
@@ -350,7 +346,8 @@ pub(super) fn run(seed: u64) -> Verdict {
                 // A leader transfer (etcdctl move-leader), its answer
                 // not recorded: it changes no key.
                 if let Some(leader) = cluster.leader() {
-                    let target = ids[rng.below(3) as usize];
+                    let members = membership.members();
+                    let target = members[rng.below(members.len() as u64) as usize];
                     if target != leader {
                         cluster.send(
                             leader,
@@ -358,6 +355,9 @@ pub(super) fn run(seed: u64) -> Verdict {
                         );
                     }
                 }
+            }
+            30 if rng.below(MEMBER_CHANGE_ONE_IN) == 0 => {
+                membership.change(&mut cluster, &mut rng);
             }
             _ => {
                 let step = if rng.below(LONG_STEP_ONE_IN) == 0 {
@@ -369,6 +369,10 @@ pub(super) fn run(seed: u64) -> Verdict {
             }
         }
         collect(&mut cluster, &mut pending, &mut history);
+        for id in membership.observe(&mut cluster, false, seed) {
+            stop(&mut cluster, &mut watchers, &mut rng, &mut pending, id);
+        }
+        crashed.retain(|&id| !membership.is_removed(id));
         informers.retain(|&(at, member)| {
             let listed = match &history[at].outcome {
                 Outcome::Ok(HResponse::Range(list)) => list.header.as_ref().map(|h| h.revision),
@@ -384,20 +388,35 @@ pub(super) fn run(seed: u64) -> Verdict {
         });
         watchers.collect(&mut cluster);
     }
-    // Heal, restart, and let everything pending be answered.
+    // Heal, restart, and let everything pending be answered, the operator
+    // reading the member list now and then: it starts the members added
+    // and stops those removed.
     cluster.heal();
     for id in crashed.drain(..) {
         cluster.restart(id);
     }
-    let healed = cluster.run_until(DRAIN_TIME, |c| {
-        c.leader().is_some()
-            && pending
-                .iter()
-                .all(|(rid, (member, _))| c.members[member].answers.contains_key(rid))
-    });
+    let mut waited = Duration::ZERO;
+    let healed = loop {
+        let done = cluster.run_until(OPERATOR_INTERVAL, |c| {
+            c.leader().is_some_and(|l| c.node(l).is_ready())
+                && membership.answered(c)
+                && pending
+                    .iter()
+                    .all(|(rid, (member, _))| c.members[member].answers.contains_key(rid))
+        });
+        collect(&mut cluster, &mut pending, &mut history);
+        for id in membership.observe(&mut cluster, true, seed) {
+            stop(&mut cluster, &mut watchers, &mut rng, &mut pending, id);
+        }
+        waited += OPERATOR_INTERVAL;
+        if done || waited >= DRAIN_TIME {
+            break done;
+        }
+    };
     assert!(
         healed,
-        "seed {seed}: no leader, or requests unanswered, once healed"
+        "seed {seed}: no leader, or requests unanswered, once healed; {}",
+        cluster.summary()
     );
     collect(&mut cluster, &mut pending, &mut history);
     // Leases: those that got no keep-alive must be gone in time; then
@@ -406,10 +425,9 @@ pub(super) fn run(seed: u64) -> Verdict {
     leases.revoke_all(&mut cluster, &mut history);
     let expiries = leases.expiries(&history);
     history.extend(expiries);
-    if rng.below(REPLACE_ONE_IN) == 0 {
-        replace_a_follower(&mut cluster, &mut watchers, &mut rng, seed);
-    }
     // The final put, on the leader.
+    let elected = cluster.run_until(DRAIN_TIME, |c| c.leader().is_some());
+    assert!(elected, "seed {seed}: no leader once healed");
     let leader = cluster.leader().expect("a leader once healed");
     let last = HRequest::Put(PutRequest {
         key: b"k-final".to_vec(),
@@ -429,12 +447,33 @@ pub(super) fn run(seed: u64) -> Verdict {
     // reads join the history, so the unknown writes must be explained in
     // a way that also leads to what the members hold.
     let applied = |c: &Cluster, id: u64| c.node(id).metrics().proposals_applied;
-    let converged = cluster.run_until(DRAIN_TIME, |c| {
-        c.running()
-            .iter()
-            .all(|&id| applied(c, id) >= applied(c, leader))
-    });
-    assert!(converged, "seed {seed}: members did not catch up");
+    // The list read once every member applied all: members added late are
+    // started (and caught up in the next round), the removed ones stop.
+    for round in 0..=ROUNDS_TO_CONVERGE {
+        let before = cluster.members.len();
+        let stopped = membership.observe(&mut cluster, true, seed);
+        for &id in &stopped {
+            stop(&mut cluster, &mut watchers, &mut rng, &mut pending, id);
+        }
+        if round > 0 && stopped.is_empty() && cluster.members.len() == before {
+            break;
+        }
+        assert!(
+            round < ROUNDS_TO_CONVERGE,
+            "seed {seed}: the member list still changes"
+        );
+        let converged = cluster.run_until(DRAIN_TIME, |c| {
+            c.running()
+                .iter()
+                .all(|&id| applied(c, id) >= applied(c, leader))
+        });
+        assert!(
+            converged,
+            "seed {seed}: members did not catch up; {}",
+            cluster.summary()
+        );
+    }
+    membership.check(&cluster, seed);
     watchers.finish(&mut cluster, seed);
     let all = HRequest::Range(RangeRequest {
         key: vec![0],
@@ -463,7 +502,7 @@ pub(super) fn run(seed: u64) -> Verdict {
         Ok(model) => model,
         Err(v) if v.undecided => {
             eprintln!("seed {seed}: {v}");
-            return Verdict::Undecided;
+            return (Verdict::Undecided, membership.applied);
         }
         Err(v) => {
             // What the leader actually holds at each revision near the
@@ -543,7 +582,7 @@ pub(super) fn run(seed: u64) -> Verdict {
     }
     check_attached(&cluster, seed);
     watchers.check(&model, seed);
-    Verdict::Linearizable
+    (Verdict::Linearizable, membership.applied)
 }
 
 /// Runs this part's share of the seeds (`SIM_SEEDS` in all, default
@@ -568,18 +607,23 @@ fn seeded_part(part: u64) {
     let started = WallClock::now();
     let mut ran = 0;
     let mut undecided = Vec::new();
+    let mut changes = 0;
     for seed in first..last {
         if started.elapsed() > SIM_TIME_MAX {
             break;
         }
-        if run(seed) == Verdict::Undecided {
+        let replay = Replay(seed);
+        let (verdict, applied) = run_counting(seed);
+        std::mem::forget(replay);
+        if verdict == Verdict::Undecided {
             undecided.push(seed);
         }
+        changes += applied;
         ran += 1;
     }
     eprintln!(
-        "node simulator: seeds {first}..{last}: {ran} run in {:?}, undecided by the checker: \
-         {undecided:?}",
+        "node simulator: seeds {first}..{last}: {ran} run in {:?}, membership changes applied: \
+         {changes}, undecided by the checker: {undecided:?}",
         started.elapsed()
     );
     assert!(ran > 0 || first >= last);
@@ -588,6 +632,20 @@ fn seeded_part(part: u64) {
         undecided.len() * 100 <= ran as usize,
         "more than 1% of the seeds undecided: {undecided:?}"
     );
+}
+
+/// Names the seed of a run that panicked where no message does.
+struct Replay(u64);
+
+impl Drop for Replay {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "node simulator: seed {0} failed; SIM_SEED={0} replays",
+                self.0
+            );
+        }
+    }
 }
 
 #[test]
@@ -630,4 +688,30 @@ fn seed_6_a_watch_from_the_compaction_revision_sees_its_delete() {
 #[test]
 fn seed_3605_a_lost_checkpoint_does_not_stop_the_next() {
     assert_eq!(run(3605), Verdict::Linearizable);
+}
+
+/// Seed 121 found that a member removed before its attributes were
+/// published kept its publication's retry due, so its timer fired at
+/// once, for ever (unit test in `membership_tests.rs`).
+#[test]
+fn seed_121_a_removed_member_keeps_no_timer_due() {
+    assert_eq!(run(121), Verdict::Linearizable);
+}
+
+/// Seed 136 found that a member restarted after a crash went back to the
+/// configuration before a removal it had applied, not knowing the removal
+/// committed, and waited for the removed member's vote for ever (unit
+/// test in `membership_tests.rs`).
+#[test]
+fn seed_136_a_member_left_alone_by_a_removal_leads_after_a_crash() {
+    assert_eq!(run(136), Verdict::Linearizable);
+}
+
+/// Seed 1604 found that the history checker filled a revision nobody
+/// answered for with a write on a key a synced watch had been silent
+/// about there, and then held the watch to that write (unit test in the
+/// history crate's `tests.rs`).
+#[test]
+fn seed_1604_a_silent_watch_narrows_the_writes_that_fill_a_gap() {
+    assert_eq!(run(1604), Verdict::Linearizable);
 }

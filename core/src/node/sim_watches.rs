@@ -194,7 +194,9 @@ impl Watchers {
         }
         for (key, range_end, prev_kv, from) in resume {
             let running = cluster.running();
-            let to = running[rng.below(running.len() as u64) as usize];
+            let Some(&to) = running.get(rng.below(running.len() as u64) as usize) else {
+                return;
+            };
             self.open(cluster, to, key, range_end, prev_kv, from);
         }
     }

@@ -480,8 +480,13 @@ impl<S: LogSource> RaftLog<S> {
     }
 
     /// Hands out the next committed, durable entries to apply (at most
-    /// `max_bytes`, at least one), advancing the applied index.
-    pub(crate) fn next_to_apply(&mut self, max_bytes: u64) -> Result<Vec<Entry>, LogError> {
+    /// `max_bytes`, at least one), advancing the applied index; they stop
+    /// before the first entry `held` holds back (none, if it is the first).
+    pub(crate) fn next_to_apply(
+        &mut self,
+        max_bytes: u64,
+        mut held: impl FnMut(&Entry) -> bool,
+    ) -> Result<Vec<Entry>, LogError> {
         if self.restoring() {
             return Ok(Vec::new());
         }
@@ -489,7 +494,10 @@ impl<S: LogSource> RaftLog<S> {
         if self.applied >= high {
             return Ok(Vec::new());
         }
-        let entries = self.entries(self.applied + 1, high + 1, max_bytes)?;
+        let mut entries = self.entries(self.applied + 1, high + 1, max_bytes)?;
+        if let Some(at) = entries.iter().position(&mut held) {
+            entries.truncate(at);
+        }
         if let Some(last) = entries.last() {
             self.applied = last.index;
         }
@@ -746,7 +754,7 @@ mod tests {
                         log.commit_to(u64::from(i));
                     }
                     LogOp::Apply => {
-                        let entries = log.next_to_apply(u64::MAX).unwrap();
+                        let entries = log.next_to_apply(u64::MAX, |_| false).unwrap();
                         for e in entries {
                             if e.index != applied_seen + 1 || e.term != model[e.index as usize - 1]
                             {
@@ -799,7 +807,7 @@ mod tests {
             2,
             "byte limit applies across source and memory"
         );
-        assert_eq!(log.next_to_apply(u64::MAX).unwrap().len(), 2);
+        assert_eq!(log.next_to_apply(u64::MAX, |_| false).unwrap().len(), 2);
         assert!(log.compact_to(6).unwrap());
         assert_eq!(log.term(5), Err(LogError::Compacted));
         assert_eq!(log.term(6), Ok(2));
@@ -823,7 +831,7 @@ mod tests {
         log.restore(meta);
         assert_eq!(log.last_index(), 20);
         assert_eq!(log.last_term(), 4);
-        assert!(log.next_to_apply(u64::MAX).unwrap().is_empty());
+        assert!(log.next_to_apply(u64::MAX, |_| false).unwrap().is_empty());
         let (restore, entries) = log.take_unpersisted(1);
         assert_eq!(restore.map(|m| m.index), Some(20));
         assert!(entries.is_empty());

@@ -303,6 +303,12 @@ pub struct Raft<S: LogSource> {
     /// Number of the last write handed out, and of the last acknowledged.
     persist_issued: u64,
     persist_acked: u64,
+    /// The commit index a durable hard state (or the applied state) holds:
+    /// membership changes up to it are handed out to apply.
+    commit_durable: u64,
+    /// The last write that stores a hard state, and the commit index it
+    /// stores, until acknowledged.
+    commit_issued: Option<(u64, u64)>,
     /// Appends should go to every member at the next drain.
     broadcast_pending: bool,
     /// The commit index moved: every member should hear it at the next drain.
@@ -366,6 +372,8 @@ impl<S: LogSource> Raft<S> {
             hard_state_dirty: false,
             persist_issued: 0,
             persist_acked: 0,
+            commit_durable: 0,
+            commit_issued: None,
             broadcast_pending: false,
             commit_pending: false,
             reported: None,
@@ -373,6 +381,9 @@ impl<S: LogSource> Raft<S> {
             fatal_reported: false,
             config,
         };
+        // What the log starts with as committed is durable: the stored
+        // commit index, or the applied index the backend holds.
+        raft.commit_durable = raft.log.committed();
         raft.reset_election_timer(now);
         info!(
             member_id = %format_args!("{:x}", raft.id),
@@ -423,6 +434,8 @@ impl<S: LogSource> Raft<S> {
         }
         match self.poll_apply() {
             Ok(Some(entries)) => Some(Action::Apply(entries)),
+            // A membership change waits for its commit index to be stored.
+            Ok(None) if self.hard_state_dirty => self.poll_persist().map(Action::Persist),
             Ok(None) => {
                 // Drained: the input that started this drain is handled.
                 if cfg!(debug_assertions) && self.fatal.is_none() {

@@ -43,12 +43,12 @@ pub struct Persist {
     /// Entries to append, replacing any stored at or after the first one's
     /// index.
     pub entries: Vec<Entry>,
-    /// Hard state to store, when the term or the vote changed or a snapshot
-    /// is installed; then it is the current one. A write is issued only
-    /// when entries, a snapshot, the term or the vote changed; a change of
-    /// the commit index alone is stored with the next hard state (after a
-    /// crash the commit index is recovered from the applied index and the
-    /// leader).
+    /// Hard state to store, when the term or the vote changed, a snapshot
+    /// is installed, or a committed membership change waits for its commit
+    /// index to be stored before it applies; then it is the current one.
+    /// Otherwise a change of the commit index alone is stored with the
+    /// next hard state (after a crash the commit index is recovered from
+    /// the applied index and the leader).
     pub hard_state: Option<HardState>,
 }
 
@@ -80,6 +80,12 @@ impl<S: LogSource> Raft<S> {
         }
         self.persist_acked = id.0;
         self.log.persisted(id.0);
+        if let Some((issued, commit)) = self.commit_issued {
+            if issued <= id.0 {
+                self.commit_durable = self.commit_durable.max(commit);
+                self.commit_issued = None;
+            }
+        }
         while self.waiting.front().is_some_and(|(seq, _)| *seq <= id.0) {
             let (_, deferred) = self.waiting.pop_front().expect("front exists");
             match deferred {
@@ -135,9 +141,13 @@ impl<S: LogSource> Raft<S> {
         // A change of the commit index alone is not worth a write of its
         // own: storing the hard state costs the log store another page per
         // append, and after a crash the commit index is recovered from the
-        // applied index and the leader.
+        // applied index and the leader. A membership change asks for one
+        // (`hard_state_dirty`) before it is applied.
         let hard_state = (self.hard_state_dirty || snapshot.is_some()).then(|| self.hard_state());
         self.hard_state_dirty = false;
+        if let Some(hs) = &hard_state {
+            self.commit_issued = Some((self.persist_issued, hs.commit));
+        }
         debug_assert!(
             self.persist_issued - self.persist_acked <= PERSIST_INFLIGHT_MAX as u64,
             "more writes in flight than allowed"
@@ -152,11 +162,35 @@ impl<S: LogSource> Raft<S> {
 
     /// The next committed, durable entries to apply; membership changes
     /// among them take effect in the raft as they are handed out.
+    ///
+    /// A membership change is handed out only once a stored hard state says
+    /// it is committed (one write of the hard state is asked for it, and
+    /// entries after it wait). The commit index is otherwise stored lazily,
+    /// and a member restarted after applying a change, its backend's last
+    /// commits lost, would go back to the configuration before it without
+    /// knowing the change committed: the member that a removal left alone
+    /// would wait for the removed member's vote for ever.
     pub(super) fn poll_apply(&mut self) -> Result<Option<Vec<Entry>>, StorageError> {
+        let durable = self.commit_durable;
+        let mut held = None;
         let entries = self
             .log
-            .next_to_apply(APPLY_BATCH_BYTES_MAX)
+            .next_to_apply(APPLY_BATCH_BYTES_MAX, |e| {
+                let hold = e.entry_type != EntryType::EntryNormal && e.index > durable;
+                if hold {
+                    held = Some(e.index);
+                }
+                hold
+            })
             .map_err(log_error)?;
+        if let Some(index) = held {
+            let storing = self
+                .commit_issued
+                .is_some_and(|(_, commit)| commit >= index);
+            if !storing {
+                self.hard_state_dirty = true;
+            }
+        }
         if entries.is_empty() {
             return Ok(None);
         }
