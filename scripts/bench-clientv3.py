@@ -13,7 +13,8 @@ Per run, on a fresh data dir on 127.0.0.1:
   server CPU per put); watch fan-out, 256 watchers on 16 connections while
   16 writers put (events/s, events per response, the client's CPU per
   event); resident memory after 100,000 keys of 256 B (and the peak over
-  the run);
+  the run), then gets of those keys at 256 clients, linearizable and
+  serializable;
 - three members (put, 1 client and 256 clients, against the leader; CPU
   per put is all three members' together).
 
@@ -165,7 +166,7 @@ def puts(cluster, clients, conns, total, **extra):
 def single(kind, tag):
     c = Cluster(kind, 1, tag)
     try:
-        floor = load(c, "-mode", "get", "-consistency", "s", "-total", "5000")
+        floor = load(c, "-mode", "get", "-consistency", "s", "-key-space", "1", "-total", "5000")
         one = puts(c, 1, 1, 5000)
         many = puts(c, 256, 16, PUTS)
         watch = load(c, "-mode", "watch", "-watchers", "256", "-conns", "16", "-clients", "16",
@@ -179,6 +180,9 @@ def single(kind, tag):
         puts(m, 256, 16, 100000, sequential="true", **{"key-size": 16})
         time.sleep(1)
         rss = m.kib("VmRSS")
+        ranges = {c: load(m, "-mode", "get", "-consistency", c, "-clients", "256", "-conns", "16",
+                          "-total", str(PUTS), "-key-size", "16", "-key-space", "100000")
+                  for c in ("l", "s")}
     finally:
         m.stop()
     return {
@@ -191,6 +195,8 @@ def single(kind, tag):
         "watch events/s": watch["per_s"],
         "watch events/response": watch["events_per_response"],
         "watch client µs/event": watch["client_cpu_us"],
+        "get l 256 req/s": ranges["l"]["per_s"],
+        "get s 256 req/s": ranges["s"]["per_s"],
         "RSS 100k keys MiB": rss / 1024,
         "peak RSS MiB": peak / 1024,
     }

@@ -12,11 +12,12 @@
 //   - put: -total puts of -val-size bytes over -clients goroutines sharing
 //     -conns connections; keys drawn from -key-space (or 0..total-1 in order
 //     with -sequential).
-//   - get: -total gets of one existing key, linearizable (l) or
-//     serializable (s). A serializable get from one client is the loopback
-//     RPC floor under a put.
+//   - get: -total gets of keys drawn from -key-space, linearizable (l) or
+//     serializable (s); key 0 is put first. A serializable get of one key
+//     (-key-space 1) from one client is the loopback RPC floor under a put.
 //   - watch: -watchers watches on one prefix over -conns connections, then
-//     -total puts under that prefix from -clients writers; ends when every
+//     -total puts under that prefix from -clients writers in a child
+//     process (so the CPU reported is the watchers' alone); ends when every
 //     watcher has seen every event. Events/s counts deliveries (watchers x
 //     puts) from the first put to the last delivery.
 //
@@ -32,6 +33,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -54,6 +56,7 @@ func main() {
 	sequential := flag.Bool("sequential", false, "put keys 0..total-1 in order, each once")
 	consistency := flag.String("consistency", "l", "get consistency: l or s")
 	watchers := flag.Int("watchers", 256, "watchers (watch mode)")
+	prefix := flag.String("prefix", "", "put keys under this prefix")
 	flag.Parse()
 
 	eps := strings.Split(*endpoints, ",")
@@ -72,7 +75,7 @@ func main() {
 		if len(k) > *keySize && *keySize > 0 {
 			k = k[len(k)-*keySize:]
 		}
-		return k
+		return *prefix + k
 	}
 
 	switch *mode {
@@ -95,12 +98,15 @@ func main() {
 		if *consistency == "s" {
 			opts = append(opts, clientv3.WithSerializable())
 		}
-		run("get", *total, *clients, func(worker int, _ *rand.Rand) error {
-			_, err := cs[worker%len(cs)].Get(context.Background(), key(0), opts...)
+		run("get", *total, *clients, func(worker int, rng *rand.Rand) error {
+			_, err := cs[worker%len(cs)].Get(context.Background(), key(rng.Intn(*keySpace)), opts...)
 			return err
 		})
 	case "watch":
-		watch(cs, *watchers, *clients, *total, value)
+		writer := []string{"-endpoints", *endpoints, "-mode", "put", "-sequential",
+			"-clients", fmt.Sprint(*clients), "-conns", fmt.Sprint(*conns), "-total", fmt.Sprint(*total),
+			"-key-size", fmt.Sprint(*keySize), "-val-size", fmt.Sprint(*valSize)}
+		watch(cs, *watchers, *total, writer)
 	default:
 		fail("unknown mode %q", *mode)
 	}
@@ -142,9 +148,10 @@ func run(mode string, total, clients int, op func(worker int, rng *rand.Rand) er
 		errors, cpu.Seconds()*1e6/float64(total))
 }
 
-// watch opens the watchers, waits until each is registered, then puts
-// total keys under the prefix and waits for every delivery.
-func watch(cs []*clientv3.Client, watchers, writers, total int, value string) {
+// watch opens the watchers, waits until each is registered, then has a
+// child process put total keys under the prefix (so this process's CPU is
+// the watchers' alone) and waits for every delivery.
+func watch(cs []*clientv3.Client, watchers, total int, writer []string) {
 	prefix := fmt.Sprintf("fanout-%d/", time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -181,25 +188,11 @@ func watch(cs []*clientv3.Client, watchers, writers, total int, value string) {
 	}
 	cpu0 := cpuTime()
 	start := time.Now()
-	var issued int64
-	var writes sync.WaitGroup
-	for w := 0; w < writers; w++ {
-		writes.Add(1)
-		go func(w int) {
-			defer writes.Done()
-			c := cs[w%len(cs)]
-			for {
-				n := atomic.AddInt64(&issued, 1)
-				if n > int64(total) {
-					return
-				}
-				if _, err := c.Put(ctx, fmt.Sprintf("%s%08d", prefix, n), value); err != nil {
-					fail("put: %v", err)
-				}
-			}
-		}(w)
+	puts := exec.Command(os.Args[0], append(writer, "-prefix", prefix)...)
+	puts.Stderr = os.Stderr
+	if out, err := puts.Output(); err != nil {
+		fail("the writer: %v: %s", err, out)
 	}
-	writes.Wait()
 	finished := make(chan struct{})
 	go func() { done.Wait(); close(finished) }()
 	select {
@@ -211,8 +204,8 @@ func watch(cs []*clientv3.Client, watchers, writers, total int, value string) {
 	secs := end.Sub(start).Seconds()
 	cpu := cpuTime() - cpu0
 	events := float64(watchers * total)
-	fmt.Printf("mode=watch watchers=%d writers=%d total=%d secs=%.3f per_s=%.0f responses=%d events_per_response=%.1f client_cpu_us=%.3f\n",
-		watchers, writers, total, secs, events/secs, responses, events/float64(responses), cpu.Seconds()*1e6/events)
+	fmt.Printf("mode=watch watchers=%d total=%d secs=%.3f per_s=%.0f responses=%d events_per_response=%.1f client_cpu_us=%.3f\n",
+		watchers, total, secs, events/secs, responses, events/float64(responses), cpu.Seconds()*1e6/events)
 }
 
 func pct(sorted []time.Duration, p int) float64 {
