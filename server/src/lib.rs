@@ -170,8 +170,15 @@ pub async fn run<R: Runtime>(runtime: R, mut config: Config) -> Result<(), RunEr
     mailbox.warn_slow_requests(config.slow_requests());
     let removal = mailbox.removal();
     let readiness = mailbox.readiness();
-    let transport = start_peers(&runtime, &config, peer_tls, peer_listeners, &log, &mailbox)?;
-    transport.set_metrics(metrics.peers.clone());
+    let transport = start_peers(
+        &runtime,
+        &config,
+        peer_tls,
+        peer_listeners,
+        &log,
+        &mailbox,
+        &metrics,
+    )?;
     let link: Arc<dyn driver::PeerLink> = Arc::new(transport.clone());
     let node_config = config.node_config();
     let request_timeout = node_config.request_timeout;
@@ -343,6 +350,7 @@ fn start_peers<R: Runtime>(
     peer_listeners: Vec<(config::ListenUrl, BoundSocket)>,
     log: &impl LogStore,
     mailbox: &driver::Mailbox,
+    metrics: &metrics::Metrics,
 ) -> Result<peer::PeerTransport<R>, RunError> {
     // A member that joined an existing cluster stored the ID it learned.
     let mut transport_config = config.peer_transport_config();
@@ -351,6 +359,10 @@ fn start_peers<R: Runtime>(
     }
     transport_config.tls = peer_tls;
     let transport = peer::PeerTransport::new(runtime.clone(), transport_config, mailbox.deliver());
+    // Before the first connection: a stream resolves its metric series
+    // when it opens, and peers queued in the listen backlog are accepted
+    // at once.
+    transport.set_metrics(metrics.peers.clone());
     for (url, listener) in peer_listeners {
         let listening = if url.is_secure() {
             transport.listen_tls(listener)
