@@ -217,22 +217,12 @@ def cluster3(kind, tag):
     }
 
 
-def fsync_floor_ms(directory, size=400, n=2000):
-    path = os.path.join(directory, "fsync-probe")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.pwrite(fd, bytes(size * n), 0)
-        os.fsync(fd)
-        record, times = os.urandom(size), []
-        for i in range(n):
-            start = time.perf_counter_ns()
-            os.pwrite(fd, record, i * size)
-            os.fdatasync(fd)
-            times.append(time.perf_counter_ns() - start)
-        return statistics.median(times) / 1e6
-    finally:
-        os.close(fd)
-        os.unlink(path)
+def fsync_floor_ms(directory):
+    """scripts/bench-common.sh's probe: 400 B writes + fdatasync, zero-filled."""
+    out = subprocess.run(
+        ["bash", "-c", '. scripts/bench-common.sh && fsync_floor_ms "$1" 400 2000 zero', "-",
+         directory], cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
 
 
 def main():

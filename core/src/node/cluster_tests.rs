@@ -205,6 +205,15 @@ impl Cluster {
             .collect()
     }
 
+    /// The highest term of a running member.
+    pub(super) fn max_term(&self) -> u64 {
+        self.running()
+            .into_iter()
+            .map(|id| self.node(id).term())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The running leader of the highest term, if any.
     pub(super) fn leader(&self) -> Option<u64> {
         self.running()

@@ -23,18 +23,7 @@ use super::*;
 fn a_member_removed_before_it_published_keeps_no_timer_due() {
     let mut c = Cluster::new(3);
     let leader = c.leader().expect("a leader");
-    let add = Request::MemberAdd(MemberAddRequest {
-        peer_ur_ls: vec![cluster_tests::url(4)],
-        is_learner: false,
-    });
-    let Ok(Response::MemberAdd(MemberAddResponse {
-        member: Some(added),
-        ..
-    })) = c.call(leader, add)
-    else {
-        panic!("the add failed");
-    };
-    let id = added.id;
+    let id = add_member(&mut c, leader, false);
     // Its publish never reaches the leader: it retries every election
     // timeout.
     c.proposals_lost_from.insert(id);
@@ -88,18 +77,7 @@ fn a_member_left_alone_by_a_removal_leads_after_a_crash() {
 fn a_learner_restarted_before_its_backend_synced_is_still_a_learner() {
     let mut c = Cluster::new(3);
     let leader = c.leader().expect("a leader");
-    let add = Request::MemberAdd(MemberAddRequest {
-        peer_ur_ls: vec![cluster_tests::url(4)],
-        is_learner: true,
-    });
-    let Ok(Response::MemberAdd(MemberAddResponse {
-        member: Some(added),
-        ..
-    })) = c.call(leader, add)
-    else {
-        panic!("the add failed");
-    };
-    let id = added.id;
+    let id = add_member(&mut c, leader, true);
     // As etcd's `--initial-cluster` for a joining member: the members and
     // itself.
     let mut config = cluster_tests::config(id, &[1, 2, 3], ClusterState::Existing);
@@ -118,4 +96,21 @@ fn a_learner_restarted_before_its_backend_synced_is_still_a_learner() {
     assert_eq!(conf.learners, vec![id]);
     assert!(c.node(id).is_learner());
     assert_ne!(c.node(id).role(), Role::Leader);
+}
+
+/// Adds member 4 (its URL from [`cluster_tests::url`]) through `leader`,
+/// as a learner or a voter; its new ID.
+fn add_member(c: &mut Cluster, leader: u64, is_learner: bool) -> u64 {
+    let add = Request::MemberAdd(MemberAddRequest {
+        peer_ur_ls: vec![cluster_tests::url(4)],
+        is_learner,
+    });
+    let Ok(Response::MemberAdd(MemberAddResponse {
+        member: Some(added),
+        ..
+    })) = c.call(leader, add)
+    else {
+        panic!("the add failed");
+    };
+    added.id
 }

@@ -103,7 +103,7 @@ impl Leases {
             self.list.push(Lease {
                 id,
                 grant: at,
-                term: max_term(cluster),
+                term: cluster.max_term(),
                 renewed: false,
             });
             let ttl = TTLS_SECS[rng.below(TTLS_SECS.len() as u64) as usize];
@@ -209,7 +209,7 @@ impl Leases {
                      the leader answers {other:?}",
                     lease.id,
                     lease.term,
-                    max_term(cluster) - lease.term,
+                    cluster.max_term() - lease.term,
                     leaderless_since(cluster, granted),
                 ),
             }
@@ -291,7 +291,7 @@ fn bound(cluster: &Cluster, term: u64, granted: Instant, ttl_secs: i64) -> Insta
         .expect("a member")
         .config
         .lease;
-    let promotions = u32::try_from(max_term(cluster).saturating_sub(term)).unwrap_or(u32::MAX);
+    let promotions = u32::try_from(cluster.max_term().saturating_sub(term)).unwrap_or(u32::MAX);
     let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
     granted
         + ttl
@@ -335,16 +335,6 @@ fn leader_once_healed(cluster: &mut Cluster, seed: u64) -> Option<u64> {
         return None;
     }
     cluster.leader()
-}
-
-/// The highest term of a running member.
-fn max_term(cluster: &Cluster) -> u64 {
-    cluster
-        .running()
-        .into_iter()
-        .map(|id| cluster.node(id).term())
-        .max()
-        .unwrap_or(0)
 }
 
 fn nanos(cluster: &Cluster) -> u64 {

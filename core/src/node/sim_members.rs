@@ -212,7 +212,7 @@ impl Membership {
 
     /// Takes in a newer list.
     fn read(&mut self, cluster: &mut Cluster, list: Vec<Member>) {
-        let term = max_term(cluster);
+        let term = cluster.max_term();
         let now: BTreeMap<u64, bool> = list.iter().map(|m| (m.id, m.is_learner)).collect();
         for &id in self.listed.keys() {
             if !now.contains_key(&id) {
@@ -320,14 +320,4 @@ fn same_at_same_index(cluster: &Cluster, newest: u64, list: &[Member], seed: u64
             cluster.summary()
         );
     }
-}
-
-/// The highest term of a running member.
-fn max_term(cluster: &Cluster) -> u64 {
-    cluster
-        .running()
-        .into_iter()
-        .map(|id| cluster.node(id).term())
-        .max()
-        .unwrap_or(0)
 }
