@@ -232,6 +232,37 @@ pub(super) fn enough_started(voters_after: usize, started: usize) -> bool {
     started > voters_after / 2
 }
 
+/// The membership a node starts with: the stored one; none on a member
+/// that applied nothing yet (`unapplied`: fresh, or its backend lost all
+/// it applied in a crash), which learns it from the log it replays; on a
+/// store written before membership was stored, the configured initial
+/// members as voters (to be saved with the next apply: the flag in the
+/// answer). A member that applied nothing never takes its initial
+/// members for its configuration: it may have joined as a learner, and
+/// the list it was given may be out of date.
+pub(super) fn stored_membership(
+    stored: Option<crate::storage::Membership>,
+    unapplied: bool,
+    config: &super::Config,
+    initial_voters: &[u64],
+) -> (oxetcd_proto::eraftpb::ConfState, Members, bool) {
+    match stored {
+        Some(stored) => (stored.conf_state, Members::from_list(stored.members), false),
+        None if unapplied => Default::default(),
+        None => {
+            let conf_state = oxetcd_proto::eraftpb::ConfState {
+                voters: initial_voters.to_vec(),
+                ..Default::default()
+            };
+            (
+                conf_state,
+                Members::from_initial(&config.initial_members),
+                true,
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -299,7 +299,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             .as_ref()
             .map(|m| ClusterVersions::from_record(&m.versions))
             .unwrap_or_default();
-        let (conf_state, members, membership_unsaved) = stored_membership(
+        let (conf_state, members, membership_unsaved) = membership::stored_membership(
             stored,
             fresh || meta.applied_index == 0,
             &config,
@@ -336,7 +336,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                 "bootstrapped a new cluster"
             );
         }
-        let proposal_base = mix(&[
+        let proposal_base = proposals::mix(&[
             config.member_id,
             state.hard_state.term,
             state.hard_state.commit,
@@ -890,49 +890,4 @@ enum Held {
     },
     /// A read waiting for a read-index round.
     Read(ReadKind),
-}
-
-/// The membership a node starts with: the stored one; none on a member
-/// that applied nothing yet (`unapplied`: fresh, or its backend lost all
-/// it applied in a crash), which learns it from the log it replays; on a
-/// store written before membership was stored, the configured initial
-/// members as voters (to be saved with the next apply: the flag in the
-/// answer). A member that applied nothing never takes its initial
-/// members for its configuration: it may have joined as a learner, and
-/// the list it was given may be out of date.
-fn stored_membership(
-    stored: Option<crate::storage::Membership>,
-    unapplied: bool,
-    config: &Config,
-    initial_voters: &[u64],
-) -> (oxetcd_proto::eraftpb::ConfState, Members, bool) {
-    match stored {
-        Some(stored) => (stored.conf_state, Members::from_list(stored.members), false),
-        None if unapplied => Default::default(),
-        None => {
-            let conf_state = oxetcd_proto::eraftpb::ConfState {
-                voters: initial_voters.to_vec(),
-                ..Default::default()
-            };
-            (
-                conf_state,
-                Members::from_initial(&config.initial_members),
-                true,
-            )
-        }
-    }
-}
-
-/// Mixes numbers into one well-spread 64-bit value (splitmix64's
-/// finalizer), for proposal IDs that differ between runs of a member.
-fn mix(values: &[u64]) -> u64 {
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-    for &v in values {
-        x ^= v;
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^= x >> 31;
-    }
-    x
 }

@@ -176,6 +176,20 @@ impl Proposals {
     }
 }
 
+/// Mixes numbers into one well-spread 64-bit value (splitmix64's
+/// finalizer), for proposal IDs that differ between runs of a member.
+pub(super) fn mix(values: &[u64]) -> u64 {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    for &v in values {
+        x ^= v;
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 31;
+    }
+    x
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
