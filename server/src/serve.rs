@@ -104,6 +104,7 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         config.max_request_bytes,
         config.bcrypt_cost,
         tokens,
+        Arc::new(HyperTimer(runtime.clone())),
     ));
     let gateway = Gateway::new(
         grpc.clone(),

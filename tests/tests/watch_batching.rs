@@ -14,6 +14,13 @@
 //! A watcher asking for fragments, with `prev_kv`, sees large revisions the
 //! same way: batched into responses below the fragment limit, and a
 //! revision larger than the limit alone, in fragments, the last unflagged.
+//!
+//! Streams outpaced by their writers (8 streams of 32 watchers, 8
+//! concurrent writers of puts and two-key txns; each reader pauses once,
+//! then reads as fast as responses come) are paced, gathering for a while
+//! before they send: each watcher must still see every event once, in
+//! order, each revision in one response, in fewer responses than
+//! revisions.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -29,7 +36,7 @@ use oxetcd_proto::etcdserverpb::{
     WatchResponse,
 };
 use oxetcd_tests::{Server, ServerKind};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
 
@@ -65,6 +72,25 @@ fn large_revisions_batch_below_the_fragment_limit_on_tokio() {
 #[test]
 fn large_revisions_batch_below_the_fragment_limit_on_smol() {
     check_fragments(ServerKind::OxetcdSmol);
+}
+
+#[test]
+fn an_outpaced_stream_sends_whole_revisions_in_order_on_tokio() {
+    check_outpaced(ServerKind::Oxetcd);
+}
+
+#[test]
+fn an_outpaced_stream_sends_whole_revisions_in_order_on_smol() {
+    check_outpaced(ServerKind::OxetcdSmol);
+}
+
+fn check_outpaced(kind: ServerKind) {
+    let server = Server::start(kind).expect("server starts");
+    let runtime = runtime();
+    let result = runtime.block_on(run_outpaced(server.endpoint().to_owned()));
+    if let Err(e) = result {
+        panic!("{}: {e}", kind.name());
+    }
 }
 
 fn check(kind: ServerKind) {
@@ -467,6 +493,212 @@ async fn run_fragments(endpoint: String) -> Result<(), String> {
     }
     drop(requests);
     Ok(())
+}
+
+/// Streams outpaced by the writers, on one connection, and the watchers
+/// of each.
+const OUTPACED_STREAMS: usize = 8;
+const OUTPACED_WATCHERS: i64 = 32;
+/// Concurrent writers, and the writes of each; every 25th is a two-key txn.
+const OUTPACED_WRITERS: usize = 8;
+const OUTPACED_WRITES: usize = 150;
+/// Each value.
+const OUTPACED_VALUE_BYTES: usize = 128;
+/// How long each reader pauses after its first response.
+const OUTPACED_PAUSE: Duration = Duration::from_millis(100);
+
+/// What one outpaced stream's watchers saw, by watch ID: each event's
+/// revision and key, and the number of the response it came in.
+type Seen = HashMap<i64, Vec<(i64, String, usize)>>;
+
+async fn run_outpaced(endpoint: String) -> Result<(), String> {
+    let channel = |endpoint: String| async move {
+        Endpoint::from_shared(endpoint)
+            .map_err(|e| e.to_string())?
+            .connect()
+            .await
+            .map_err(|e| format!("connect: {e}"))
+    };
+    let writer = channel(endpoint.clone()).await?;
+    let watching = channel(endpoint).await?;
+
+    let events_per_writer = OUTPACED_WRITES + OUTPACED_WRITES / 25;
+    let events = events_per_writer * OUTPACED_WRITERS;
+    let mut readers = Vec::new();
+    for _ in 0..OUTPACED_STREAMS {
+        let (requests, responses) = open_outpaced(watching.clone()).await?;
+        readers.push(tokio::spawn(read_outpaced(requests, responses, events)));
+    }
+
+    let mut writers = Vec::new();
+    for w in 0..OUTPACED_WRITERS {
+        writers.push(tokio::spawn(write_outpaced(
+            KvClient::new(writer.clone()),
+            w,
+        )));
+    }
+    let mut expected: Vec<(i64, String)> = Vec::new();
+    for writer in writers {
+        let written = writer.await.map_err(|e| e.to_string())??;
+        for (revision, keys) in written {
+            expected.extend(keys.into_iter().map(|k| (revision, k)));
+        }
+    }
+    // A txn's keys keep their order: the sort is stable.
+    expected.sort_by_key(|(revision, _)| *revision);
+    let revisions = OUTPACED_WRITERS * OUTPACED_WRITES;
+
+    let mut most = 0;
+    for reader in readers {
+        let seen = reader.await.map_err(|e| e.to_string())??;
+        for id in 1..=OUTPACED_WATCHERS {
+            let got = seen.get(&id).cloned().unwrap_or_default();
+            let events: Vec<(i64, String)> = got.iter().map(|(r, k, _)| (*r, k.clone())).collect();
+            if events != expected {
+                let first = events
+                    .iter()
+                    .zip(&expected)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(events.len().min(expected.len()));
+                return Err(format!(
+                    "watcher {id}: {} events, expected {}; first difference at {first}: {:?} vs {:?}",
+                    events.len(),
+                    expected.len(),
+                    events.get(first),
+                    expected.get(first)
+                ));
+            }
+            for pair in got.windows(2) {
+                let [(ra, _, a), (rb, _, b)] = pair else {
+                    continue;
+                };
+                if ra == rb && a != b {
+                    return Err(format!("watcher {id}: revision {ra} split"));
+                }
+            }
+            let mut numbers: Vec<usize> = got.iter().map(|(_, _, n)| *n).collect();
+            numbers.dedup();
+            most = most.max(numbers.len());
+        }
+    }
+    eprintln!("{revisions} revisions reached each watcher in at most {most} responses");
+    if most >= revisions {
+        return Err(format!(
+            "{revisions} revisions in up to {most} responses per watcher, expected fewer"
+        ));
+    }
+    Ok(())
+}
+
+/// Opens one outpaced stream: its watchers, created.
+async fn open_outpaced(
+    watching: Channel,
+) -> Result<
+    (
+        UnboundedSender<WatchRequest>,
+        tonic::Streaming<WatchResponse>,
+    ),
+    String,
+> {
+    let (requests, receiver) = unbounded_channel();
+    for id in 1..=OUTPACED_WATCHERS {
+        let create = WatchCreateRequest {
+            key: b"paced/".to_vec(),
+            range_end: b"paced0".to_vec(),
+            watch_id: id,
+            ..Default::default()
+        };
+        requests
+            .send(WatchRequest {
+                request_union: Some(RequestUnion::CreateRequest(create)),
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    let mut responses = WatchClient::new(watching)
+        .watch(Requests(receiver))
+        .await
+        .map_err(|e| format!("watch: {e}"))?
+        .into_inner();
+    for _ in 0..OUTPACED_WATCHERS {
+        let response = next(&mut responses).await?;
+        if !response.created {
+            return Err(format!("expected a created response, got {response:?}"));
+        }
+    }
+    Ok((requests, responses))
+}
+
+/// Reads a stream as fast as it comes until each watcher saw `events`.
+async fn read_outpaced(
+    requests: UnboundedSender<WatchRequest>,
+    mut responses: tonic::Streaming<WatchResponse>,
+    events: usize,
+) -> Result<Seen, String> {
+    let mut seen = Seen::new();
+    let mut complete = std::collections::HashSet::new();
+    let mut number = 0;
+    while (complete.len() as i64) < OUTPACED_WATCHERS {
+        let response = next(&mut responses).await?;
+        number += 1;
+        if response.canceled || response.compact_revision != 0 {
+            return Err(format!("watcher canceled: {response:?}"));
+        }
+        if number == 1 {
+            // Behind from the start: what is written meanwhile queues up.
+            tokio::time::sleep(OUTPACED_PAUSE).await;
+        }
+        let watcher = seen.entry(response.watch_id).or_default();
+        for event in response.events {
+            let kv = event.kv.unwrap_or_default();
+            let key = String::from_utf8_lossy(&kv.key).into_owned();
+            watcher.push((kv.mod_revision, key, number));
+        }
+        if watcher.len() >= events {
+            complete.insert(response.watch_id);
+        }
+    }
+    drop(requests);
+    Ok(seen)
+}
+
+/// One writer's writes, each a txn of one or two puts; returns each one's
+/// revision and keys, in the order written.
+async fn write_outpaced(
+    mut kv: KvClient<Channel>,
+    w: usize,
+) -> Result<Vec<(i64, Vec<String>)>, String> {
+    let mut written = Vec::new();
+    let started = Instant::now();
+    for n in 0..OUTPACED_WRITES {
+        if started.elapsed() > WRITE_DEADLINE {
+            return Err(format!("writer {w}: only {n} writes in {WRITE_DEADLINE:?}"));
+        }
+        let keys: Vec<String> = if n % 25 == 24 {
+            vec![format!("paced/{w}/{n}a"), format!("paced/{w}/{n}b")]
+        } else {
+            vec![format!("paced/{w}/{n}")]
+        };
+        let puts = keys.iter().map(|k| RequestOp {
+            request: Some(Op::RequestPut(PutRequest {
+                key: k.clone().into_bytes(),
+                value: vec![b'v'; OUTPACED_VALUE_BYTES],
+                ..Default::default()
+            })),
+        });
+        let txn = TxnRequest {
+            success: puts.collect(),
+            ..Default::default()
+        };
+        let revision = kv
+            .txn(txn)
+            .await
+            .map_err(|e| format!("txn: {e}"))?
+            .into_inner()
+            .header
+            .map_or(0, |h| h.revision);
+        written.push((revision, keys));
+    }
+    Ok(written)
 }
 
 async fn next(responses: &mut tonic::Streaming<WatchResponse>) -> Result<WatchResponse, String> {

@@ -52,6 +52,7 @@ mod maintenance;
 mod range;
 mod range_stream;
 mod watch;
+mod watch_pace;
 
 use std::convert::Infallible;
 use std::future::{ready, Future};
@@ -79,7 +80,7 @@ pub use kv::KvService;
 pub use lease::{KeepAliveStream, LeaseService};
 pub use lock::LockService;
 pub use maintenance::MaintenanceService;
-pub use watch::{WatchCodec, WatchMessage, WatchResponses, WatchServer, WatchService};
+pub use watch::{WatchCodec, WatchMessage, WatchResponses, WatchServer, WatchService, WatchTimer};
 
 use self::credentials::Gate;
 use crate::driver::Handle;
@@ -131,6 +132,7 @@ impl<K: KvStore> GrpcRouter<K> {
         max_request_bytes: usize,
         bcrypt_cost: u32,
         tokens: crate::auth_token::TokenConfig,
+        timer: WatchTimer,
     ) -> Self {
         let decode_max = oxetcd_core::grpc_message_bytes(max_request_bytes);
         let gate = Gate::new(tokens);
@@ -148,7 +150,7 @@ impl<K: KvStore> GrpcRouter<K> {
                 .max_decoding_message_size(decode_max)
                 .max_encoding_message_size(encode_max),
             watch: WatchServer::new(
-                WatchService::new(handle.clone(), gate.clone(), decode_max),
+                WatchService::new(handle.clone(), gate.clone(), decode_max, timer),
                 decode_max,
             ),
             cluster: ClusterServer::new(ClusterService::new(handle.clone(), gate.clone()))

@@ -22,7 +22,9 @@
 //! routed to it, up to the next response of another kind, and sends each
 //! watcher's queued revisions as one response ([`watch::batch`]): a client
 //! that reads slower than revisions are applied gets fewer, larger
-//! responses, and nothing waits to be batched. HTTP/2 frames follow: tonic
+//! responses. A stream that fell behind its writers gathers for a while
+//! before it sends ([`super::watch_pace`]); one that keeps up sends each
+//! apply's events as they come. HTTP/2 frames follow: tonic
 //! hands HTTP/2 one piece per poll that finds something to send (or per
 //! [`WATCH_YIELD_BYTES`]), each written as DATA frames of up to the
 //! client's frame size, so what was queued together leaves in as few
@@ -35,6 +37,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use futures_channel::mpsc::UnboundedReceiver;
 use futures_util::{Stream, StreamExt};
@@ -52,9 +55,13 @@ use tonic_prost::ProstDecoder;
 
 use super::credentials::Gate;
 use super::status_from_error;
+use super::watch_pace::Pace;
 use crate::driver::Handle;
 use crate::watch_routes::StreamItem;
 use oxetcd_core::auth::Credentials;
+
+/// The runtime's timers, for pacing streams.
+pub type WatchTimer = Arc<dyn hyper::rt::Timer + Send + Sync>;
 
 /// Serves `etcdserverpb.Watch`.
 pub struct WatchService<K: KvStore> {
@@ -62,16 +69,19 @@ pub struct WatchService<K: KvStore> {
     gate: Gate,
     /// Responses larger than this are fragmented for watchers that asked.
     fragment_bytes: usize,
+    timer: WatchTimer,
 }
 
 impl<K: KvStore> WatchService<K> {
     /// A service over `handle` that splits the responses of watchers that
-    /// ask at `fragment_bytes` ([`oxetcd_core::grpc_message_bytes`]).
-    pub fn new(handle: Handle<K>, gate: Gate, fragment_bytes: usize) -> Self {
+    /// ask at `fragment_bytes` ([`oxetcd_core::grpc_message_bytes`]) and
+    /// paces busy streams on `timer`.
+    pub fn new(handle: Handle<K>, gate: Gate, fragment_bytes: usize, timer: WatchTimer) -> Self {
         Self {
             handle,
             gate,
             fragment_bytes,
+            timer,
         }
     }
 }
@@ -172,6 +182,10 @@ impl<K: KvStore> WatchService<K> {
             ready: VecDeque::new(),
             batches: Vec::new().into_iter(),
             held: None,
+            gathering: Vec::new(),
+            pace: Pace::default(),
+            timer: self.timer.clone(),
+            due: None,
             catching_up: None,
             fragment_bytes: self.fragment_bytes,
             done: false,
@@ -267,6 +281,13 @@ pub struct WatchResponses<K: KvStore> {
     /// The item that ended the last run of deliveries taken off `items`,
     /// to be handled before anything still in `items`.
     held: Option<StreamItem>,
+    /// Deliveries taken off `items`, waiting for their pace (before
+    /// `held`); counted in `queued` until sent.
+    gathering: Vec<WatchDelivery>,
+    pace: Pace,
+    timer: WatchTimer,
+    /// Fires when `gathering` is due.
+    due: Option<Pin<Box<dyn hyper::rt::Sleep>>>,
     catching_up: Option<CatchUpFuture>,
     fragment_bytes: usize,
     done: bool,
@@ -280,6 +301,38 @@ impl<K: KvStore> WatchResponses<K> {
         } else {
             self.ready.push_back(response);
         }
+    }
+
+    /// Gathers `deliveries` and every run of deliveries already queued
+    /// behind them; sends them now or arms the pace's timer.
+    fn gather(&mut self, deliveries: Vec<WatchDelivery>, cx: &mut Context<'_>) {
+        self.gathering.extend(deliveries);
+        let applies =
+            1 + take_queued_events(&mut self.items, &mut self.gathering, &mut self.held, cx);
+        let now = Instant::now();
+        // Sent now, whatever the pace, when another kind of response waits
+        // behind them or the queue is half its bound (before the driver
+        // would stall watchers).
+        match self.pace.gathered(applies, now) {
+            Some(due)
+                if self.held.is_none()
+                    && self.queued.load(Ordering::Acquire) < GATHERED_MAX
+                    && self.gathering.len() < GATHERED_MAX =>
+            {
+                if self.due.is_none() {
+                    self.due = Some(self.timer.sleep_until(due));
+                }
+            }
+            _ => self.send_gathered(now),
+        }
+    }
+
+    /// Sends what was gathered, each watcher's revisions as one response.
+    fn send_gathered(&mut self, now: Instant) {
+        self.due = None;
+        self.pace.sent(now);
+        let deliveries = std::mem::take(&mut self.gathering);
+        self.batches = watch::batch(deliveries, self.fragment_bytes).into_iter();
     }
 }
 
@@ -349,17 +402,38 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                 Some(item) => Poll::Ready(Some(item)),
                 None => this.items.poll_next_unpin(cx),
             };
+            if !this.gathering.is_empty() {
+                // Gathered events leave before anything queued after them.
+                match next {
+                    Poll::Ready(Some(StreamItem::Events(deliveries))) => {
+                        this.gather(deliveries, cx);
+                    }
+                    Poll::Ready(other) => {
+                        this.held = other;
+                        this.send_gathered(Instant::now());
+                    }
+                    Poll::Pending => {
+                        let due = this
+                            .due
+                            .as_mut()
+                            .is_none_or(|due| due.as_mut().poll(cx).is_ready());
+                        if !due {
+                            return Poll::Pending;
+                        }
+                        this.send_gathered(Instant::now());
+                    }
+                }
+                continue;
+            }
             match next {
                 Poll::Ready(Some(StreamItem::Response { response, fragment })) => {
                     this.queued
                         .fetch_sub(queue_cost(&response), Ordering::AcqRel);
                     this.push(response, fragment);
                 }
-                Poll::Ready(Some(StreamItem::Events(mut deliveries))) => {
-                    // Taken only once the last batches are sent, with every
-                    // run of deliveries already queued behind them.
-                    this.held = take_queued_events(&mut this.items, &mut deliveries, cx);
-                    this.batches = watch::batch(deliveries, this.fragment_bytes).into_iter();
+                Poll::Ready(Some(StreamItem::Events(deliveries))) => {
+                    // Taken only once the last batches are sent.
+                    this.gather(deliveries, cx);
                 }
                 Poll::Ready(Some(StreamItem::CatchUp(job))) => {
                     let handle = this.handle.clone();
@@ -383,22 +457,36 @@ impl<K: KvStore> Stream for WatchResponses<K> {
 /// even while the driver keeps routing.
 const BATCHED_DELIVERIES_MAX: usize = crate::watch_routes::STREAM_QUEUE_MAX;
 
+/// Queued cost, or gathered deliveries, at which a paced stream sends
+/// without waiting for its pace: half the stream's queue bound, so pacing
+/// never makes the driver stall a watcher that keeps up.
+const GATHERED_MAX: usize = crate::watch_routes::STREAM_QUEUE_MAX / 2;
+
 /// Appends to `deliveries` the deliveries already routed to the stream, up
-/// to the first item of another kind, which it returns; never waits.
+/// to the first item of another kind, which it puts in `held`; never waits.
+/// Returns how many runs (applies) it took.
 fn take_queued_events(
     items: &mut UnboundedReceiver<StreamItem>,
     deliveries: &mut Vec<WatchDelivery>,
+    held: &mut Option<StreamItem>,
     cx: &mut Context<'_>,
-) -> Option<StreamItem> {
+) -> usize {
+    let mut runs = 0;
     while deliveries.len() < BATCHED_DELIVERIES_MAX {
         match items.poll_next_unpin(cx) {
-            Poll::Ready(Some(StreamItem::Events(more))) => deliveries.extend(more),
-            Poll::Ready(Some(other)) => return Some(other),
+            Poll::Ready(Some(StreamItem::Events(more))) => {
+                deliveries.extend(more);
+                runs += 1;
+            }
+            Poll::Ready(Some(other)) => {
+                *held = Some(other);
+                break;
+            }
             // The end of the route is seen again on the next poll.
-            Poll::Ready(None) | Poll::Pending => return None,
+            Poll::Ready(None) | Poll::Pending => break,
         }
     }
-    None
+    runs
 }
 
 impl<K: KvStore> Drop for WatchResponses<K> {
