@@ -392,8 +392,9 @@ impl InProcess {
                         queue.push_back(response);
                     }
                 }
-                // A single member has no one to send to.
-                Effect::Send(_) | Effect::SendSnapshot { .. } => {}
+                // A single member has no one to send to; ranges here all
+                // go through the node.
+                Effect::Send(_) | Effect::SendSnapshot { .. } | Effect::DirectReads(_) => {}
             }
         }
         Ok(())

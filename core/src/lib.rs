@@ -61,8 +61,8 @@ pub mod watch;
 
 pub use error::{Code, Error};
 pub use node::{
-    grpc_message_bytes, live_keys, ClusterState, Config, InitialMember, Input, Node, NodeMetrics,
-    Output, RequestId, GRPC_OVERHEAD_BYTES,
+    grpc_message_bytes, live_keys, ClusterState, Config, DirectReads, InitialMember, Input, Node,
+    NodeMetrics, Output, RequestId, GRPC_OVERHEAD_BYTES,
 };
 pub use time::{GoDuration, Instant};
 

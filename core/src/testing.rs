@@ -23,7 +23,7 @@ use crate::memory::{MemoryKv, MemoryKvRead, MemoryLog};
 use crate::raft::Persist;
 use crate::storage::{KvStore, LogStore, StorageError};
 use crate::watch::{self, StreamId};
-use crate::{mvcc, Config, Error, Input, Instant, Node, Output, RequestId, Response};
+use crate::{mvcc, Config, DirectReads, Error, Input, Instant, Node, Output, RequestId, Response};
 
 /// Outputs drained in one [`Member::drain`] at most before it reports a
 /// runaway node (a livelock guard).
@@ -48,6 +48,9 @@ pub enum Effect {
     Answer(RequestId, Result<Response, Error>),
     /// A response on a watch stream, already split if the watcher asked.
     Watch(StreamId, WatchResponse),
+    /// Which serializable ranges a runtime may now answer without the
+    /// node ([`Output::DirectReads`]); this driver answers none itself.
+    DirectReads(DirectReads),
 }
 
 /// Why a member stopped being driven.
@@ -193,6 +196,7 @@ impl Member {
                 self.log.compact(index + 1)?;
             }
             Output::Respond(id, result) => effects.push(Effect::Answer(id, result)),
+            Output::DirectReads(reads) => effects.push(Effect::DirectReads(reads)),
             Output::Read {
                 id,
                 request,

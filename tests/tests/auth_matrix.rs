@@ -128,8 +128,9 @@ const CREDENTIALS: [&str; 8] = [
 ];
 
 /// The calls of the matrix, in the order they are made.
-const RPCS: [&str; 18] = [
+const RPCS: [&str; 19] = [
     "Range a",
+    "Range a serializable",
     "Range p/ prefix",
     "Put a",
     "Put a prev_kv",
@@ -404,6 +405,13 @@ impl Clients {
         };
         match rpc {
             "Range a" => outcome(bounded(self.kv.range(request(token, range("a", "")))).await),
+            "Range a serializable" => {
+                let serializable = RangeRequest {
+                    serializable: true,
+                    ..range("a", "")
+                };
+                outcome(bounded(self.kv.range(request(token, serializable))).await)
+            }
             "Range p/ prefix" => {
                 outcome(bounded(self.kv.range(request(token, range("p/", "p0")))).await)
             }
@@ -759,8 +767,9 @@ const CERT_CREDENTIALS: [(&str, &str, Option<&str>); 5] = [
 
 /// The calls of the certificate matrix: reads and writes of a key and a
 /// prefix, a txn, a watch, an admin read and admin maintenance.
-const CERT_RPCS: [&str; 8] = [
+const CERT_RPCS: [&str; 9] = [
     "Range a",
+    "Range a serializable",
     "Range p/ prefix",
     "Put a",
     "Txn cmp a, put a",

@@ -47,7 +47,7 @@ use crate::storage::{KeyVersion, KvMeta, KvRead, KvWrite};
 use crate::{Response, Write};
 
 pub(crate) use range::key_value;
-pub use validate::validate;
+pub use validate::{validate, validate_range};
 
 /// Limits enforced when a request enters the node.
 #[derive(Clone, Copy, Debug)]

@@ -37,6 +37,11 @@ pub fn validate(request: &Request, limits: &Limits) -> Result<(), Error> {
     }
 }
 
+/// [`validate`]'s checks of a range.
+pub fn validate_range(range: &RangeRequest) -> Result<(), Error> {
+    check_range(range)
+}
+
 fn check_range(range: &RangeRequest) -> Result<(), Error> {
     if range.key.is_empty() {
         return Err(Error::EmptyKey);

@@ -496,6 +496,8 @@ impl Cluster {
                     member.answers.insert(request_id, result);
                 }
                 Effect::Watch(stream, response) => member.watched.push((stream, response)),
+                // Ranges here all go through the node.
+                Effect::DirectReads(_) => {}
             }
         }
         any

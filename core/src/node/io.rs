@@ -343,4 +343,24 @@ pub enum Output {
         /// Last index to drop.
         index: u64,
     },
+    /// Which serializable ranges the runtime may now answer without the
+    /// node. Sent when it changes, before any output queued after the
+    /// change: once a client is answered that auth is on, no range slips
+    /// past its permission check.
+    DirectReads(DirectReads),
+}
+
+/// Whether a runtime may answer a serializable range itself, exactly as
+/// the node would: check it with [`crate::mvcc::validate_range`], then
+/// answer [`crate::mvcc::read`] on a fresh read snapshot with `header`.
+/// Only while auth is off, and only for a request without a token (the
+/// node refuses a token it does not know, auth on or off); anything else
+/// goes through the node. It saves a serializable read the two thread
+/// hand-offs to the node and back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirectReads {
+    /// Serializable ranges may be answered directly.
+    pub open: bool,
+    /// The answer's header, but for the revision (the snapshot's).
+    pub header: ResponseHeader,
 }

@@ -131,7 +131,8 @@ use oxetcd_proto::oxetcdpb::{proposal, Proposal};
 
 use self::alarms::AlarmState;
 pub use self::io::{
-    grpc_message_bytes, ClusterState, Config, InitialMember, Input, Output, GRPC_OVERHEAD_BYTES,
+    grpc_message_bytes, ClusterState, Config, DirectReads, InitialMember, Input, Output,
+    GRPC_OVERHEAD_BYTES,
 };
 use self::lease_forward::{is_lease_forward, Forwarded};
 use self::membership::Members;
@@ -225,6 +226,8 @@ pub struct Node<L: LogStore, K: KvStore> {
     role: Role,
     leader: Option<u64>,
     outputs: VecDeque<Output>,
+    /// What the runtime was last told about serializable ranges.
+    direct_reads: DirectReads,
     /// Set after a storage error: nothing more is done.
     poisoned: bool,
     /// The latest time an input brought.
@@ -365,6 +368,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             role: Role::Follower,
             leader: None,
             outputs: VecDeque::new(),
+            direct_reads: DirectReads::default(),
             poisoned: false,
             now,
             lessor,
@@ -441,6 +445,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
     /// The next thing to do, if any. Drain until `None` after every input.
     pub fn poll_output(&mut self) -> Option<Output> {
         loop {
+            if let Some(changed) = self.direct_reads_changed() {
+                return Some(Output::DirectReads(changed));
+            }
             if let Some(output) = self.outputs.pop_front() {
                 return Some(output);
             }

@@ -18,12 +18,12 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use oxetcd_proto::etcdserverpb::{
     LeaseCheckpoint, LeaseCheckpointRequest, LeaseKeepAliveResponse, LeaseLeasesResponse,
-    LeaseTimeToLiveResponse, MemberListResponse, RangeRequest,
+    LeaseTimeToLiveResponse, MemberListResponse, RangeRequest, ResponseHeader,
 };
 use oxetcd_proto::oxetcdpb::proposal;
 use tracing::debug;
 
-use super::{Held, Leadership, Node, Origin, Output, Ticket};
+use super::{DirectReads, Held, Leadership, Node, Origin, Output, Ticket};
 use crate::auth::{Access, AuthInfo, AuthRead};
 use crate::error::Error;
 use crate::lease::Renewal;
@@ -178,6 +178,23 @@ impl Reads {
 }
 
 impl<L: LogStore, K: KvStore> Node<L, K> {
+    /// What the runtime must now be told about serializable ranges (see
+    /// [`DirectReads`]), if it changed since it was last told.
+    pub(super) fn direct_reads_changed(&mut self) -> Option<DirectReads> {
+        let now = DirectReads {
+            open: !self.auth.enabled() && !self.poisoned,
+            header: ResponseHeader {
+                revision: 0,
+                ..self.header()
+            },
+        };
+        if now == self.direct_reads {
+            return None;
+        }
+        self.direct_reads = now;
+        Some(now)
+    }
+
     pub(super) fn queue_read(&mut self, ticket: Ticket, kind: ReadKind) {
         self.reads.queue(ticket, kind);
     }

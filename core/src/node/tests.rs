@@ -19,6 +19,8 @@ struct Harness {
     member: Member,
     answers: Vec<(RequestId, Result<Response, Error>)>,
     watched: Vec<(StreamId, WatchResponse)>,
+    /// Each `DirectReads` told, with how many answers came before it.
+    direct_reads: Vec<(usize, DirectReads)>,
     now: Instant,
 }
 
@@ -52,6 +54,7 @@ impl Harness {
             member,
             answers: Vec::new(),
             watched: Vec::new(),
+            direct_reads: Vec::new(),
             now: Instant::ZERO,
         }
     }
@@ -67,6 +70,7 @@ impl Harness {
             match effect {
                 Effect::Answer(id, result) => self.answers.push((id, result)),
                 Effect::Watch(stream, response) => self.watched.push((stream, response)),
+                Effect::DirectReads(reads) => self.direct_reads.push((self.answers.len(), reads)),
                 Effect::Send(m) => panic!("a single member sends nothing: {m:?}"),
                 Effect::SendSnapshot { to, .. } => {
                     panic!("snapshot to {to} from a single member")
@@ -626,6 +630,81 @@ fn a_learned_cluster_id_is_stored_and_found_at_restart() {
     drop(h);
     let h = Harness::started(config, log, kv);
     assert_eq!(h.node.cluster_id(), 0xabc);
+}
+
+/// Serializable ranges may skip the node only while auth is off. The
+/// runtime is told so at start, and told that auth is on before the enable
+/// is answered, so no range sent after that answer skips the permission
+/// check; it is told again once auth is off.
+#[test]
+fn direct_reads_close_before_an_auth_enable_is_answered() {
+    use crate::auth::AuthRequest;
+    use oxetcd_proto::authpb::UserAddOptions;
+    use oxetcd_proto::etcdserverpb::{
+        AuthDisableRequest, AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
+    };
+    use oxetcd_proto::oxetcdpb::auth_change::Change;
+
+    let mut h = Harness::new(MemoryLog::default(), MemoryKv::default());
+    let (_, told) = *h.direct_reads.last().expect("told at start");
+    assert!(told.open);
+    assert_eq!(told.header.member_id, h.node.config.member_id);
+    assert_eq!(
+        told.header.revision, 0,
+        "the snapshot's, filled in by the reader"
+    );
+    assert!(told.header.raft_term >= 1, "{told:?}");
+
+    let root = [
+        Change::UserAdd(AuthUserAddRequest {
+            name: "root".into(),
+            options: Some(UserAddOptions { no_password: true }),
+            ..Default::default()
+        }),
+        Change::UserGrantRole(AuthUserGrantRoleRequest {
+            user: "root".into(),
+            role: "root".into(),
+        }),
+    ];
+    for (id, change) in (10..).zip(root) {
+        assert!(h
+            .call(id, Request::Auth(AuthRequest::Change(change)))
+            .is_ok());
+    }
+    assert!(h.direct_reads.last().is_some_and(|(_, d)| d.open));
+
+    let enable = Request::Auth(AuthRequest::Change(Change::Enable(AuthEnableRequest {})));
+    h.member
+        .node
+        .handle(h.now, Input::Client(20, enable, Credentials::Anonymous));
+    h.settle();
+    let answered = h
+        .answers
+        .iter()
+        .position(|(id, _)| *id == 20)
+        .expect("enable answered");
+    let (told_at, told) = *h.direct_reads.last().expect("told");
+    assert!(!told.open, "closed once auth is on");
+    assert!(
+        told_at <= answered,
+        "told after {told_at} answers, but the enable was answer {answered}"
+    );
+    assert!(h.answer(20).expect("answered").is_ok());
+
+    let disable = Request::Auth(AuthRequest::Change(Change::Disable(AuthDisableRequest {})));
+    let root = Credentials::User {
+        name: "root".into(),
+        revision: None,
+    };
+    h.member
+        .node
+        .handle(h.now, Input::Client(21, disable, root));
+    h.settle();
+    assert!(h.answer(21).expect("answered").is_ok());
+    assert!(
+        h.direct_reads.last().is_some_and(|(_, d)| d.open),
+        "open again"
+    );
 }
 
 #[test]

@@ -28,6 +28,7 @@ use oxetcd_core::{Error, Input, Output, RequestId};
 use slab::Slab;
 use tracing::debug;
 
+use super::direct::DirectGate;
 use super::links::ClusterLinks;
 use super::run::fatal;
 use super::{LogJob, Reply};
@@ -45,6 +46,8 @@ pub(super) struct Executor<K> {
     pub(super) held: Option<Persist>,
     pub(super) routes: WatchRoutes,
     pub(super) links: ClusterLinks<K>,
+    /// Serializable ranges the handles may answer themselves.
+    pub(super) direct: Arc<DirectGate>,
 }
 
 impl<K: KvStore> Executor<K> {
@@ -92,6 +95,7 @@ impl<K: KvStore> Executor<K> {
                 return self.routes.deliver_events(stream, deliveries)
             }
             Output::WatchCatchUp(job) => self.routes.catch_up(job),
+            Output::DirectReads(reads) => self.direct.publish(reads),
         }
         Vec::new()
     }
@@ -167,6 +171,7 @@ mod tests {
             held: None,
             routes: WatchRoutes::default(),
             links: ClusterLinks::new(MemoryKv::default(), None, 1, counter),
+            direct: Arc::default(),
         };
         (executor, jobs)
     }

@@ -23,6 +23,7 @@ use oxetcd_storage::snapshot::CHUNK_BYTES_DEFAULT;
 use oxetcd_storage::snapshot_file::FileExport;
 use tracing::error;
 
+use super::direct::DirectGate;
 use super::run::{fatal, fatal_storage};
 use super::{Blocking, Command, FileChunks, Reply, IN_FLIGHT_REQUESTS_MAX};
 use crate::metrics::Metrics;
@@ -40,6 +41,8 @@ pub struct Handle<K> {
     /// When a client request is slow enough to warn about.
     pub(super) slow: SlowRequests,
     pub(super) metrics: Arc<Metrics>,
+    /// Serializable ranges this handle may answer without the node.
+    pub(super) direct: Arc<DirectGate>,
 }
 
 impl<K: Clone> Clone for Handle<K> {
@@ -52,6 +55,7 @@ impl<K: Clone> Clone for Handle<K> {
             next_stream: self.next_stream.clone(),
             slow: self.slow,
             metrics: self.metrics.clone(),
+            direct: self.direct.clone(),
         }
     }
 }
@@ -94,6 +98,15 @@ impl<K: KvStore> Handle<K> {
 
     async fn ask(&self, credentials: Credentials, request: Request) -> Result<Response, Error> {
         let _slot = self.admit()?;
+        let request = match self.direct.admit(&credentials, request) {
+            Ok((range, header)) => {
+                // As the node would: checked, counted, read.
+                mvcc::validate_range(&range)?;
+                self.metrics.node.count_range();
+                return self.read(range, header).await.map(Response::Range);
+            }
+            Err(request) => request,
+        };
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::Client(request, credentials, reply))

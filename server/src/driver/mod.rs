@@ -39,7 +39,9 @@
 //!   in a [`Slab`] owned by the driver thread; its slot key is the
 //!   [`RequestId`]. `Output::Read` only says "ready": the requesting task then
 //!   runs the range on a fresh backend snapshot on a blocking thread, so reads
-//!   run concurrently with writes and with each other.
+//!   run concurrently with writes and with each other. A serializable range
+//!   the node says may skip it (auth off, no token: see [`direct`]) does
+//!   not cross to the driver thread at all.
 //! - Watch streams register an unbounded channel with the driver thread;
 //!   the node's watch outputs are routed into it through the stream's gate
 //!   (see [`crate::watch_routes`]), and the stream's task runs catch-ups on
@@ -61,6 +63,7 @@
 use self::run::drive;
 use self::run::Signals;
 
+mod direct;
 mod disk_full;
 mod execute;
 mod handle;
@@ -282,6 +285,8 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
         slow,
     } = mailbox;
     let (started, on_start) = oneshot::channel();
+    let direct = Arc::new(direct::DirectGate::default());
+    let driver_direct = direct.clone();
     let node_kv = kv.clone();
     let persisted = commands.clone();
     let driver_metrics = metrics.clone();
@@ -301,6 +306,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
                         removed,
                         ready,
                         metrics: driver_metrics,
+                        direct: driver_direct,
                     },
                     slow,
                 )
@@ -325,6 +331,7 @@ pub async fn start_with_peers<L: LogStore, K: KvStore>(
             next_stream: Arc::new(AtomicU64::new(1)),
             slow,
             metrics,
+            direct,
         }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::Stopped),

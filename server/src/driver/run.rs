@@ -18,6 +18,7 @@ use oxetcd_core::{Config, Error, Input, Instant, Node, RequestId};
 use slab::Slab;
 use tracing::{error, info, warn};
 
+use super::direct::DirectGate;
 use super::disk_full::DiskState;
 use super::execute::Executor;
 use super::links::ClusterLinks;
@@ -52,6 +53,8 @@ pub(super) struct Signals {
     pub(super) removed: Option<oneshot::Sender<()>>,
     pub(super) ready: Option<oneshot::Sender<u64>>,
     pub(super) metrics: Arc<Metrics>,
+    /// Where the node's [`oxetcd_core::DirectReads`] go.
+    pub(super) direct: Arc<DirectGate>,
 }
 
 /// The driver thread's body. It takes over everything the thread owns,
@@ -72,6 +75,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         removed,
         ready,
         metrics,
+        direct,
     } = signals;
     let clock = Clock::new();
     // etcd waits about this long for a leadership transfer on stop.
@@ -116,6 +120,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
             held: None,
             routes: WatchRoutes::default(),
             links,
+            direct: direct.clone(),
         },
         hand_over: None,
         hand_over_time,
@@ -126,6 +131,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         disk,
     };
     let ending = driver.run(&inbox);
+    direct.shut();
 
     let Driver { executor, disk, .. } = driver;
     // A log write waiting for space is given up: it was never acknowledged.

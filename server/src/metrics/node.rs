@@ -43,6 +43,11 @@ pub(crate) struct NodeFamilies {
 }
 
 impl NodeFamilies {
+    /// Counts a range answered without the node (`etcd_mvcc_range_total`).
+    pub(crate) fn count_range(&self) {
+        self.ranges.inc();
+    }
+
     pub(super) fn new(r: &Families<'_>, cluster_version_gauge: IntGaugeVec) -> Self {
         let lease_help = "The total number of expired leases.";
         Self {
