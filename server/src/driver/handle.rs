@@ -5,7 +5,8 @@
 //! burst cannot queue without bound. Work that reads the backend (ranges
 //! the node allows, snapshot files, `HashKV`, watch catch-ups) runs on the
 //! runtime's blocking threads on a read view taken then, never on the
-//! driver thread.
+//! driver thread. A serializable range may skip the driver thread
+//! altogether (see [`super::direct`]).
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
