@@ -11,8 +11,8 @@ Per run, on a fresh data dir on 127.0.0.1:
 - single member: serializable get, 1 client (the loopback RPC floor); put,
   1 client (p50, p99); put, 256 clients on 16 connections (req/s, p99,
   server CPU per put); watch fan-out, 256 watchers on 16 connections while
-  16 writers put (events/s, events per response, the client's CPU per
-  event); resident memory after 100,000 keys of 256 B (and the peak over
+  16 writers put 10,000 keys (events/s, events per response, the client's
+  CPU per event); resident memory after 100,000 keys of 256 B (and the peak over
   the run), then gets of those keys at 256 clients, linearizable and
   serializable;
 - three members (put, 1 client and 256 clients, against the leader; CPU
@@ -170,7 +170,7 @@ def single(kind, tag):
         one = puts(c, 1, 1, 5000)
         many = puts(c, 256, 16, PUTS)
         watch = load(c, "-mode", "watch", "-watchers", "256", "-conns", "16", "-clients", "16",
-                     "-total", "2000")
+                     "-total", "10000")
         peak = c.kib("VmHWM")
     finally:
         c.stop()
