@@ -23,6 +23,7 @@
 //! revisions.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -56,56 +57,39 @@ const WRITE_DEADLINE: Duration = Duration::from_secs(120);
 
 #[test]
 fn queued_revisions_leave_in_few_responses_on_tokio() {
-    check(ServerKind::Oxetcd);
+    check(ServerKind::Oxetcd, run);
 }
 
 #[test]
 fn queued_revisions_leave_in_few_responses_on_smol() {
-    check(ServerKind::OxetcdSmol);
+    check(ServerKind::OxetcdSmol, run);
 }
 
 #[test]
 fn large_revisions_batch_below_the_fragment_limit_on_tokio() {
-    check_fragments(ServerKind::Oxetcd);
+    check(ServerKind::Oxetcd, run_fragments);
 }
 
 #[test]
 fn large_revisions_batch_below_the_fragment_limit_on_smol() {
-    check_fragments(ServerKind::OxetcdSmol);
+    check(ServerKind::OxetcdSmol, run_fragments);
 }
 
 #[test]
 fn an_outpaced_stream_sends_whole_revisions_in_order_on_tokio() {
-    check_outpaced(ServerKind::Oxetcd);
+    check(ServerKind::Oxetcd, run_outpaced);
 }
 
 #[test]
 fn an_outpaced_stream_sends_whole_revisions_in_order_on_smol() {
-    check_outpaced(ServerKind::OxetcdSmol);
+    check(ServerKind::OxetcdSmol, run_outpaced);
 }
 
-fn check_outpaced(kind: ServerKind) {
+/// Runs `scenario` against a fresh server of `kind`.
+fn check<F: Future<Output = Result<(), String>>>(kind: ServerKind, scenario: fn(String) -> F) {
     let server = Server::start(kind).expect("server starts");
     let runtime = runtime();
-    let result = runtime.block_on(run_outpaced(server.endpoint().to_owned()));
-    if let Err(e) = result {
-        panic!("{}: {e}", kind.name());
-    }
-}
-
-fn check(kind: ServerKind) {
-    let server = Server::start(kind).expect("server starts");
-    let runtime = runtime();
-    let result = runtime.block_on(run(server.endpoint().to_owned()));
-    if let Err(e) = result {
-        panic!("{}: {e}", kind.name());
-    }
-}
-
-fn check_fragments(kind: ServerKind) {
-    let server = Server::start(kind).expect("server starts");
-    let runtime = runtime();
-    let result = runtime.block_on(run_fragments(server.endpoint().to_owned()));
+    let result = runtime.block_on(scenario(server.endpoint().to_owned()));
     if let Err(e) = result {
         panic!("{}: {e}", kind.name());
     }
@@ -149,34 +133,14 @@ async fn connect(endpoint: String) -> Result<(Channel, Channel), String> {
 async fn run(endpoint: String) -> Result<(), String> {
     let (writer, watching) = connect(endpoint).await?;
 
-    let (requests, receiver) = unbounded_channel();
-    for (id, prev_kv) in [(1, false), (2, true)] {
-        let create = WatchCreateRequest {
-            key: b"burst/".to_vec(),
-            range_end: b"burst0".to_vec(),
-            watch_id: id,
-            prev_kv,
-            ..Default::default()
-        };
-        requests
-            .send(WatchRequest {
-                request_union: Some(RequestUnion::CreateRequest(create)),
-            })
-            .map_err(|e| e.to_string())?;
-    }
-    let mut responses = WatchClient::new(watching)
-        .watch(Requests(receiver))
-        .await
-        .map_err(|e| format!("watch: {e}"))?
-        .into_inner();
-    let mut created = 0;
-    while created < 2 {
-        let response = next(&mut responses).await?;
-        if !response.created {
-            return Err(format!("expected a created response, got {response:?}"));
-        }
-        created += 1;
-    }
+    let creates = [(1, false), (2, true)].map(|(id, prev_kv)| WatchCreateRequest {
+        key: b"burst/".to_vec(),
+        range_end: b"burst0".to_vec(),
+        watch_id: id,
+        prev_kv,
+        ..Default::default()
+    });
+    let (requests, mut responses) = open_watchers(WatchClient::new(watching), creates).await?;
 
     // The burst, while the stream is not read: (revision, key, value).
     let mut kv = KvClient::new(writer);
@@ -344,7 +308,6 @@ const LARGE_VALUE_BYTES: usize = 700 * 1024;
 
 async fn run_fragments(endpoint: String) -> Result<(), String> {
     let (writer, watching) = connect(endpoint).await?;
-    let (requests, receiver) = unbounded_channel();
     let create = WatchCreateRequest {
         key: b"big/".to_vec(),
         range_end: b"big0".to_vec(),
@@ -352,20 +315,8 @@ async fn run_fragments(endpoint: String) -> Result<(), String> {
         fragment: true,
         ..Default::default()
     };
-    requests
-        .send(WatchRequest {
-            request_union: Some(RequestUnion::CreateRequest(create)),
-        })
-        .map_err(|e| e.to_string())?;
-    let mut responses = WatchClient::new(watching)
-        .max_decoding_message_size(2 * FRAGMENT_BYTES)
-        .watch(Requests(receiver))
-        .await
-        .map_err(|e| format!("watch: {e}"))?
-        .into_inner();
-    if !next(&mut responses).await?.created {
-        return Err("expected a created response".into());
-    }
+    let client = WatchClient::new(watching).max_decoding_message_size(2 * FRAGMENT_BYTES);
+    let (requests, mut responses) = open_watchers(client, [create]).await?;
 
     // (revision, key, value length, prev value length), as written.
     let mut kv = KvClient::new(writer)
@@ -526,7 +477,14 @@ async fn run_outpaced(endpoint: String) -> Result<(), String> {
     let events = events_per_writer * OUTPACED_WRITERS;
     let mut readers = Vec::new();
     for _ in 0..OUTPACED_STREAMS {
-        let (requests, responses) = open_outpaced(watching.clone()).await?;
+        let creates = (1..=OUTPACED_WATCHERS).map(|id| WatchCreateRequest {
+            key: b"paced/".to_vec(),
+            range_end: b"paced0".to_vec(),
+            watch_id: id,
+            ..Default::default()
+        });
+        let client = WatchClient::new(watching.clone());
+        let (requests, responses) = open_watchers(client, creates).await?;
         readers.push(tokio::spawn(read_outpaced(requests, responses, events)));
     }
 
@@ -590,9 +548,10 @@ async fn run_outpaced(endpoint: String) -> Result<(), String> {
     Ok(())
 }
 
-/// Opens one outpaced stream: its watchers, created.
-async fn open_outpaced(
-    watching: Channel,
+/// Opens a stream with the watchers `creates` asks for, each created.
+async fn open_watchers(
+    mut client: WatchClient<Channel>,
+    creates: impl IntoIterator<Item = WatchCreateRequest>,
 ) -> Result<
     (
         UnboundedSender<WatchRequest>,
@@ -601,25 +560,21 @@ async fn open_outpaced(
     String,
 > {
     let (requests, receiver) = unbounded_channel();
-    for id in 1..=OUTPACED_WATCHERS {
-        let create = WatchCreateRequest {
-            key: b"paced/".to_vec(),
-            range_end: b"paced0".to_vec(),
-            watch_id: id,
-            ..Default::default()
-        };
+    let mut watchers = 0;
+    for create in creates {
         requests
             .send(WatchRequest {
                 request_union: Some(RequestUnion::CreateRequest(create)),
             })
             .map_err(|e| e.to_string())?;
+        watchers += 1;
     }
-    let mut responses = WatchClient::new(watching)
+    let mut responses = client
         .watch(Requests(receiver))
         .await
         .map_err(|e| format!("watch: {e}"))?
         .into_inner();
-    for _ in 0..OUTPACED_WATCHERS {
+    for _ in 0..watchers {
         let response = next(&mut responses).await?;
         if !response.created {
             return Err(format!("expected a created response, got {response:?}"));
