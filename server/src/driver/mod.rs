@@ -5,7 +5,8 @@
 //! - The [`Node`] lives on one dedicated thread, because applying entries
 //!   writes the backend with blocking calls that must not stall an async
 //!   executor. The thread waits on a `std::sync::mpsc` channel until the next
-//!   command or the node's `poll_timeout`, feeds every command already queued
+//!   command or the node's `poll_timeout` (polling it a while before it
+//!   blocks, while commands come soon: see [`spin`]), feeds every command already queued
 //!   (up to [`INPUT_BATCH_MAX`]) with `now` from a monotonic clock, then
 //!   drains `poll_output` until `None`. Feeding a burst before draining is how
 //!   many client requests end up in one proposal batch.
@@ -70,6 +71,7 @@ mod handle;
 mod links;
 mod log_writer;
 mod run;
+mod spin;
 
 pub use handle::Handle;
 

@@ -8,7 +8,7 @@
 //! it was given and the backend is synced.
 
 use std::sync::atomic::AtomicUsize;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{mpsc, Arc};
 use std::thread;
 
@@ -23,6 +23,7 @@ use super::disk_full::DiskState;
 use super::execute::Executor;
 use super::links::ClusterLinks;
 use super::log_writer::write_log;
+use super::spin::Spin;
 use super::{Command, LogJob, PeerLink, Reply, INPUT_BATCH_MAX};
 use crate::metrics::{Metrics, NodePublisher, SLOW_APPLY};
 use crate::slow_requests::SlowRequests;
@@ -129,6 +130,7 @@ pub(super) fn drive<L: LogStore, K: KvStore>(
         publisher: NodePublisher::new(metrics.node.clone()),
         metrics,
         disk,
+        spin: Spin::default(),
     };
     let ending = driver.run(&inbox);
     direct.shut();
@@ -231,6 +233,8 @@ struct Driver<L: LogStore, K: KvStore> {
     metrics: Arc<Metrics>,
     /// Whether the log's disk is full, shared with the log writer.
     disk: Arc<DiskState>,
+    /// How long the next wait polls before it blocks.
+    spin: Spin,
 }
 
 impl<L: LogStore, K: KvStore> Driver<L, K> {
@@ -280,8 +284,9 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
     }
 
     /// Waits for the next command, or for the node's or the hand-over's
-    /// deadline (then `None`).
-    fn wait(&self, inbox: &Receiver<Command>) -> Result<Option<Command>, Ending> {
+    /// deadline (then `None`), polling the channel first while commands
+    /// come soon (see [`Spin`]).
+    fn wait(&mut self, inbox: &Receiver<Command>) -> Result<Option<Command>, Ending> {
         let wake_at = [
             self.node.poll_timeout(),
             self.hand_over.as_ref().map(|h| h.deadline),
@@ -289,16 +294,37 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
         .into_iter()
         .flatten()
         .min();
-        match wake_at {
-            Some(deadline) => {
-                match inbox.recv_timeout(deadline.saturating_since(self.clock.now())) {
-                    Ok(command) => Ok(Some(command)),
-                    Err(RecvTimeoutError::Timeout) => Ok(None),
-                    Err(RecvTimeoutError::Disconnected) => Err(Ending::Abandoned),
-                }
+        let began = self.clock.now();
+        let waited = match self.poll_inbox(inbox, began, wake_at) {
+            Some(polled) => polled,
+            None => block(
+                inbox,
+                wake_at.map(|at| at.saturating_since(self.clock.now())),
+            ),
+        };
+        let gap = matches!(waited, Ok(Some(_))).then(|| self.clock.now().saturating_since(began));
+        self.spin.record(gap);
+        waited
+    }
+
+    /// Polls the channel for the spin budget, up to `wake_at`; `None` when
+    /// nothing came in that time.
+    fn poll_inbox(
+        &self,
+        inbox: &Receiver<Command>,
+        began: Instant,
+        wake_at: Option<Instant>,
+    ) -> Option<Result<Option<Command>, Ending>> {
+        let until = began + self.spin.budget();
+        let until = wake_at.map_or(until, |deadline| deadline.min(until));
+        while self.clock.now() < until {
+            match inbox.try_recv() {
+                Ok(command) => return Some(Ok(Some(command))),
+                Err(TryRecvError::Disconnected) => return Some(Err(Ending::Abandoned)),
+                Err(TryRecvError::Empty) => thread::yield_now(),
             }
-            None => inbox.recv().map(Some).map_err(|_| Ending::Abandoned),
         }
+        None
     }
 
     /// Feeds one command; returns the stop waiter when it says to stop now.
@@ -507,6 +533,22 @@ fn count_keys<K: KvStore>(kv: &K, commands: Sender<Command>) {
 
 pub(super) fn fatal_storage(e: StorageError) -> Error {
     fatal("reading the backend", &e)
+}
+
+/// Blocks on the channel for the next command, for at most `timeout`
+/// (then `None`).
+fn block(
+    inbox: &Receiver<Command>,
+    timeout: Option<std::time::Duration>,
+) -> Result<Option<Command>, Ending> {
+    match timeout {
+        Some(timeout) => match inbox.recv_timeout(timeout) {
+            Ok(command) => Ok(Some(command)),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(Ending::Abandoned),
+        },
+        None => inbox.recv().map(Some).map_err(|_| Ending::Abandoned),
+    }
 }
 
 /// Logs a storage failure and exits: storage errors are never retried.
