@@ -25,6 +25,14 @@ use crate::proxy::PeerProxies;
 /// default, so a killed leader is replaced in well under a second.
 pub const FAST_TIMING: [&str; 4] = ["--heartbeat-interval", "50", "--election-timeout", "500"];
 
+/// Longest a cluster waits, by default, for a leader that all running
+/// members agree on.
+pub const LEADER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Longest a cluster waits, by default, for a member to catch up with a
+/// write.
+pub const CATCH_UP_DEADLINE: Duration = Duration::from_secs(15);
+
 /// A mixed cluster: both binaries, tokio's twice.
 pub const MIXED: [ServerKind; 3] = [
     ServerKind::Oxetcd,
@@ -70,8 +78,8 @@ impl ClusterOptions {
             ports: Ports::Kernel,
             flags: FAST_TIMING.iter().map(|f| (*f).to_owned()).collect(),
             peer_tls: None,
-            leader_deadline: Duration::from_secs(10),
-            catch_up_deadline: Duration::from_secs(15),
+            leader_deadline: LEADER_DEADLINE,
+            catch_up_deadline: CATCH_UP_DEADLINE,
             peer_proxies: false,
         }
     }

@@ -685,9 +685,9 @@ fn send(client: &mut Grpc, request: &Request) -> Outcome {
         Request::Put(r) => client.put(r.clone()).map(Response::Put),
         Request::DeleteRange(r) => client.delete_range(r.clone()).map(Response::DeleteRange),
         Request::Txn(r) => client.txn(r.clone()).map(Response::Txn),
-        Request::Compaction(r) => client.compact(r.clone()).map(Response::Compaction),
-        Request::LeaseGrant(r) => client.lease_grant(r.clone()).map(Response::LeaseGrant),
-        Request::LeaseRevoke(r) => client.lease_revoke(r.clone()).map(Response::LeaseRevoke),
+        Request::Compaction(r) => client.compact(*r).map(Response::Compaction),
+        Request::LeaseGrant(r) => client.lease_grant(*r).map(Response::LeaseGrant),
+        Request::LeaseRevoke(r) => client.lease_revoke(*r).map(Response::LeaseRevoke),
     };
     Outcome::of(request, answer)
 }

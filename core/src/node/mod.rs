@@ -510,15 +510,15 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         f(&mut self.watches, &mut cx);
     }
 
-    /// True once this member applied its own removal from the cluster:
-    /// the runtime should stop it (etcd exits such a member).
+    /// True once this member applied its own removal from the cluster (and,
+    /// as the leader, said its farewell): the runtime should stop it.
     pub fn is_removed(&self) -> bool {
-        // A member re-added under the same ID (IDs come from peer URLs)
-        // replays its old removal while catching up: only a removal that
-        // still holds once everything committed is applied counts.
+        // A member re-added under the same ID (IDs come from peer URLs) replays
+        // its old removal while catching up: only one that still holds counts.
         self.removed
             && self.members.get(self.config.member_id).is_none()
             && self.meta.applied_index >= self.raft.committed()
+            && !self.raft.saying_farewell()
     }
 
     /// True once this member is ready to serve as etcd means it: it knows

@@ -5,10 +5,14 @@
 //! log. Each change adds a voter (or promotes a learner), adds a learner,
 //! or removes a member; it takes effect when it is handed out to apply,
 //! and only one may be pending at a time. Joint consensus is not
-//! implemented. A leader removed from the voters steps down; a quorum
-//! change may commit what was waiting for it.
+//! implemented. A leader removed from the voters steps down, and keeps
+//! telling the remaining voters the commit index for a while (its
+//! farewell, see `farewell`); a follower whose leader was removed
+//! campaigns within a heartbeat interval. A quorum change may commit what
+//! was waiting for it.
 
 use std::fmt;
+use std::time::Duration;
 
 use bytes::Bytes;
 use oxetcd_proto::eraftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType};
@@ -193,10 +197,15 @@ impl<S: LogSource> Raft<S> {
             "applied membership change"
         );
         if self.role != Role::Leader {
+            if cc.change_type == ConfChangeType::RemoveNode && self.leader == Some(id) {
+                self.leader_removed();
+            }
             return;
         }
         if !self.is_voter() {
-            // A leader removed from the voters steps down; the others elect.
+            // A leader removed from the voters steps down; the others elect,
+            // once they know the removal committed.
+            self.begin_farewell();
             self.become_follower(self.term, None);
             return;
         }
@@ -210,6 +219,16 @@ impl<S: LogSource> Raft<S> {
         let result = self.maybe_commit();
         self.check(result.map(|_| ()));
         self.broadcast_pending = true;
+    }
+
+    /// This follower's leader was removed: it steps down (see above) and
+    /// leads no more, so there is no lease to keep; the follower campaigns
+    /// within a heartbeat interval, not a whole election timeout.
+    fn leader_removed(&mut self) {
+        self.leader = None;
+        self.leader_contact = None;
+        let window = u64::try_from(self.config.heartbeat_interval.as_nanos()).unwrap_or(u64::MAX);
+        self.election_deadline = self.now + Duration::from_nanos(self.rng.below(window));
     }
 
     /// A committed membership change is not yet applied (a member does not

@@ -54,6 +54,7 @@
 
 mod conf_change;
 mod election;
+mod farewell;
 mod follow;
 mod log;
 mod persist;
@@ -287,6 +288,8 @@ pub struct Raft<S: LogSource> {
     election_deadline: Instant,
     heartbeat_deadline: Option<Instant>,
     transfer_deadline: Option<Instant>,
+    /// A removed leader's last word to the remaining voters.
+    farewell: Option<farewell::Farewell>,
     /// When this follower last heard its leader (check-quorum's lease).
     leader_contact: Option<Instant>,
     lead_transferee: Option<u64>,
@@ -360,6 +363,7 @@ impl<S: LogSource> Raft<S> {
             election_deadline: now,
             heartbeat_deadline: None,
             transfer_deadline: None,
+            farewell: None,
             leader_contact: None,
             lead_transferee: None,
             pending_conf_index: 0,

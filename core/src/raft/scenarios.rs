@@ -97,6 +97,76 @@ fn isolated_leader_steps_down_and_a_new_one_is_elected() {
     assert_eq!(sim.raft(old).unwrap().leader(), Some(new));
 }
 
+/// Two members; the leader removes itself, and from when the
+/// removal commits nothing it sends reaches the survivor. Returns the old
+/// leader, the survivor and the removal's index, once the old leader
+/// applied it (and stepped down) while the survivor has not heard.
+fn remove_the_leader_unheard(sim: &mut Sim) -> (u64, u64, u64) {
+    let old = elect(sim);
+    let survivor = sim.ids().find(|&id| id != old).expect("two members");
+    let index = conf_change(sim, old, ConfChangeType::RemoveNode, old);
+    let committed = ok(sim.run_while_not(ELECTION * 5, |s| {
+        s.raft(old).is_some_and(|r| r.committed() >= index)
+    }));
+    assert!(committed, "the removal did not commit");
+    sim.block(old, survivor);
+    assert!(applies(sim, old, index, ELECTION * 5));
+    assert_ne!(sim.raft(old).expect("running").role(), Role::Leader);
+    assert!(sim.raft(survivor).expect("running").committed() < index);
+    (old, survivor, index)
+}
+
+/// The survivor of a two-member cluster whose leader removed itself cannot
+/// elect itself until it knows the removal committed (it still counts the
+/// old leader as a voter), and the runtime stops a removed member once it
+/// stops saying farewell. The farewell's heartbeats get through once the
+/// link heals, and it ends as soon as the survivor answers one.
+#[test]
+fn a_removed_leader_tells_the_last_voter_before_it_stops() {
+    let heartbeat = Options::calm(2).heartbeat_interval;
+    let mut sim = Sim::new(3, Options::calm(2));
+    let (old, survivor, index) = remove_the_leader_unheard(&mut sim);
+    // As the runtime does: the removed member stops once it applied its
+    // removal and says no farewell.
+    let stops = |s: &Sim| {
+        s.raft(old)
+            .is_none_or(|r| s.applied_index(old) >= index && !r.saying_farewell())
+    };
+    if ok(sim.run_while_not(heartbeat * 3, stops)) {
+        sim.crash(old);
+    }
+    sim.heal();
+    let said = ok(sim.run_while_not(heartbeat * 3, stops));
+    assert!(said, "the farewell was not answered once the link healed");
+    sim.crash(old);
+    assert!(sim.raft(survivor).expect("running").committed() >= index);
+    // Its leader gone, the survivor campaigns within a heartbeat interval.
+    let leads = ok(sim.run_while_not(heartbeat * 3, |s| s.leader() == Some(survivor)));
+    assert!(leads, "the survivor did not take over at once");
+    assert_eq!(
+        sim.raft(survivor).expect("running").conf_state().voters,
+        [survivor]
+    );
+}
+
+/// Unanswered, a farewell ends after an election timeout.
+#[test]
+fn an_unanswered_farewell_ends_after_an_election_timeout() {
+    let heartbeat = Options::calm(2).heartbeat_interval;
+    let mut sim = Sim::new(4, Options::calm(2));
+    let (old, _, _) = remove_the_leader_unheard(&mut sim);
+    let began = sim.now;
+    let ended = ok(sim.run_while_not(ELECTION * 2, |s| {
+        !s.raft(old).expect("running").saying_farewell()
+    }));
+    assert!(ended, "the farewell never ended");
+    let took = sim.now.saturating_since(began);
+    assert!(
+        took >= ELECTION - heartbeat && took <= ELECTION + heartbeat,
+        "ended after {took:?}"
+    );
+}
+
 #[test]
 fn isolated_follower_rejoins_without_disrupting_the_leader() {
     let mut sim = Sim::new(2, Options::calm(3));

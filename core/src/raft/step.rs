@@ -193,6 +193,10 @@ impl<S: LogSource> Raft<S> {
                 self.handle_read_index_response(m);
                 Ok(())
             }
+            MsgHeartbeatResponse if self.saying_farewell() => {
+                self.farewell_heard(&m);
+                Ok(())
+            }
             _ => {
                 debug!(from = m.from, msg_type = ?m.msg_type, "follower ignoring message");
                 Ok(())

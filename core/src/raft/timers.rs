@@ -22,6 +22,7 @@ impl<S: LogSource> Raft<S> {
         if self.fatal.is_some() {
             return;
         }
+        self.farewell_tick();
         let result = self.tick();
         self.check(result);
     }
@@ -36,7 +37,10 @@ impl<S: LogSource> Raft<S> {
                 (Some(h), Some(t)) => Some(h.min(t)),
                 (h, t) => h.or(t),
             },
-            _ => Some(self.election_deadline),
+            _ => Some(
+                self.farewell_timeout()
+                    .map_or(self.election_deadline, |f| f.min(self.election_deadline)),
+            ),
         }
     }
 
