@@ -180,6 +180,7 @@ fn init_tables(txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
     let mut table = txn.open_table(META)?;
     // Before a missing applied index is taken for a fresh store's.
     meta::check_keys(&table)?;
+    meta::seal_old_records(&mut table)?;
     if table.get(KV_META.key)?.is_none() {
         let fresh = seal(Address::Meta(KV_META.key), &encode_kv_meta(&FRESH_META));
         table.insert(KV_META.key, fresh.as_slice())?;

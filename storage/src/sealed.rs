@@ -15,6 +15,8 @@
 //!
 //! Design. Records written before checksums (the payload alone) still
 //! read, unchecked, as versions with their old flags do (see `codec`).
+//! The backend seals its old `meta` records at open (module `kv::meta`),
+//! once each decodes, so they are read unchecked at most once.
 //! What tells a sealed record from an old one must survive one flipped
 //! bit, so that no single flip turns a checked record into an unchecked
 //! one. How depends on the record's [`Shape`]:

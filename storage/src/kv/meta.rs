@@ -11,6 +11,8 @@
 //! store's. So at open every key of the table must be one that a storage
 //! version's schema (`oxetcd_core::version::migration`) names; any other is
 //! refused as damage before a default record is written in its place.
+//! Records written before checksums are sealed at open, once each decodes
+//! ([`seal_old_records`]), so each is read unchecked at most once.
 
 use oxetcd_core::storage::{decode_alarms, Alarms, AuthState, KvMeta, Membership, StorageError};
 use oxetcd_core::version::migration::SCHEMAS;
@@ -146,6 +148,38 @@ pub(super) fn read_alarms(table: &impl MetaTable) -> Result<Alarms, StorageError
     Ok(ALARMS.read(table, decode_alarms)?.unwrap_or_default())
 }
 
+/// Seals each record written before checksums that decodes, so that from
+/// this open on it is checked when read: a sealed record cannot turn into
+/// an unchecked one by a single flipped bit (see module `sealed`), while
+/// an old one could pass for another old one. A record that does not
+/// decode, or a damaged sealed one, is left for its reader to refuse. Run
+/// at open, in the transaction that makes the tables.
+pub(super) fn seal_old_records(
+    table: &mut Table<'_, &'static str, &'static [u8]>,
+) -> Result<(), redb::Error> {
+    type Decodes = fn(&Table<'_, &'static str, &'static [u8]>) -> bool;
+    let records: [(MetaRecord, Decodes); 6] = [
+        (KV_META, |t| read_meta(t).is_ok()),
+        (COMMIT_SEQ, |t| read_commit_seq(t).is_ok()),
+        (USED_BYTES, |t| read_used_bytes(t).is_ok()),
+        (MEMBERSHIP, |t| read_membership(t).is_ok()),
+        (AUTH, |t| read_auth(t).is_ok()),
+        (ALARMS, |t| read_alarms(t).is_ok()),
+    ];
+    for (record, decodes) in records {
+        let address = Address::Meta(record.key);
+        let Some(stored) = table.get(record.key)?.map(|s| s.value().to_vec()) else {
+            continue;
+        };
+        // Sealing adds bytes: a payload as long as the record is all of it.
+        let old = unseal(address, record.shape, &stored).is_ok_and(|p| p.len() == stored.len());
+        if old && decodes(table) {
+            table.insert(record.key, seal(address, &stored).as_slice())?;
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a `meta` table with a key no storage version's schema names
 /// (see the module note): the damage is in the file, so it is redb's
 /// `Corrupted`, which the open reports naming the file.
@@ -179,9 +213,12 @@ mod tests {
 
     /// Every record this module writes is one the storage schema names,
     /// so the check at open never refuses what the backend wrote.
+    /// Every record kind of the `meta` table this module writes.
+    const RECORDS: [MetaRecord; 6] = [KV_META, COMMIT_SEQ, USED_BYTES, MEMBERSHIP, AUTH, ALARMS];
+
     #[test]
     fn every_record_is_in_the_schema() {
-        for record in [KV_META, COMMIT_SEQ, USED_BYTES, MEMBERSHIP, AUTH, ALARMS] {
+        for record in RECORDS {
             assert!(
                 SCHEMAS.iter().all(|s| s.meta_keys.contains(&record.key)),
                 "{}",
@@ -265,14 +302,33 @@ mod tests {
         leases
     }
 
-    /// Records written before checksums read as they were, and are
-    /// sealed once rewritten.
+    /// The stored bytes of every meta record of the backend at `path`.
+    fn stored_meta(kv: &RedbKv) -> Vec<(&'static str, Vec<u8>)> {
+        let db = kv.db();
+        let txn = db.begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        RECORDS
+            .iter()
+            .filter_map(|r| Some((r.key, meta.get(r.key).unwrap()?.value().to_vec())))
+            .collect()
+    }
+
+    /// Records written before checksums read as they were, and the open
+    /// seals them: each is stored with its tag and checksum after it.
     #[test]
     fn records_written_before_checksums_still_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kv.redb");
         write_old_records(&path);
         let kv = RedbKv::open(&path).unwrap();
+        let stored = stored_meta(&kv);
+        assert_eq!(stored.len(), RECORDS.len());
+        for (key, bytes) in stored {
+            assert_eq!(bytes.first(), Some(&0xa5), "{key} sealed");
+            let record = RECORDS.iter().find(|r| r.key == key).unwrap();
+            let payload = unseal(Address::Meta(key), record.shape, &bytes).unwrap();
+            assert_eq!(payload.len() + crate::sealed::SEAL_BYTES, bytes.len());
+        }
         let read = kv.read().unwrap();
         assert_eq!(read.meta().unwrap(), APPLIED);
         assert_eq!(read.membership().unwrap(), Some(membership()));
@@ -303,6 +359,37 @@ mod tests {
             32 + crate::sealed::SEAL_BYTES,
             "sealed"
         );
+    }
+
+    /// An old record that does not decode is not sealed at open (that
+    /// would vouch for it): it stays as it is, and its reader refuses it.
+    #[test]
+    fn an_old_record_that_does_not_decode_is_left_to_its_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv.redb");
+        write_old_records(&path);
+        // Field 1, five bytes long, but one byte follows.
+        let broken = [0x0a, 0x05, 0x01];
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META)
+                .unwrap()
+                .insert(MEMBERSHIP.key, broken.as_slice())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let kv = RedbKv::open(&path).unwrap();
+        let stored = stored_meta(&kv);
+        let membership = stored.iter().find(|(key, _)| *key == MEMBERSHIP.key);
+        assert_eq!(
+            membership.map(|(_, b)| b.as_slice()),
+            Some(broken.as_slice())
+        );
+        assert!(kv.read().unwrap().membership().is_err());
+        // The others were sealed.
+        let auth = stored.iter().find(|(key, _)| *key == AUTH.key).unwrap();
+        assert_eq!(auth.1.first(), Some(&0xa5));
     }
 
     /// Flips one bit of the stored record `key` of the closed backend at
