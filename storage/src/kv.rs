@@ -23,7 +23,9 @@
 //! Versions are stored by revision, the order in which the apply step writes
 //! them, so a batch of puts fills the rightmost leaves of one B-tree and a
 //! commit writes about as many pages as it has bytes, whatever the keys.
-//! `changes` (watch replay) is a plain range of that table. What the table
+//! `changes` (watch replay) is a plain range of that table. A write
+//! transaction holds the table open from begin to commit (`OpenTxn`), so
+//! a batch of puts opens it once. What the table
 //! cannot answer by itself, "the newest version of key K at revision R", the
 //! in-memory key index (module `index`) does: it maps each user key to its stored
 //! revisions, is rebuilt at open by one pass over the table, and is shared by
@@ -373,6 +375,9 @@ impl KvStore for RedbKv {
         // The previous writer publishes its index changes just after its
         // redb commit, which already let this transaction begin.
         self.shared.index.wait_for(seq)?;
+        let txn = OpenTxn::try_new(txn, |txn| txn.open_table(REVISIONS))
+            .map_err(err("kv write"))
+            .map_err(in_file)?;
         Ok(RedbKvWrite {
             txn,
             kv: self.clone(),
@@ -510,7 +515,7 @@ impl KvRead for RedbKvRead {
 /// The backend's write transaction. Dropping it without
 /// [`KvWrite::commit`] discards its writes.
 pub struct RedbKvWrite {
-    txn: WriteTransaction,
+    txn: OpenTxn,
     kv: RedbKv,
     /// Commit sequence of the state this transaction started from.
     seq: u64,
@@ -528,6 +533,21 @@ pub struct RedbKvWrite {
     /// none), for an online defragmentation.
     lowest: u64,
 }
+
+/// The `revisions` table as a write transaction holds it.
+type Revisions<'txn> = redb::Table<'txn, u128, &'static [u8]>;
+
+self_cell::self_cell!(
+    /// A write transaction with its `revisions` table open from begin to
+    /// commit. Opening a table looks it up in redb's table tree and closing
+    /// it writes its root back; a put did both twice (the live version's
+    /// lookup, then the insert).
+    struct OpenTxn {
+        owner: WriteTransaction,
+        #[not_covariant]
+        dependent: Revisions,
+    }
+);
 
 impl fmt::Debug for RedbKvWrite {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -557,7 +577,8 @@ impl RedbKvWrite {
         &self,
         table: TableDefinition<K, &'static [u8]>,
     ) -> Result<redb::Table<'_, K, &'static [u8]>, StorageError> {
-        self.named(self.txn.open_table(table).map_err(err("kv read")))
+        let txn = self.txn.borrow_owner();
+        self.named(txn.open_table(table).map_err(err("kv read")))
     }
 
     fn meta_table(&self) -> Result<redb::Table<'_, &'static str, &'static [u8]>, StorageError> {
@@ -582,32 +603,38 @@ impl RedbKvWrite {
         }
         .encode(revision_key(rev));
         self.lowest = self.lowest.min(rev.0);
-        let mut table = self.txn.open_table(REVISIONS).map_err(err("kv put"))?;
-        // One B-tree operation in the common case: the replaced record, if
-        // any, is checked after the fact and put back if it was another key's.
-        let clash = match table
-            .insert(revision_key(rev), record.as_slice())
-            .map_err(err("kv put"))?
-        {
-            Some(old) => {
-                let old = old.value();
-                let replaced = RevisionRecord::decode(old, revision_key(rev))?;
-                if replaced.key == version.key.as_slice() {
-                    self.used.count(
-                        false,
-                        version_bytes(replaced.key.len(), replaced.value.len()),
-                    );
-                    None
-                } else {
-                    Some(old.to_vec())
+        let used = &mut self.used;
+        let clashed = self.txn.with_dependent_mut(|_, table| {
+            // One B-tree operation in the common case: the replaced record,
+            // if any, is checked after the fact and put back if it was
+            // another key's.
+            let clash = match table
+                .insert(revision_key(rev), record.as_slice())
+                .map_err(err("kv put"))?
+            {
+                Some(old) => {
+                    let old = old.value();
+                    let replaced = RevisionRecord::decode(old, revision_key(rev))?;
+                    if replaced.key == version.key.as_slice() {
+                        used.count(
+                            false,
+                            version_bytes(replaced.key.len(), replaced.value.len()),
+                        );
+                        None
+                    } else {
+                        Some(old.to_vec())
+                    }
                 }
+                None => None,
+            };
+            if let Some(old) = &clash {
+                table
+                    .insert(revision_key(rev), old.as_slice())
+                    .map_err(err("kv put"))?;
             }
-            None => None,
-        };
-        if let Some(old) = clash {
-            table
-                .insert(revision_key(rev), old.as_slice())
-                .map_err(err("kv put"))?;
+            Ok::<_, StorageError>(clash.is_some())
+        })?;
+        if clashed {
             return Err(StorageError::invariant(format_args!(
                 "kv put: revision {:?} already holds another key",
                 version.mod_revision
@@ -628,18 +655,22 @@ impl RedbKvWrite {
         let Some(rev) = stored_revision(revision) else {
             return Ok(()); // never stored
         };
-        let mut table = self.txn.open_table(REVISIONS).map_err(err("kv remove"))?;
-        let owned = match table.get(revision_key(rev)).map_err(err("kv remove"))? {
-            Some(bytes) => {
-                let record = RevisionRecord::decode(bytes.value(), revision_key(rev))?;
-                (record.key == key).then(|| version_bytes(record.key.len(), record.value.len()))
+        let owned = self.txn.with_dependent_mut(|_, table| {
+            let owned = match table.get(revision_key(rev)).map_err(err("kv remove"))? {
+                Some(bytes) => {
+                    let record = RevisionRecord::decode(bytes.value(), revision_key(rev))?;
+                    (record.key == key).then(|| version_bytes(record.key.len(), record.value.len()))
+                }
+                None => None,
+            };
+            if owned.is_some() {
+                table.remove(revision_key(rev)).map_err(err("kv remove"))?;
             }
-            None => None,
-        };
+            Ok::<_, StorageError>(owned)
+        })?;
         if let Some(bytes) = owned {
             self.lowest = self.lowest.min(rev.0);
             self.used.count(false, bytes);
-            table.remove(revision_key(rev)).map_err(err("kv remove"))?;
             self.overlay.remove(key, rev);
         }
         Ok(())
@@ -661,8 +692,10 @@ impl KvRead for RedbKvWrite {
         at: i64,
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        let table = self.table(REVISIONS)?;
-        self.named(self.view(&table).scan(start, end, at, visit))
+        let scanned = self
+            .txn
+            .with_dependent(|_, table| self.view(table).scan(start, end, at, visit));
+        self.named(scanned)
     }
 
     fn versions(
@@ -670,8 +703,10 @@ impl KvRead for RedbKvWrite {
         key: &[u8],
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        let table = self.table(REVISIONS)?;
-        self.named(self.view(&table).versions(key, visit))
+        let visited = self
+            .txn
+            .with_dependent(|_, table| self.view(table).versions(key, visit));
+        self.named(visited)
     }
 
     fn changes(
@@ -680,8 +715,10 @@ impl KvRead for RedbKvWrite {
         to: i64,
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError> {
-        let table = self.table(REVISIONS)?;
-        self.named(changes(&table, from, to, visit))
+        let visited = self
+            .txn
+            .with_dependent(|_, table| changes(table, from, to, visit));
+        self.named(visited)
     }
 
     fn leases(
@@ -716,16 +753,22 @@ impl KvWrite for RedbKvWrite {
             match *step {
                 Step::AddTable(name) => {
                     self.txn
+                        .borrow_owner()
                         .open_table(TableDefinition::<&[u8], &[u8]>::new(name))
                         .map_err(err(WHAT))?;
                 }
                 Step::DropTable(name) => {
                     self.txn
+                        .borrow_owner()
                         .delete_table(TableDefinition::<&[u8], &[u8]>::new(name))
                         .map_err(err(WHAT))?;
                 }
                 Step::DropMetaKey(key) => {
-                    let mut table = self.txn.open_table(META).map_err(err(WHAT))?;
+                    let mut table = self
+                        .txn
+                        .borrow_owner()
+                        .open_table(META)
+                        .map_err(err(WHAT))?;
                     table.remove(key).map_err(err(WHAT))?;
                 }
             }
@@ -744,7 +787,11 @@ impl KvWrite for RedbKvWrite {
     }
 
     fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), StorageError> {
-        let mut table = self.txn.open_table(LEASES).map_err(err("kv lease"))?;
+        let mut table = self
+            .txn
+            .borrow_owner()
+            .open_table(LEASES)
+            .map_err(err("kv lease"))?;
         let sealed = seal(Address::Lease(lease.id), &encode_lease(lease));
         let replaced = table
             .insert(lease.id, sealed.as_slice())
@@ -758,7 +805,11 @@ impl KvWrite for RedbKvWrite {
     }
 
     fn remove_lease(&mut self, id: i64) -> Result<(), StorageError> {
-        let mut table = self.txn.open_table(LEASES).map_err(err("kv lease"))?;
+        let mut table = self
+            .txn
+            .borrow_owner()
+            .open_table(LEASES)
+            .map_err(err("kv lease"))?;
         let removed = table.remove(id).map_err(err("kv lease"))?.is_some();
         drop(table);
         if removed {
@@ -773,24 +824,36 @@ impl KvWrite for RedbKvWrite {
     }
 
     fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError> {
-        let mut table = self.txn.open_table(META).map_err(err("kv membership"))?;
+        let mut table = self
+            .txn
+            .borrow_owner()
+            .open_table(META)
+            .map_err(err("kv membership"))?;
         MEMBERSHIP.write(&mut table, &membership.encode(), "kv membership")
     }
 
     fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError> {
-        let mut table = self.txn.open_table(META).map_err(err("kv auth"))?;
+        let mut table = self
+            .txn
+            .borrow_owner()
+            .open_table(META)
+            .map_err(err("kv auth"))?;
         AUTH.write(&mut table, &auth.encode(), "kv auth")
     }
 
     fn set_alarms(&mut self, alarms: &[AlarmMember]) -> Result<(), StorageError> {
-        let mut table = self.txn.open_table(META).map_err(err("kv alarms"))?;
+        let mut table = self
+            .txn
+            .borrow_owner()
+            .open_table(META)
+            .map_err(err("kv alarms"))?;
         let payload = oxetcd_core::storage::encode_alarms(alarms);
         ALARMS.write(&mut table, &payload, "kv alarms")
     }
 
     fn commit(self) -> Result<(), StorageError> {
         let Self {
-            mut txn,
+            txn,
             kv,
             seq,
             overlay,
@@ -799,6 +862,8 @@ impl KvWrite for RedbKvWrite {
             compaction_hashes,
             lowest,
         } = self;
+        // Closes `revisions`, writing its root back, before the commit.
+        let mut txn = txn.into_owner();
         let (used_bytes, used_bytes_changed) = (used.bytes, used.changed);
         let changes_index = !overlay.is_empty();
         let seq = seq + 1;
