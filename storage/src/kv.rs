@@ -24,8 +24,8 @@
 //! them, so a batch of puts fills the rightmost leaves of one B-tree and a
 //! commit writes about as many pages as it has bytes, whatever the keys.
 //! `changes` (watch replay) is a plain range of that table. A write
-//! transaction holds the table open from begin to commit (`OpenTxn`), so
-//! a batch of puts opens it once. What the table
+//! transaction (module `write`) holds the table open from begin to commit,
+//! so a batch of puts opens it once. What the table
 //! cannot answer by itself, "the newest version of key K at revision R", the
 //! in-memory key index (module `index`) does: it maps each user key to its stored
 //! revisions, is rebuilt at open by one pass over the table, and is shared by
@@ -60,6 +60,7 @@ mod meta;
 mod online_defrag;
 mod used;
 mod view;
+mod write;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -69,29 +70,24 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
-    version_bytes, Alarms, AuthState, CompactionHash, KeyVersion, KvMeta, KvRead, KvStore, KvWrite,
-    LeaseRecord, Membership, RangeEnd, Revision, StorageError, LEASE_BYTES,
+    version_bytes, Alarms, AuthState, CompactionHash, KeyVersion, KvMeta, KvRead, KvStore,
+    LeaseRecord, Membership, RangeEnd, Revision, StorageError,
 };
-use oxetcd_core::version::migration::Step;
-use oxetcd_proto::etcdserverpb::AlarmMember;
-use redb::{
-    Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition,
-    WriteTransaction,
-};
+use redb::{Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::codec::{at_revision, encode_kv_meta, encode_lease, RevisionRecord};
+use crate::codec::{at_revision, encode_kv_meta, RevisionRecord};
 use crate::error::{err, OpenError};
 use crate::format::{open_database, refusing_panics, META};
 use crate::log::file_size;
 use crate::sealed::{seal, Address, Shape};
 use cadence::DurableCadence;
-use index::{Overlay, Pin, Rev, SharedIndex};
+use index::{Pin, Rev, SharedIndex};
 use meta::{
-    read_alarms, read_auth, read_commit_seq, read_membership, read_meta, read_used_bytes, ALARMS,
-    AUTH, COMMIT_SEQ, FRESH_META, KV_META, MEMBERSHIP, USED_BYTES,
+    read_alarms, read_auth, read_commit_seq, read_membership, read_meta, read_used_bytes,
+    FRESH_META, KV_META,
 };
-use used::UsedBytes;
 use view::{changes, leases, View};
+pub use write::RedbKvWrite;
 
 /// A durable commit is made at least this often while commits keep coming,
 /// so that redb can reclaim freed pages and replay after a crash stays short.
@@ -358,36 +354,7 @@ impl KvStore for RedbKv {
     }
 
     fn write(&self) -> Result<RedbKvWrite, StorageError> {
-        let in_file = |e: StorageError| e.in_file(self.shared.path.display());
-        let txn = self
-            .db()
-            .begin_write()
-            .map_err(err("kv write"))
-            .map_err(in_file)?;
-        let (seq, used_bytes) = {
-            let meta = txn
-                .open_table(META)
-                .map_err(err("kv write"))
-                .map_err(in_file)?;
-            let seq = read_commit_seq(&meta).map_err(in_file)?;
-            (seq, read_used_bytes(&meta).map_err(in_file)?)
-        };
-        // The previous writer publishes its index changes just after its
-        // redb commit, which already let this transaction begin.
-        self.shared.index.wait_for(seq)?;
-        let txn = OpenTxn::try_new(txn, |txn| txn.open_table(REVISIONS))
-            .map_err(err("kv write"))
-            .map_err(in_file)?;
-        Ok(RedbKvWrite {
-            txn,
-            kv: self.clone(),
-            seq,
-            overlay: Overlay::default(),
-            meta: None,
-            used: UsedBytes::new(used_bytes),
-            compaction_hashes: Vec::new(),
-            lowest: u64::MAX,
-        })
+        RedbKvWrite::begin(self)
     }
 
     fn sync(&self) -> Result<(), StorageError> {
@@ -509,421 +476,6 @@ impl KvRead for RedbKvRead {
 
     fn used_bytes(&self) -> Result<u64, StorageError> {
         in_file(&self.path, read_used_bytes(&self.meta))
-    }
-}
-
-/// The backend's write transaction. Dropping it without
-/// [`KvWrite::commit`] discards its writes.
-pub struct RedbKvWrite {
-    txn: OpenTxn,
-    kv: RedbKv,
-    /// Commit sequence of the state this transaction started from.
-    seq: u64,
-    /// Index changes, published only once the redb commit succeeded.
-    overlay: Overlay,
-    /// The meta record set by the transaction, written at commit: the apply
-    /// step sets it after every request, and one write per batch is enough.
-    meta: Option<KvMeta>,
-    /// Bytes in use, kept as versions and leases come and go.
-    used: UsedBytes,
-    /// Hashes recorded by compactions in this transaction, published at
-    /// commit.
-    compaction_hashes: Vec<CompactionHash>,
-    /// Lowest main revision this transaction put or removed (`u64::MAX`:
-    /// none), for an online defragmentation.
-    lowest: u64,
-}
-
-/// The `revisions` table as a write transaction holds it.
-type Revisions<'txn> = redb::Table<'txn, u128, &'static [u8]>;
-
-self_cell::self_cell!(
-    /// A write transaction with its `revisions` table open from begin to
-    /// commit. Opening a table looks it up in redb's table tree and closing
-    /// it writes its root back; a put did both twice (the live version's
-    /// lookup, then the insert).
-    struct OpenTxn {
-        owner: WriteTransaction,
-        #[not_covariant]
-        dependent: Revisions,
-    }
-);
-
-impl fmt::Debug for RedbKvWrite {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedbKvWrite")
-            .field("commit_seq", &self.seq)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RedbKvWrite {
-    fn view<'a, T>(&'a self, revisions: &'a T) -> View<'a, T> {
-        View {
-            index: &self.kv.shared.index,
-            seq: self.seq,
-            overlay: Some(&self.overlay),
-            revisions,
-        }
-    }
-
-    /// `result`, a damaged record's error naming the backend file.
-    fn named<T>(&self, result: Result<T, StorageError>) -> Result<T, StorageError> {
-        in_file(&self.kv.shared.path, result)
-    }
-
-    /// One of the backend's tables, as this transaction sees it.
-    fn table<K: redb::Key + 'static>(
-        &self,
-        table: TableDefinition<K, &'static [u8]>,
-    ) -> Result<redb::Table<'_, K, &'static [u8]>, StorageError> {
-        let txn = self.txn.borrow_owner();
-        self.named(txn.open_table(table).map_err(err("kv read")))
-    }
-
-    fn meta_table(&self) -> Result<redb::Table<'_, &'static str, &'static [u8]>, StorageError> {
-        self.table(META)
-    }
-
-    /// [`KvWrite::put_version`], its errors not yet naming the file.
-    fn put_stored_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
-        let rev = stored_revision(version.mod_revision).ok_or_else(|| {
-            StorageError::invariant(format_args!(
-                "kv put: negative revision {:?}",
-                version.mod_revision
-            ))
-        })?;
-        let record = RevisionRecord {
-            key: &version.key,
-            create_revision: version.create_revision,
-            version: version.version,
-            lease: version.lease,
-            tombstone: version.tombstone,
-            value: &version.value,
-        }
-        .encode(revision_key(rev));
-        self.lowest = self.lowest.min(rev.0);
-        let used = &mut self.used;
-        let clashed = self.txn.with_dependent_mut(|_, table| {
-            // One B-tree operation in the common case: the replaced record,
-            // if any, is checked after the fact and put back if it was
-            // another key's.
-            let clash = match table
-                .insert(revision_key(rev), record.as_slice())
-                .map_err(err("kv put"))?
-            {
-                Some(old) => {
-                    let old = old.value();
-                    let replaced = RevisionRecord::decode(old, revision_key(rev))?;
-                    if replaced.key == version.key.as_slice() {
-                        used.count(
-                            false,
-                            version_bytes(replaced.key.len(), replaced.value.len()),
-                        );
-                        None
-                    } else {
-                        Some(old.to_vec())
-                    }
-                }
-                None => None,
-            };
-            if let Some(old) = &clash {
-                table
-                    .insert(revision_key(rev), old.as_slice())
-                    .map_err(err("kv put"))?;
-            }
-            Ok::<_, StorageError>(clash.is_some())
-        })?;
-        if clashed {
-            return Err(StorageError::invariant(format_args!(
-                "kv put: revision {:?} already holds another key",
-                version.mod_revision
-            )));
-        }
-        self.overlay.put(&version.key, rev);
-        self.used
-            .count(true, version_bytes(version.key.len(), version.value.len()));
-        Ok(())
-    }
-
-    /// [`KvWrite::remove_version`], its errors not yet naming the file.
-    fn remove_stored_version(
-        &mut self,
-        key: &[u8],
-        revision: Revision,
-    ) -> Result<(), StorageError> {
-        let Some(rev) = stored_revision(revision) else {
-            return Ok(()); // never stored
-        };
-        let owned = self.txn.with_dependent_mut(|_, table| {
-            let owned = match table.get(revision_key(rev)).map_err(err("kv remove"))? {
-                Some(bytes) => {
-                    let record = RevisionRecord::decode(bytes.value(), revision_key(rev))?;
-                    (record.key == key).then(|| version_bytes(record.key.len(), record.value.len()))
-                }
-                None => None,
-            };
-            if owned.is_some() {
-                table.remove(revision_key(rev)).map_err(err("kv remove"))?;
-            }
-            Ok::<_, StorageError>(owned)
-        })?;
-        if let Some(bytes) = owned {
-            self.lowest = self.lowest.min(rev.0);
-            self.used.count(false, bytes);
-            self.overlay.remove(key, rev);
-        }
-        Ok(())
-    }
-}
-
-impl KvRead for RedbKvWrite {
-    fn meta(&self) -> Result<KvMeta, StorageError> {
-        match self.meta {
-            Some(meta) => Ok(meta),
-            None => self.named(read_meta(&self.meta_table()?)),
-        }
-    }
-
-    fn scan(
-        &self,
-        start: &[u8],
-        end: RangeEnd<'_>,
-        at: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let scanned = self
-            .txn
-            .with_dependent(|_, table| self.view(table).scan(start, end, at, visit));
-        self.named(scanned)
-    }
-
-    fn versions(
-        &self,
-        key: &[u8],
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let visited = self
-            .txn
-            .with_dependent(|_, table| self.view(table).versions(key, visit));
-        self.named(visited)
-    }
-
-    fn changes(
-        &self,
-        from: i64,
-        to: i64,
-        visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let visited = self
-            .txn
-            .with_dependent(|_, table| changes(table, from, to, visit));
-        self.named(visited)
-    }
-
-    fn leases(
-        &self,
-        visit: &mut dyn FnMut(LeaseRecord) -> ControlFlow<()>,
-    ) -> Result<(), StorageError> {
-        let table = self.table(LEASES)?;
-        self.named(leases(&table, visit))
-    }
-
-    fn membership(&self) -> Result<Option<Membership>, StorageError> {
-        self.named(read_membership(&self.meta_table()?))
-    }
-
-    fn auth(&self) -> Result<Option<AuthState>, StorageError> {
-        self.named(read_auth(&self.meta_table()?))
-    }
-
-    fn alarms(&self) -> Result<Alarms, StorageError> {
-        self.named(read_alarms(&self.meta_table()?))
-    }
-
-    fn used_bytes(&self) -> Result<u64, StorageError> {
-        Ok(self.used.bytes)
-    }
-}
-
-impl KvWrite for RedbKvWrite {
-    fn migrate(&mut self, steps: &[Step]) -> Result<(), StorageError> {
-        const WHAT: &str = "kv migrate";
-        for step in steps {
-            match *step {
-                Step::AddTable(name) => {
-                    self.txn
-                        .borrow_owner()
-                        .open_table(TableDefinition::<&[u8], &[u8]>::new(name))
-                        .map_err(err(WHAT))?;
-                }
-                Step::DropTable(name) => {
-                    self.txn
-                        .borrow_owner()
-                        .delete_table(TableDefinition::<&[u8], &[u8]>::new(name))
-                        .map_err(err(WHAT))?;
-                }
-                Step::DropMetaKey(key) => {
-                    let mut table = self
-                        .txn
-                        .borrow_owner()
-                        .open_table(META)
-                        .map_err(err(WHAT))?;
-                    table.remove(key).map_err(err(WHAT))?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn put_version(&mut self, version: &KeyVersion) -> Result<(), StorageError> {
-        let result = self.put_stored_version(version);
-        self.named(result)
-    }
-
-    fn remove_version(&mut self, key: &[u8], revision: Revision) -> Result<(), StorageError> {
-        let result = self.remove_stored_version(key, revision);
-        self.named(result)
-    }
-
-    fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), StorageError> {
-        let mut table = self
-            .txn
-            .borrow_owner()
-            .open_table(LEASES)
-            .map_err(err("kv lease"))?;
-        let sealed = seal(Address::Lease(lease.id), &encode_lease(lease));
-        let replaced = table
-            .insert(lease.id, sealed.as_slice())
-            .map_err(err("kv lease"))?
-            .is_some();
-        drop(table);
-        if !replaced {
-            self.used.count(true, LEASE_BYTES);
-        }
-        Ok(())
-    }
-
-    fn remove_lease(&mut self, id: i64) -> Result<(), StorageError> {
-        let mut table = self
-            .txn
-            .borrow_owner()
-            .open_table(LEASES)
-            .map_err(err("kv lease"))?;
-        let removed = table.remove(id).map_err(err("kv lease"))?.is_some();
-        drop(table);
-        if removed {
-            self.used.count(false, LEASE_BYTES);
-        }
-        Ok(())
-    }
-
-    fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError> {
-        self.meta = Some(*meta);
-        Ok(())
-    }
-
-    fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError> {
-        let mut table = self
-            .txn
-            .borrow_owner()
-            .open_table(META)
-            .map_err(err("kv membership"))?;
-        MEMBERSHIP.write(&mut table, &membership.encode(), "kv membership")
-    }
-
-    fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError> {
-        let mut table = self
-            .txn
-            .borrow_owner()
-            .open_table(META)
-            .map_err(err("kv auth"))?;
-        AUTH.write(&mut table, &auth.encode(), "kv auth")
-    }
-
-    fn set_alarms(&mut self, alarms: &[AlarmMember]) -> Result<(), StorageError> {
-        let mut table = self
-            .txn
-            .borrow_owner()
-            .open_table(META)
-            .map_err(err("kv alarms"))?;
-        let payload = oxetcd_core::storage::encode_alarms(alarms);
-        ALARMS.write(&mut table, &payload, "kv alarms")
-    }
-
-    fn commit(self) -> Result<(), StorageError> {
-        let Self {
-            txn,
-            kv,
-            seq,
-            overlay,
-            meta,
-            used,
-            compaction_hashes,
-            lowest,
-        } = self;
-        // Closes `revisions`, writing its root back, before the commit.
-        let mut txn = txn.into_owner();
-        let (used_bytes, used_bytes_changed) = (used.bytes, used.changed);
-        let changes_index = !overlay.is_empty();
-        let seq = seq + 1;
-        if changes_index || meta.is_some() || used_bytes_changed {
-            let mut table = txn.open_table(META).map_err(err("kv commit"))?;
-            if used_bytes_changed {
-                USED_BYTES.write(&mut table, &used_bytes.to_le_bytes(), "kv commit")?;
-            }
-            if let Some(meta) = meta {
-                KV_META.write(&mut table, &encode_kv_meta(&meta), "kv commit")?;
-            }
-            if changes_index {
-                COMMIT_SEQ.write(&mut table, &seq.to_le_bytes(), "kv commit")?;
-            }
-        }
-        let durable = kv.cadence().is_due(Instant::now());
-        let durability = if durable {
-            Durability::Immediate
-        } else {
-            Durability::None
-        };
-        txn.set_durability(durability).map_err(err("kv commit"))?;
-        // Held across the commit, so that a defragmentation's snapshot
-        // either shows this commit or finds it recorded.
-        let recorded = (lowest != u64::MAX).then(|| kv.shared.dirty_from.record(lowest));
-        let started = Instant::now();
-        txn.commit().map_err(err("kv commit"))?;
-        let committed = Instant::now();
-        drop(recorded);
-        kv.cadence().record(durable, committed);
-        if let Some(observe) = kv.shared.commit_observer.get() {
-            observe(committed - started);
-        }
-        if changes_index {
-            kv.shared.index.publish(seq, overlay)?;
-        }
-        if let Some(kept) = kv.kept_hashes().as_mut() {
-            for hash in compaction_hashes {
-                kept.push_front(hash);
-                kept.truncate(COMPACTION_HASHES_MAX);
-            }
-        }
-        Ok(())
-    }
-
-    fn before_compaction(&mut self, meta: &KvMeta, revision: i64) -> Result<(), StorageError> {
-        if self.kv.kept_hashes().is_none() {
-            return Ok(());
-        }
-        match crate::bolt::hash::hash_kv_at(&*self, meta, revision) {
-            Ok(hashed) => self.compaction_hashes.push(CompactionHash {
-                hash: hashed.hash,
-                compact_revision: hashed.compact_revision,
-                revision,
-            }),
-            Err(oxetcd_core::Error::Storage(e)) => return Err(e),
-            // A revision the compaction itself refuses: nothing to keep.
-            Err(_) => {}
-        }
-        Ok(())
     }
 }
 

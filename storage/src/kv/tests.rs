@@ -1,6 +1,10 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use oxetcd_core::storage::{KvWrite, LEASE_BYTES};
+use oxetcd_proto::etcdserverpb::AlarmMember;
+
+use super::meta::USED_BYTES;
 use super::*;
 
 fn open_kv(dir: &Path) -> RedbKv {
