@@ -12,7 +12,6 @@
 //! was waiting for it.
 
 use std::fmt;
-use std::time::Duration;
 
 use bytes::Bytes;
 use oxetcd_proto::eraftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType};
@@ -227,8 +226,7 @@ impl<S: LogSource> Raft<S> {
     fn leader_removed(&mut self) {
         self.leader = None;
         self.leader_contact = None;
-        let window = u64::try_from(self.config.heartbeat_interval.as_nanos()).unwrap_or(u64::MAX);
-        self.election_deadline = self.now + Duration::from_nanos(self.rng.below(window));
+        self.election_deadline = self.now + self.jitter(self.config.heartbeat_interval);
     }
 
     /// A committed membership change is not yet applied (a member does not

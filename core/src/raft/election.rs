@@ -108,10 +108,13 @@ impl<S: LogSource> Raft<S> {
     /// drawn from the raft's own seeded RNG.
     pub(super) fn reset_election_timer(&mut self, now: Instant) {
         let base = self.config.election_timeout;
-        let jitter = self
-            .rng
-            .below(u64::try_from(base.as_nanos()).unwrap_or(u64::MAX));
-        self.election_deadline = now + base + Duration::from_nanos(jitter);
+        self.election_deadline = now + base + self.jitter(base);
+    }
+
+    /// A random duration below `bound`, from the raft's own seeded RNG.
+    pub(super) fn jitter(&mut self, bound: Duration) -> Duration {
+        let bound = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(self.rng.below(bound))
     }
 
     /// With check-quorum, a follower that heard its leader within an

@@ -211,11 +211,11 @@ mod tests {
     use crate::format::META;
     use crate::kv::{RedbKv, LEASES};
 
-    /// Every record this module writes is one the storage schema names,
-    /// so the check at open never refuses what the backend wrote.
     /// Every record kind of the `meta` table this module writes.
     const RECORDS: [MetaRecord; 6] = [KV_META, COMMIT_SEQ, USED_BYTES, MEMBERSHIP, AUTH, ALARMS];
 
+    /// Every record this module writes is one the storage schema names,
+    /// so the check at open never refuses what the backend wrote.
     #[test]
     fn every_record_is_in_the_schema() {
         for record in RECORDS {
@@ -302,7 +302,7 @@ mod tests {
         leases
     }
 
-    /// The stored bytes of every meta record of the backend at `path`.
+    /// The stored bytes of every meta record `kv` holds.
     fn stored_meta(kv: &RedbKv) -> Vec<(&'static str, Vec<u8>)> {
         let db = kv.db();
         let txn = db.begin_read().unwrap();
