@@ -70,13 +70,12 @@ pub struct ClusterOptions {
 }
 
 impl ClusterOptions {
-    /// Plaintext peers, ports below the ephemeral range (a cluster's own
-    /// connections cannot take them between the choice and the bind),
-    /// [`FAST_TIMING`], 10 s to elect a leader and 15 s to catch up.
+    /// Plaintext peers, ports from the kernel, [`FAST_TIMING`], 10 s to
+    /// elect a leader and 15 s to catch up.
     pub fn new(token: &str) -> Self {
         Self {
             token: token.to_owned(),
-            ports: Ports::BELOW_EPHEMERAL,
+            ports: Ports::Kernel,
             flags: FAST_TIMING.iter().map(|f| (*f).to_owned()).collect(),
             peer_tls: None,
             leader_deadline: LEADER_DEADLINE,

@@ -15,7 +15,7 @@ use oxetcd_core::storage::{KvRead, KvStore, KvWrite};
 use oxetcd_tests::cluster::ELECTION_TIMEOUT;
 use oxetcd_tests::etcdctl::{ctl, ctl_ok};
 use oxetcd_tests::pki::{peer_tls_flags, pki};
-use oxetcd_tests::{Cluster, ClusterOptions, ServerKind};
+use oxetcd_tests::{Cluster, ClusterOptions, Ports, ServerKind};
 
 /// Longest to wait for a check to report.
 const CHECK_DEADLINE: Duration = Duration::from_secs(20);
@@ -227,7 +227,9 @@ fn member_id_of(cluster: &Cluster, member: usize) -> u64 {
 fn healthy_members_pass_the_initial_check_over_peer_tls() {
     let pki = pki();
     let tls = peer_tls_flags(&pki.peer_cert, &pki.peer_key, &pki.ca);
-    let options = ClusterOptions::new("corruption-healthy").peer_tls(&tls);
+    let options = ClusterOptions::new("corruption-healthy")
+        .peer_tls(&tls)
+        .ports(Ports::BELOW_EPHEMERAL);
     let kinds = [
         ServerKind::Oxetcd,
         ServerKind::OxetcdSmol,

@@ -30,7 +30,7 @@ use oxetcd_tests::cluster::MIXED;
 use oxetcd_tests::etcdctl::{ctl, ctl_ok};
 use oxetcd_tests::pki::{logged_refusal, peer_tls_flags, pki};
 use oxetcd_tests::probe::member_id;
-use oxetcd_tests::{Cluster, ClusterOptions, Grpc, ServerKind};
+use oxetcd_tests::{Cluster, ClusterOptions, Grpc, Ports, ServerKind};
 use oxetcd_tls::rustls;
 
 /// Longest to wait for a leader that all running members agree on.
@@ -57,6 +57,7 @@ fn options(tls: &[String]) -> ClusterOptions {
             "10",
         ])
         .peer_tls(tls)
+        .ports(Ports::BELOW_EPHEMERAL)
         .deadlines(LEADER_DEADLINE, CATCH_UP_DEADLINE)
 }
 
