@@ -200,7 +200,13 @@ fn a_joining_member_learns_its_id_from_the_cluster() {
         std::thread::sleep(Duration::from_millis(200));
         put = ctl(&first, &["put", "k", "w"]);
     }
-    assert!(put.code == 0, "{put:?}");
+    let first_log = cluster.members[0].server.as_ref().map(|s| s.log_tail());
+    assert!(
+        put.code == 0,
+        "{put:?}\n--- joiner ---\n{}\n--- first ---\n{}",
+        joiner.log_tail(),
+        first_log.unwrap_or_default()
+    );
     probe::wait_value(&joiner.address(), "k", "w", true, CATCH_UP_DEADLINE)
         .unwrap_or_else(|e| panic!("{e}\n{}", joiner.log_tail()));
     let own = status_json(&joiner.address()).unwrap_or_default();
