@@ -66,6 +66,8 @@ pub struct MemoryKvWrite {
     durable: Arc<Mutex<Durable>>,
     /// Shared with readers until the first change, then private.
     state: Arc<KvState>,
+    /// The membership changed: the commit is durable.
+    membership_changed: bool,
 }
 
 /// Everything a [`MemoryKv`] stores.
@@ -139,6 +141,7 @@ impl KvStore for MemoryKv {
             shared: Arc::clone(&self.shared),
             durable: Arc::clone(&self.durable),
             state: Arc::clone(&lock(&self.shared)),
+            membership_changed: false,
         })
     }
 
@@ -285,6 +288,7 @@ impl KvWrite for MemoryKvWrite {
 
     fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError> {
         Arc::make_mut(&mut self.state).membership = Some(membership.clone());
+        self.membership_changed = true;
         Ok(())
     }
 
@@ -296,7 +300,7 @@ impl KvWrite for MemoryKvWrite {
     fn commit(self) -> Result<(), StorageError> {
         let mut durable = lock(&self.durable);
         durable.commits += 1;
-        if durable.commits >= DURABLE_EVERY_COMMITS {
+        if durable.commits >= DURABLE_EVERY_COMMITS || self.membership_changed {
             durable.set(Arc::clone(&self.state));
         }
         *lock(&self.shared) = self.state;

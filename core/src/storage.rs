@@ -320,7 +320,9 @@ pub trait KvWrite: KvRead {
     /// Replaces the meta record.
     fn set_meta(&mut self, meta: &KvMeta) -> Result<(), StorageError>;
 
-    /// Replaces the membership record.
+    /// Replaces the membership record. The commit that carries it is
+    /// durable when it returns: a member never comes back from a crash
+    /// without a membership change it applied.
     fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError>;
 
     /// Replaces the auth record.

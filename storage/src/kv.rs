@@ -48,7 +48,9 @@
 //! there. At least every [`DURABLE_INTERVAL`] or [`DURABLE_EVERY_COMMITS`]
 //! commits, whichever comes first, a commit is made durable instead: redb
 //! reclaims pages freed by non-durable commits only after a durable one, and
-//! the replay after a crash stays short. [`KvStore::sync`] forces one. The
+//! the replay after a crash stays short. A commit that changes the
+//! membership is durable too: the members are known after a crash without
+//! a replay. [`KvStore::sync`] forces one. The
 //! key index needs no durability of its own: it is rebuilt from whatever
 //! commit redb comes back at.
 

@@ -70,12 +70,12 @@ pub struct ClusterOptions {
 }
 
 impl ClusterOptions {
-    /// Plaintext peers, ports from the kernel, [`FAST_TIMING`], 10 s to
+    /// Plaintext peers, ports below the ephemeral range, [`FAST_TIMING`], 10 s to
     /// elect a leader and 15 s to catch up.
     pub fn new(token: &str) -> Self {
         Self {
             token: token.to_owned(),
-            ports: Ports::Kernel,
+            ports: Ports::BELOW_EPHEMERAL,
             flags: FAST_TIMING.iter().map(|f| (*f).to_owned()).collect(),
             peer_tls: None,
             leader_deadline: LEADER_DEADLINE,

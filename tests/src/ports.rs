@@ -5,11 +5,14 @@
 //! asks the kernel for one (its ephemeral range: quick, and fine for a
 //! single server). [`Ports::BELOW_EPHEMERAL`] hands out ports below Linux's
 //! ephemeral range (32768–60999), where no outbound connection of a
-//! running member can land between the choice and the bind, and never the
-//! same one twice in a process: clusters that dial each other a lot use it.
+//! running member can land between the choice and the bind: clusters,
+//! whose members dial each other a lot, use it by default. Neither hands
+//! out the same port twice in a process.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use oxetcd_conformance::free_port;
 
@@ -42,7 +45,9 @@ impl Ports {
             Self::Range { from, span } => {
                 /// Offsets already handed out, over every range.
                 static NEXT: AtomicU16 = AtomicU16::new(0);
-                let start = u16::try_from(std::process::id() % u32::from(span)).unwrap_or(0);
+                // Processes with nearby IDs start far apart.
+                let spread = u64::from(std::process::id()).wrapping_mul(2_654_435_761);
+                let start = u16::try_from(spread % u64::from(span)).unwrap_or(0);
                 for _ in 0..span {
                     let offset = NEXT.fetch_add(1, Ordering::Relaxed);
                     let candidate = from + start.wrapping_add(offset) % span;
@@ -66,7 +71,18 @@ impl Ports {
     }
 }
 
-/// A free port from the kernel; a test cannot go on without one.
+/// A free port from the kernel, never one it gave this process before
+/// (the kernel may give a port again as soon as its probe closes, and a
+/// cluster's members then share one); a test cannot go on without one.
 fn kernel_port() -> u16 {
-    free_port().unwrap_or_else(|e| panic!("no free port: {e}"))
+    /// Ports handed out so far.
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
+    for _ in 0..100 {
+        let port = free_port().unwrap_or_else(|e| panic!("no free port: {e}"));
+        if given.insert(port) {
+            return port;
+        }
+    }
+    panic!("the kernel gave only ports handed out before")
 }

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use oxetcd_tests::cluster::MIXED;
 use oxetcd_tests::history_load::{run, Fault, Workload};
-use oxetcd_tests::{ClusterOptions, Ports, ServerKind};
+use oxetcd_tests::{ClusterOptions, ServerKind};
 
 /// Clients, each on one member.
 const CLIENTS: usize = 6;
@@ -98,9 +98,7 @@ fn cell(kind: &str, fault: Fault, workload: Workload) {
         .iter()
         .find(|(name, _)| *name == kind)
         .unwrap_or_else(|| panic!("no cluster kind {kind}"));
-    let options = ClusterOptions::new("fault-matrix")
-        .ports(Ports::BELOW_EPHEMERAL)
-        .peer_proxies(true);
+    let options = ClusterOptions::new("fault-matrix").peer_proxies(true);
     let report = run(kinds, fault, workload, options);
     eprintln!(
         "fault-matrix: kind={kind} fault={} operations={} unknown={} violations={} seconds={:.1} \

@@ -17,7 +17,7 @@
 
 use oxetcd_tests::cluster::MIXED;
 use oxetcd_tests::history_load::{run, Fault, Workload};
-use oxetcd_tests::{ClusterOptions, Ports, ServerKind};
+use oxetcd_tests::{ClusterOptions, ServerKind};
 
 /// Clients, each on one member.
 const CLIENTS: usize = 6;
@@ -54,9 +54,7 @@ fn etcds_own_history_across_a_killed_leader_passes_the_checker() {
 
 fn history_under(kinds: &[ServerKind], fault: Fault) {
     let workload = Workload::new(CLIENTS, OPS);
-    // Its clients dial many connections: ports below the ephemeral range,
-    // so none of them takes a member's port between choice and bind.
-    let options = ClusterOptions::new("history-test").ports(Ports::BELOW_EPHEMERAL);
+    let options = ClusterOptions::new("history-test");
     let report = run(kinds, fault, workload, options);
     eprintln!("{fault:?}: {report}");
     report.assert_checked(fault.name());

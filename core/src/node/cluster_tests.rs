@@ -52,7 +52,7 @@ pub(super) struct Member {
     /// The running member on the reference driver; `None` while crashed.
     running: Option<driver::Member>,
     pub(super) log: MemoryLog,
-    kv: MemoryKv,
+    pub(super) kv: MemoryKv,
     pub(super) answers: HashMap<RequestId, Result<Response, Error>>,
     /// Every watch response, with its stream, in arrival order.
     pub(super) watched: Vec<(StreamId, WatchResponse)>,

@@ -121,8 +121,9 @@ impl Members {
         }
     }
 
-    /// Records a committed membership change. Bootstrap entries carry no
-    /// member record: the configured initial member of that ID stands in.
+    /// Records a committed membership change. Bootstrap entries written
+    /// before they carried member records have none: the configured
+    /// initial member of that ID stands in.
     /// Returns the member added or changed.
     pub(super) fn apply_conf_change(
         &mut self,
@@ -187,6 +188,16 @@ impl Members {
             .get(&id)
             .is_some_and(|m| m.name == name && m.client_ur_ls == client_urls)
     }
+}
+
+/// The context of initial member `id`'s bootstrap entry: its record,
+/// encoded as a membership entry's context is.
+pub(super) fn bootstrap_record(initial: &[InitialMember], id: u64) -> bytes::Bytes {
+    initial
+        .iter()
+        .find(|m| m.id == id)
+        .map(|m| initial_record(m, false).encode_to_vec().into())
+        .unwrap_or_default()
 }
 
 fn initial_record(m: &InitialMember, learner: bool) -> Member {

@@ -98,6 +98,66 @@ fn a_learner_restarted_before_its_backend_synced_is_still_a_learner() {
     assert_ne!(c.node(id).role(), Role::Leader);
 }
 
+/// A member that applies the bootstrap entries again after a restart
+/// (its backend had synced nothing of them) took each initial member's
+/// record from its flags, and found none when the flags' IDs were not the
+/// cluster's (another `--initial-cluster-token`; etcd ignores the flags
+/// once a member has run): the member stood in its list with no peer
+/// URLs, so no message reached it and the pair never elected a leader
+/// again. The bootstrap entries now carry each initial member's record.
+#[test]
+fn a_member_replaying_the_bootstrap_entries_learns_the_members_from_them() {
+    let mut c = Cluster::new(1);
+    let leader = c.leader().expect("a leader");
+    let id = add_member(&mut c, leader, false);
+    let joiner_config = |first: u64| {
+        let mut config = cluster_tests::config(id, &[first], ClusterState::Existing);
+        config.initial_members.push(InitialMember {
+            id,
+            name: format!("m{id}"),
+            peer_urls: vec![cluster_tests::url(4)],
+        });
+        config
+    };
+    c.start(id, joiner_config(1));
+    assert!(
+        c.run_until(Duration::from_secs(5), |c| c.node(id).applied_index()
+            >= c.node(leader).applied_index())
+    );
+    c.crash(id);
+    // What a crash between the log's append and the first apply leaves:
+    // the log, and a backend with nothing in it.
+    let member = c.members.get_mut(&id).expect("the joiner");
+    member.kv = crate::memory::MemoryKv::default();
+    // Flags whose IDs are not the cluster's.
+    member.config = joiner_config(0xbad);
+    c.restart(id);
+    assert!(
+        c.run_until(Duration::from_secs(5), |c| c.node(id).applied_index()
+            >= c.node(leader).applied_index()),
+        "{}",
+        c.summary()
+    );
+    let first = c
+        .node(id)
+        .members()
+        .into_iter()
+        .find(|m| m.id == leader)
+        .expect("the first member is listed");
+    assert_eq!(first.peer_ur_ls, vec![cluster_tests::url(leader)]);
+    assert_eq!(first.name, format!("m{leader}"));
+    // Both voters answer: the pair commits.
+    c.crash(leader);
+    c.restart(leader);
+    assert!(
+        c.run_until(Duration::from_secs(10), |c| c.leader().is_some()),
+        "{}",
+        c.summary()
+    );
+    let leader = c.leader().expect("a leader");
+    assert!(c.call(leader, cluster_tests::put("k", "v")).is_ok());
+}
+
 /// Adds member 4 (its URL from [`cluster_tests::url`]) through `leader`,
 /// as a learner or a voter; its new ID.
 fn add_member(c: &mut Cluster, leader: u64, is_learner: bool) -> u64 {

@@ -331,8 +331,10 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             config @ StartError::Config(_) => StorageError::invariant(config),
         })?;
         if fresh && config.initial_cluster_state == ClusterState::New {
-            raft.bootstrap(&initial_voters, &[])
-                .map_err(StorageError::invariant)?;
+            raft.bootstrap(&initial_voters, &[], |id| {
+                membership::bootstrap_record(&config.initial_members, id)
+            })
+            .map_err(StorageError::invariant)?;
             info!(
                 member_id = %format_args!("{:x}", config.member_id),
                 members = initial_voters.len(),

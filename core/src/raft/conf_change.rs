@@ -48,8 +48,16 @@ impl<S: LogSource> Raft<S> {
     /// Makes a brand-new member of a new cluster: the initial membership
     /// becomes the first log entries (one `AddNode`/`AddLearnerNode` each,
     /// term 1, committed), identical on every initial member, so a member
-    /// added later learns it from the log. Call once, before anything else.
-    pub fn bootstrap(&mut self, voters: &[u64], learners: &[u64]) -> Result<(), BootstrapError> {
+    /// added later learns it from the log. `record` gives each member's
+    /// context (its member record, as etcd's bootstrap entries carry it):
+    /// whoever replays the log, even with other flags, learns who the
+    /// members are and where. Call once, before anything else.
+    pub fn bootstrap(
+        &mut self,
+        voters: &[u64],
+        learners: &[u64],
+        record: impl Fn(u64) -> Bytes,
+    ) -> Result<(), BootstrapError> {
         if self.term != 0 || self.log.last_index() != 0 {
             return Err(BootstrapError::NotEmpty);
         }
@@ -79,6 +87,7 @@ impl<S: LogSource> Raft<S> {
             let cc = ConfChange {
                 change_type,
                 node_id,
+                context: record(node_id),
                 ..Default::default()
             };
             entries.push(Entry {

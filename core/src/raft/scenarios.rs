@@ -507,7 +507,7 @@ impl Driver {
         let disk = Disk::default();
         let mut raft =
             Raft::new(config, DurableState::default(), disk.clone(), Instant::ZERO).unwrap();
-        raft.bootstrap(voters, &[]).unwrap();
+        raft.bootstrap(voters, &[], |_| Bytes::new()).unwrap();
         let mut d = Self {
             raft,
             disk,

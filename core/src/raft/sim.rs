@@ -376,7 +376,7 @@ impl Sim {
                     .raft
                     .as_mut()
                     .expect("just started");
-                raft.bootstrap(&voters, &[])
+                raft.bootstrap(&voters, &[], |_| Bytes::new())
                     .expect("fresh member bootstraps");
             }
         }

@@ -320,6 +320,53 @@ fn a_crash_at_any_write_or_sync_loses_nothing_synced_and_splits_no_commit() {
     );
 }
 
+/// A commit that changes the membership is synced when it returns; the
+/// commits around it are not.
+#[test]
+fn a_membership_change_survives_a_crash_at_once() {
+    let path = Path::new("sim-disk/kv.redb");
+    let disk = SimDisk::default();
+    let kv = RedbKv::open_on(disk.clone(), path).expect("opens");
+    let membership = Membership {
+        members: vec![Member {
+            id: 0x1234,
+            name: "one".into(),
+            peer_ur_ls: vec!["http://127.0.0.1:2380".into()],
+            ..Member::default()
+        }],
+        conf_state: ConfState {
+            voters: vec![0x1234],
+            ..ConfState::default()
+        },
+        ..Membership::default()
+    };
+    let mut versions = BTreeMap::new();
+    for i in 1..=3 {
+        let mut txn = kv.write().expect("write");
+        txn.put_version(&entry(i, &mut versions)).expect("put");
+        txn.set_meta(&KvMeta {
+            applied_index: i,
+            applied_term: 1,
+            revision: i as i64 + 1,
+            compact_revision: -1,
+        })
+        .expect("meta");
+        if i == 2 {
+            txn.set_membership(&membership).expect("membership");
+        }
+        txn.commit().expect("commit");
+    }
+    // Taken before the backend closes: closing syncs.
+    let (how, synced) = disk.images_after_crash().swap_remove(0);
+    assert_eq!(how, "synced only");
+    drop(kv);
+    let kv = RedbKv::open_on(SimDisk::on(synced, None), path).expect("reopens");
+    let read = kv.read().expect("read");
+    // Entry 3 came after the membership's commit and was not synced.
+    assert_eq!(read.meta().expect("meta").applied_index, 2);
+    assert_eq!(read.membership().expect("membership"), Some(membership));
+}
+
 /// Everything a backend holds, as the flipped-byte sweep compares it.
 #[derive(Debug, PartialEq)]
 struct Held {

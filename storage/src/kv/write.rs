@@ -24,8 +24,8 @@ use redb::{Durability, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::index::Overlay;
 use super::meta::{
-    read_alarms, read_auth, read_commit_seq, read_membership, read_meta, read_used_bytes, ALARMS,
-    AUTH, COMMIT_SEQ, KV_META, MEMBERSHIP, USED_BYTES,
+    read_alarms, read_auth, read_commit_seq, read_membership, read_meta, read_used_bytes,
+    MetaRecord, ALARMS, AUTH, COMMIT_SEQ, KV_META, MEMBERSHIP, USED_BYTES,
 };
 use super::used::UsedBytes;
 use super::view::{changes, leases, View};
@@ -57,6 +57,8 @@ pub struct RedbKvWrite {
     /// Lowest main revision this transaction put or removed (`u64::MAX`:
     /// none), for an online defragmentation.
     lowest: u64,
+    /// Commit durably, whatever the cadence says (the membership changed).
+    durable: bool,
 }
 
 /// The `revisions` table as a write transaction holds it.
@@ -112,6 +114,7 @@ impl RedbKvWrite {
             used: UsedBytes::new(used_bytes),
             compaction_hashes: Vec::new(),
             lowest: u64::MAX,
+            durable: false,
         })
     }
 
@@ -127,6 +130,21 @@ impl RedbKvWrite {
     /// `result`, a damaged record's error naming the backend file.
     fn named<T>(&self, result: Result<T, StorageError>) -> Result<T, StorageError> {
         in_file(&self.kv.shared.path, result)
+    }
+
+    /// Writes one meta record now (the membership, auth or alarms).
+    fn write_record(
+        &mut self,
+        record: MetaRecord,
+        payload: &[u8],
+        what: &'static str,
+    ) -> Result<(), StorageError> {
+        let mut table = self
+            .txn
+            .borrow_owner()
+            .open_table(META)
+            .map_err(err(what))?;
+        record.write(&mut table, payload, what)
     }
 
     /// One of the backend's tables, as this transaction sees it.
@@ -381,31 +399,19 @@ impl KvWrite for RedbKvWrite {
     }
 
     fn set_membership(&mut self, membership: &Membership) -> Result<(), StorageError> {
-        let mut table = self
-            .txn
-            .borrow_owner()
-            .open_table(META)
-            .map_err(err("kv membership"))?;
-        MEMBERSHIP.write(&mut table, &membership.encode(), "kv membership")
+        // Durable: a member replaying its log after a crash finds the
+        // members where they were, whatever its flags say now.
+        self.durable = true;
+        self.write_record(MEMBERSHIP, &membership.encode(), "kv membership")
     }
 
     fn set_auth(&mut self, auth: &AuthState) -> Result<(), StorageError> {
-        let mut table = self
-            .txn
-            .borrow_owner()
-            .open_table(META)
-            .map_err(err("kv auth"))?;
-        AUTH.write(&mut table, &auth.encode(), "kv auth")
+        self.write_record(AUTH, &auth.encode(), "kv auth")
     }
 
     fn set_alarms(&mut self, alarms: &[AlarmMember]) -> Result<(), StorageError> {
-        let mut table = self
-            .txn
-            .borrow_owner()
-            .open_table(META)
-            .map_err(err("kv alarms"))?;
         let payload = oxetcd_core::storage::encode_alarms(alarms);
-        ALARMS.write(&mut table, &payload, "kv alarms")
+        self.write_record(ALARMS, &payload, "kv alarms")
     }
 
     fn commit(self) -> Result<(), StorageError> {
@@ -418,6 +424,7 @@ impl KvWrite for RedbKvWrite {
             used,
             compaction_hashes,
             lowest,
+            durable,
         } = self;
         // Closes `revisions`, writing its root back, before the commit.
         let mut txn = txn.into_owner();
@@ -436,7 +443,7 @@ impl KvWrite for RedbKvWrite {
                 COMMIT_SEQ.write(&mut table, &seq.to_le_bytes(), "kv commit")?;
             }
         }
-        let durable = kv.cadence().is_due(Instant::now());
+        let durable = durable || kv.cadence().is_due(Instant::now());
         let durability = if durable {
             Durability::Immediate
         } else {
