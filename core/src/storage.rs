@@ -262,6 +262,15 @@ pub trait KvRead {
         visit: &mut dyn FnMut(KeyVersion) -> ControlFlow<()>,
     ) -> Result<(), StorageError>;
 
+    /// Where `key`'s version at revision `at` (the newest whose main mod
+    /// revision is `<= at`) stands in its generation: what a put on top of
+    /// it continues from. `None` when the key has no version there, or a
+    /// tombstone. A backend whose key index keeps this answers without
+    /// reading the version; the default reads it.
+    fn generation(&self, key: &[u8], at: i64) -> Result<Option<Generation>, StorageError> {
+        generation_read(self, key, at)
+    }
+
     /// Visits every stored version of `key`, newest first.
     fn versions(
         &self,
@@ -300,6 +309,34 @@ pub trait KvRead {
     /// quota (`--quota-backend-bytes`) is judged on it, not on a file's
     /// size, which free pages and preallocation inflate.
     fn used_bytes(&self) -> Result<u64, StorageError>;
+}
+
+/// A live key's place in its generation ([`KvRead::generation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Generation {
+    /// The revision that created the key (its generation's first).
+    pub create_revision: i64,
+    /// How many times the key was put in this generation.
+    pub version: i64,
+}
+
+/// [`KvRead::generation`] by reading the version.
+pub fn generation_read<R: KvRead + ?Sized>(
+    read: &R,
+    key: &[u8],
+    at: i64,
+) -> Result<Option<Generation>, StorageError> {
+    let mut end = key.to_vec();
+    end.push(0);
+    let mut found = None;
+    read.scan(key, RangeEnd::Before(&end), at, &mut |version| {
+        found = (!version.tombstone).then_some(Generation {
+            create_revision: version.create_revision,
+            version: version.version,
+        });
+        ControlFlow::Break(())
+    })?;
+    Ok(found)
 }
 
 /// A write transaction on the MVCC backend. Reads through it see its own

@@ -83,8 +83,8 @@ impl<'a> RevisionRecord<'a> {
     }
 
     /// Decodes a record without checking its checksum: for the key index
-    /// built at open, which reads every record and needs only its key
-    /// (the reads that serve it check).
+    /// built at open, where a record whose checksum fails still names its
+    /// key (the reads that serve it check, and refuse it).
     pub(crate) fn decode_unverified(bytes: &'a [u8]) -> Result<Self, StorageError> {
         Self::decode_checked(bytes, None)
     }

@@ -83,7 +83,7 @@ use crate::format::{open_database, refusing_panics, META};
 use crate::log::file_size;
 use crate::sealed::{seal, Address, Shape};
 use cadence::DurableCadence;
-use index::{Pin, Rev, SharedIndex};
+use index::{Gen, Pin, Rev, SharedIndex};
 use meta::{
     read_alarms, read_auth, read_commit_seq, read_membership, read_meta, read_used_bytes,
     FRESH_META, KV_META,
@@ -481,8 +481,8 @@ impl KvRead for RedbKvRead {
     }
 }
 
-/// Reads every stored version's key, in revision order, into a fresh
-/// index; returns it with the number of versions and the bytes they count
+/// Reads every stored version's key and generation, in revision order,
+/// into a fresh index; returns it with the number of versions and the bytes they count
 /// for ([`version_bytes`]).
 fn build_index(db: &Database) -> Result<(SharedIndex, u64, u64), StorageError> {
     let txn = db.begin_read().map_err(err("kv index"))?;
@@ -493,11 +493,23 @@ fn build_index(db: &Database) -> Result<(SharedIndex, u64, u64), StorageError> {
     let rows = table.iter().map_err(err("kv index"))?.map(|row| {
         let (rev, bytes) = row.map_err(err("kv index"))?;
         versions += 1;
-        let rev = split_revision_key(rev.value());
-        let record = RevisionRecord::decode_unverified(bytes.value())
-            .map_err(|e| at_revision(e, revision_key(rev)))?;
+        let table_key = rev.value();
+        let rev = split_revision_key(table_key);
+        // A damaged record keeps its place under the key it names, with no
+        // generation: whoever reads it is refused.
+        let (record, gen) = match RevisionRecord::decode(bytes.value(), table_key) {
+            Ok(record) => {
+                let gen = Gen::new(record.create_revision, record.version, record.tombstone);
+                (record, gen)
+            }
+            Err(_) => (
+                RevisionRecord::decode_unverified(bytes.value())
+                    .map_err(|e| at_revision(e, table_key))?,
+                Gen::UNKNOWN,
+            ),
+        };
         used_bytes += version_bytes(record.key.len(), record.value.len());
-        Ok((record.key.to_vec(), rev))
+        Ok((record.key.to_vec(), rev, gen))
     });
     let index = SharedIndex::build(seq, rows)?;
     Ok((index, versions, used_bytes))

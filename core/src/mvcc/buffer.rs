@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
 
-use crate::storage::{KeyVersion, KvRead, RangeEnd, Revision, StorageError};
+use crate::storage::{Generation, KeyVersion, KvRead, RangeEnd, Revision, StorageError};
 
 use super::range::Snapshot;
 
@@ -62,6 +62,21 @@ impl<'a, R: KvRead + ?Sized> WriteBuffer<'a, R> {
         Ok(found)
     }
 
+    /// Where `key` stands in its generation as this request leaves it so
+    /// far: a put needs no more of the live version than this.
+    fn generation(&self, key: &[u8]) -> Result<Option<Generation>, StorageError> {
+        match self.newest.get(key) {
+            Some(&index) => {
+                let change = &self.changes[index];
+                Ok((!change.tombstone).then_some(Generation {
+                    create_revision: change.create_revision,
+                    version: change.version,
+                }))
+            }
+            None => self.base.generation(key, self.begin),
+        }
+    }
+
     /// Writes `value` to `key`, continuing the key's generation if it is live.
     pub(crate) fn put(
         &mut self,
@@ -70,7 +85,7 @@ impl<'a, R: KvRead + ?Sized> WriteBuffer<'a, R> {
         lease: i64,
     ) -> Result<(), StorageError> {
         let main = self.begin + 1;
-        let (create_revision, version) = match self.live(key)? {
+        let (create_revision, version) = match self.generation(key)? {
             Some(previous) => (previous.create_revision, previous.version + 1),
             None => (main, 1),
         };

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{
-    Alarms, AuthState, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord, Membership,
-    Revision, StorageError,
+    Alarms, AuthState, Generation, KeyVersion, KvMeta, KvRead, KvStore, KvWrite, LeaseRecord,
+    Membership, Revision, StorageError,
 };
 use oxetcd_proto::etcdserverpb::{AlarmMember, Member};
 use raft_proto::eraftpb::ConfState;
@@ -365,6 +365,59 @@ fn a_membership_change_survives_a_crash_at_once() {
     // Entry 3 came after the membership's commit and was not synced.
     assert_eq!(read.meta().expect("meta").applied_index, 2);
     assert_eq!(read.membership().expect("membership"), Some(membership));
+}
+
+/// A put continues a key's generation from the key index, without
+/// reading the newest version; the index takes it from the record at
+/// open. A record whose checksum fails there gives the index nothing, and
+/// the put's lookup reads the record and is refused, as a read is.
+#[test]
+fn a_generation_from_a_damaged_record_is_refused() {
+    let path = Path::new("sim-disk/kv.redb");
+    let disk = SimDisk::default();
+    let kv = RedbKv::open_on(disk.clone(), path).expect("opens");
+    let put = |kv: &RedbKv, key: &str, value: &str, (main, sub): (i64, i64), version: i64| {
+        let mut txn = kv.write().expect("write");
+        txn.put_version(&KeyVersion {
+            key: key.as_bytes().to_vec(),
+            mod_revision: Revision { main, sub },
+            create_revision: 2,
+            version,
+            lease: 0,
+            value: value.as_bytes().to_vec(),
+            tombstone: false,
+        })
+        .expect("put");
+        txn.commit().expect("commit");
+    };
+    put(&kv, "a", "first-a", (2, 0), 1);
+    put(&kv, "b", "first-b", (2, 1), 1);
+    put(&kv, "a", "second-value-of-a", (3, 0), 2);
+    let expected = |version| {
+        Some(Generation {
+            create_revision: 2,
+            version,
+        })
+    };
+    {
+        let txn = kv.write().expect("write");
+        assert_eq!(txn.generation(b"a", 3).expect("a"), expected(2));
+        assert_eq!(txn.generation(b"a", 2).expect("a at 2"), expected(1));
+        assert_eq!(txn.generation(b"c", 3).expect("c"), None);
+    }
+    kv.sync().expect("sync");
+    drop(kv);
+    let mut image = disk.state().synced.clone();
+    let at = image
+        .windows(b"second-value-of-a".len())
+        .position(|w| w == b"second-value-of-a")
+        .expect("the record is in the file");
+    image[at] ^= 0x10;
+    let kv = RedbKv::open_on(SimDisk::on(image, None), path).expect("reopens");
+    let txn = kv.write().expect("write");
+    let refused = txn.generation(b"a", 3).expect_err("damaged");
+    assert!(refused.to_string().contains("checksum"), "{refused}");
+    assert_eq!(txn.generation(b"b", 3).expect("b"), expected(1));
 }
 
 /// Everything a backend holds, as the flipped-byte sweep compares it.

@@ -1,10 +1,15 @@
 //! The in-memory key index of the MVCC backend: for each user key, the
-//! revisions at which a version of it is stored, oldest first.
+//! revisions at which a version of it is stored, oldest first, each with
+//! its [`Gen`] (the key's create revision and version there).
 //!
 //! The `revisions` table is keyed by revision, so it cannot answer "the
 //! newest version of key K at revision R" by itself; this index can, and the
-//! table then supplies the record by point lookup. It is rebuilt at open by
-//! one pass over the table and never written to disk.
+//! table then supplies the record by point lookup. A put needs no record:
+//! the newest version's [`Gen`] is all it continues from, and a lookup of a
+//! random old record is a page read the put no longer makes. The index is
+//! rebuilt at open by one pass over the table (each record's checksum
+//! checked; a damaged one's generation is [`Gen::UNKNOWN`], so the put
+//! reads the record and is refused as a read is) and never written to disk.
 //!
 //! # Snapshots
 //!
@@ -59,10 +64,38 @@ const INDEX_CATCH_UP_MAX: Duration = Duration::from_secs(10);
 /// `removed` of a slot that no commit removed.
 const LIVE: u64 = u64::MAX;
 
+/// Where a stored version stands in its key's generation: what a put on
+/// top of it continues from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gen {
+    /// The key's create revision.
+    pub(crate) create: i64,
+    /// The key's version: 0 for a tombstone, [`Gen::UNKNOWN`]'s when the
+    /// record's checksum failed at open.
+    pub(crate) version: i64,
+}
+
+impl Gen {
+    /// The generation of a version with these fields.
+    pub(crate) fn new(create: i64, version: i64, tombstone: bool) -> Self {
+        Self {
+            create,
+            version: if tombstone { 0 } else { version },
+        }
+    }
+
+    /// The generation of a record that did not check out at open.
+    pub(crate) const UNKNOWN: Self = Self {
+        create: -1,
+        version: -1,
+    };
+}
+
 /// One stored version of a key, and the commits that added and removed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Slot {
     rev: Rev,
+    gen: Gen,
     added: u64,
     removed: u64,
 }
@@ -110,8 +143,9 @@ pub(crate) struct Overlay {
 
 #[derive(Debug, Default)]
 struct Delta {
-    /// Revisions stored by the transaction, ascending.
-    put: Vec<Rev>,
+    /// Revisions stored by the transaction, ascending, with their
+    /// generations.
+    put: Vec<(Rev, Gen)>,
     /// Revisions removed by the transaction (and not stored again after the
     /// removal), ascending.
     removed: Vec<Rev>,
@@ -130,13 +164,14 @@ impl SharedIndex {
     /// in ascending revision order (a scan of the `revisions` table).
     pub(crate) fn build(
         seq: u64,
-        versions: impl IntoIterator<Item = Result<(Vec<u8>, Rev), StorageError>>,
+        versions: impl IntoIterator<Item = Result<(Vec<u8>, Rev, Gen), StorageError>>,
     ) -> Result<Self, StorageError> {
         let mut keys: BTreeMap<Vec<u8>, Vec<Slot>> = BTreeMap::new();
         for version in versions {
-            let (key, rev) = version?;
+            let (key, rev, gen) = version?;
             let slot = Slot {
                 rev,
+                gen,
                 added: 0,
                 removed: LIVE,
             };
@@ -211,7 +246,7 @@ impl SharedIndex {
                 // descent instead of two.
                 let slots = index.keys.get(key).map(Vec::as_slice);
                 let delta = overlay.and_then(|overlay| overlay.keys.get(key));
-                if let Some(rev) = newest(slots, delta, seq, at) {
+                if let Some((rev, _)) = newest(slots, delta, seq, at) {
                     out.push((key.to_vec(), rev));
                 }
                 return Ok(None);
@@ -264,11 +299,26 @@ impl SharedIndex {
                     }
                 },
             };
-            if let Some(rev) = newest(slots.map(Vec::as_slice), delta, seq, at) {
+            if let Some((rev, _)) = newest(slots.map(Vec::as_slice), delta, seq, at) {
                 out.push((key.clone(), rev));
             }
         }
         Ok(if more { last.map(<[u8]>::to_vec) } else { None })
+    }
+
+    /// The newest revision of `key` `<= at` that a reader at `seq` sees
+    /// (merged with the writer's `overlay`, if any), with its generation.
+    pub(crate) fn newest(
+        &self,
+        key: &[u8],
+        seq: u64,
+        at: u64,
+        overlay: Option<&Overlay>,
+    ) -> Result<Option<(Rev, Gen)>, StorageError> {
+        let index = self.read()?;
+        let slots = index.keys.get(key).map(Vec::as_slice);
+        let delta = overlay.and_then(|overlay| overlay.keys.get(key));
+        Ok(newest(slots, delta, seq, at))
     }
 
     /// Every revision of `key` a reader at `seq` sees (merged with the
@@ -292,7 +342,7 @@ impl SharedIndex {
                 .collect()
         };
         if let Some(delta) = delta {
-            revs.extend_from_slice(&delta.put);
+            revs.extend(delta.put.iter().map(|(rev, _)| *rev));
         }
         revs.sort_unstable_by(|a, b| b.cmp(a));
         revs.dedup();
@@ -328,7 +378,7 @@ impl SharedIndex {
             }
             if !delta.put.is_empty() {
                 let slots = keys.entry(key).or_default();
-                for rev in delta.put {
+                for (rev, gen) in delta.put {
                     // Usually the newest revision of the key: an append.
                     let after = slots.partition_point(|slot| slot.rev <= rev);
                     let stored = slots[..after]
@@ -343,6 +393,7 @@ impl SharedIndex {
                             after,
                             Slot {
                                 rev,
+                                gen,
                                 added: seq,
                                 removed: LIVE,
                             },
@@ -467,13 +518,18 @@ impl Overlay {
         self.keys.is_empty()
     }
 
-    /// Records that the transaction stored `rev` of `key`.
-    pub(crate) fn put(&mut self, key: &[u8], rev: Rev) {
+    /// Records that the transaction stored `rev` of `key`, of generation
+    /// `gen`.
+    pub(crate) fn put(&mut self, key: &[u8], rev: Rev, gen: Gen) {
         let delta = match self.keys.get_mut(key) {
             Some(delta) => delta,
             None => self.keys.entry(key.to_vec()).or_default(),
         };
-        insert_sorted(&mut delta.put, rev);
+        // Usually the transaction's newest revision: an append.
+        match delta.put.binary_search_by_key(&rev, |(r, _)| *r) {
+            Ok(i) => delta.put[i].1 = gen,
+            Err(i) => delta.put.insert(i, (rev, gen)),
+        }
     }
 
     /// Records that the transaction removed `rev` of `key` (stored before
@@ -483,7 +539,7 @@ impl Overlay {
             Some(delta) => delta,
             None => self.keys.entry(key.to_vec()).or_default(),
         };
-        if let Ok(i) = delta.put.binary_search(&rev) {
+        if let Ok(i) = delta.put.binary_search_by_key(&rev, |(r, _)| *r) {
             delta.put.remove(i);
         }
         insert_sorted(&mut delta.removed, rev);
@@ -496,22 +552,25 @@ impl Delta {
     }
 }
 
-/// The newest revision `<= at` among the slots a reader at `seq` sees and
-/// the writer's pending changes.
-fn newest(slots: Option<&[Slot]>, delta: Option<&Delta>, seq: u64, at: u64) -> Option<Rev> {
+/// The newest revision `<= at`, with its generation, among the slots a
+/// reader at `seq` sees and the writer's pending changes.
+fn newest(slots: Option<&[Slot]>, delta: Option<&Delta>, seq: u64, at: u64) -> Option<(Rev, Gen)> {
     let committed = slots.and_then(|slots| {
         let end = slots.partition_point(|slot| slot.rev.0 <= at);
         slots[..end]
             .iter()
             .rev()
             .find(|slot| slot.visible(seq) && !delta.is_some_and(|d| d.removes(slot.rev)))
-            .map(|slot| slot.rev)
+            .map(|slot| (slot.rev, slot.gen))
     });
     let pending = delta.and_then(|delta| {
-        let end = delta.put.partition_point(|rev| rev.0 <= at);
+        let end = delta.put.partition_point(|(rev, _)| rev.0 <= at);
         end.checked_sub(1).map(|i| delta.put[i])
     });
-    committed.max(pending)
+    match (committed, pending) {
+        (Some(c), Some(p)) => Some(if p.0 >= c.0 { p } else { c }),
+        (c, p) => c.or(p),
+    }
 }
 
 /// True when `end` is `key` followed by a zero byte: `[key, end)` holds
@@ -558,10 +617,18 @@ mod tests {
                 0,
                 versions
                     .iter()
-                    .map(|(key, main)| Ok((key.as_bytes().to_vec(), (*main, 0)))),
+                    .map(|(key, main)| Ok((key.as_bytes().to_vec(), (*main, 0), live(*main)))),
             )
             .unwrap(),
         )
+    }
+
+    /// The generation of a key created at `main` and put once.
+    fn live(main: u64) -> Gen {
+        Gen {
+            create: main as i64,
+            version: 1,
+        }
     }
 
     fn scan(index: &SharedIndex, seq: u64, at: u64, overlay: Option<&Overlay>) -> Vec<String> {
@@ -596,8 +663,8 @@ mod tests {
         let index = index(&[("a", 2), ("b", 3), ("a", 4)]);
         let old = index.pin();
         let mut overlay = Overlay::default();
-        overlay.put(b"a", (5, 0));
-        overlay.put(b"c", (5, 1));
+        overlay.put(b"a", (5, 0), live(5));
+        overlay.put(b"c", (5, 1), live(5));
         overlay.remove(b"b", (3, 0));
         // The writer reads through its overlay; nobody else sees it.
         assert_eq!(scan(&index, 0, 9, Some(&overlay)), ["a@5", "c@5"]);
@@ -627,7 +694,7 @@ mod tests {
         let mut overlay = Overlay::default();
         overlay.remove(b"a", (2, 0));
         assert_eq!(scan(&index, 0, 9, Some(&overlay)), Vec::<String>::new());
-        overlay.put(b"a", (2, 0));
+        overlay.put(b"a", (2, 0), live(2));
         assert_eq!(scan(&index, 0, 9, Some(&overlay)), ["a@2"]);
         index.publish(1, overlay).unwrap();
         for seq in [old.seq(), 1] {
@@ -647,7 +714,7 @@ mod tests {
         let mut overlay = Overlay::default();
         // Pending keys inside, between and after the committed batches.
         for key in ["k00000x", "k00255x", "k00256", "zz"] {
-            overlay.put(key.as_bytes(), (2, 0));
+            overlay.put(key.as_bytes(), (2, 0), live(2));
         }
         let scanned = scan(&index, 0, 9, Some(&overlay));
         let mut expected: Vec<String> = keys
@@ -657,6 +724,39 @@ mod tests {
         expected.extend(["k00000x@2", "k00255x@2", "zz@2"].map(String::from));
         expected.sort();
         assert_eq!(scanned, expected);
+    }
+
+    #[test]
+    fn the_newest_version_comes_with_its_generation() {
+        let index = index(&[("a", 2), ("b", 3)]);
+        let continued = Gen {
+            create: 2,
+            version: 2,
+        };
+        let mut overlay = Overlay::default();
+        overlay.put(b"a", (4, 0), continued);
+        // A tombstone, then the key again in the same transaction.
+        let tombstone = Gen {
+            create: 0,
+            version: 0,
+        };
+        overlay.put(b"b", (4, 1), tombstone);
+        overlay.put(b"b", (4, 2), live(4));
+        let newest = |key: &[u8], at, overlay| index.newest(key, 0, at, overlay).unwrap();
+        assert_eq!(newest(b"a", 9, Some(&overlay)), Some(((4, 0), continued)));
+        assert_eq!(newest(b"a", 3, Some(&overlay)), Some(((2, 0), live(2))));
+        assert_eq!(newest(b"a", 9, None), Some(((2, 0), live(2))));
+        assert_eq!(newest(b"b", 9, Some(&overlay)), Some(((4, 2), live(4))));
+        assert_eq!(newest(b"c", 9, Some(&overlay)), None);
+        index.publish(1, overlay).unwrap();
+        assert_eq!(
+            index.newest(b"a", 1, 9, None).unwrap(),
+            Some(((4, 0), continued))
+        );
+        assert_eq!(
+            index.newest(b"a", 0, 9, None).unwrap(),
+            Some(((2, 0), live(2)))
+        );
     }
 
     #[test]

@@ -15,14 +15,15 @@ use std::ops::ControlFlow;
 use std::time::Instant;
 
 use oxetcd_core::storage::{
-    version_bytes, Alarms, AuthState, CompactionHash, KeyVersion, KvMeta, KvRead, KvWrite,
-    LeaseRecord, Membership, RangeEnd, Revision, StorageError, LEASE_BYTES,
+    generation_read, version_bytes, Alarms, AuthState, CompactionHash, Generation, KeyVersion,
+    KvMeta, KvRead, KvWrite, LeaseRecord, Membership, RangeEnd, Revision, StorageError,
+    LEASE_BYTES,
 };
 use oxetcd_core::version::migration::Step;
 use oxetcd_proto::etcdserverpb::AlarmMember;
 use redb::{Durability, ReadableTable, TableDefinition, WriteTransaction};
 
-use super::index::Overlay;
+use super::index::{Gen, Overlay};
 use super::meta::{
     read_alarms, read_auth, read_commit_seq, read_membership, read_meta, read_used_bytes,
     MetaRecord, ALARMS, AUTH, COMMIT_SEQ, KV_META, MEMBERSHIP, USED_BYTES,
@@ -215,7 +216,8 @@ impl RedbKvWrite {
                 version.mod_revision
             )));
         }
-        self.overlay.put(&version.key, rev);
+        let gen = Gen::new(version.create_revision, version.version, version.tombstone);
+        self.overlay.put(&version.key, rev, gen);
         self.used
             .count(true, version_bytes(version.key.len(), version.value.len()));
         Ok(())
@@ -271,6 +273,26 @@ impl KvRead for RedbKvWrite {
             .txn
             .with_dependent(|_, table| self.view(table).scan(start, end, at, visit));
         self.named(scanned)
+    }
+
+    fn generation(&self, key: &[u8], at: i64) -> Result<Option<Generation>, StorageError> {
+        let Ok(stored_at) = u64::try_from(at) else {
+            return Ok(None); // nothing is stored below revision 0
+        };
+        let newest = self
+            .kv
+            .shared
+            .index
+            .newest(key, self.seq, stored_at, Some(&self.overlay))?;
+        match newest {
+            None => Ok(None),
+            // Damaged at open: the read is refused.
+            Some((_, gen)) if gen == Gen::UNKNOWN => generation_read(self, key, at),
+            Some((_, gen)) => Ok((gen.version > 0).then_some(Generation {
+                create_revision: gen.create,
+                version: gen.version,
+            })),
+        }
     }
 
     fn versions(
