@@ -377,7 +377,10 @@ impl SharedIndex {
                 }
             }
             if !delta.put.is_empty() {
-                let slots = keys.entry(key).or_default();
+                // Most keys hold one version: no room for more until needed.
+                let slots = keys
+                    .entry(key)
+                    .or_insert_with(|| Vec::with_capacity(delta.put.len()));
                 for (rev, gen) in delta.put {
                     // Usually the newest revision of the key: an append.
                     let after = slots.partition_point(|slot| slot.rev <= rev);
