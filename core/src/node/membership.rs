@@ -15,7 +15,7 @@ use oxetcd_proto::eraftpb::{ConfChange, ConfChangeType};
 use oxetcd_proto::etcdserverpb::{Member, MemberAddRequest, MemberUpdateRequest};
 use oxetcd_proto::oxetcdpb::MemberAttributes;
 use prost::Message as _;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::InitialMember;
 use crate::error::Error;
@@ -190,14 +190,29 @@ impl Members {
     }
 }
 
-/// The context of initial member `id`'s bootstrap entry: its record,
+/// Bootstraps a brand-new member of a new cluster: the initial members
+/// become the first log entries, each with its record for context,
 /// encoded as a membership entry's context is.
-pub(super) fn bootstrap_record(initial: &[InitialMember], id: u64) -> bytes::Bytes {
-    initial
-        .iter()
-        .find(|m| m.id == id)
-        .map(|m| initial_record(m, false).encode_to_vec().into())
-        .unwrap_or_default()
+pub(super) fn bootstrap<S: crate::raft::LogSource>(
+    raft: &mut crate::raft::Raft<S>,
+    config: &super::Config,
+) -> Result<(), crate::storage::StorageError> {
+    let initial = &config.initial_members;
+    let voters: Vec<u64> = initial.iter().map(|m| m.id).collect();
+    raft.bootstrap(&voters, &[], |id| {
+        initial
+            .iter()
+            .find(|m| m.id == id)
+            .map(|m| initial_record(m, false).encode_to_vec().into())
+            .unwrap_or_default()
+    })
+    .map_err(crate::storage::StorageError::invariant)?;
+    info!(
+        member_id = %format_args!("{:x}", config.member_id),
+        members = voters.len(),
+        "bootstrapped a new cluster"
+    );
+    Ok(())
 }
 
 fn initial_record(m: &InitialMember, learner: bool) -> Member {

@@ -331,15 +331,7 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
             config @ StartError::Config(_) => StorageError::invariant(config),
         })?;
         if fresh && config.initial_cluster_state == ClusterState::New {
-            raft.bootstrap(&initial_voters, &[], |id| {
-                membership::bootstrap_record(&config.initial_members, id)
-            })
-            .map_err(StorageError::invariant)?;
-            info!(
-                member_id = %format_args!("{:x}", config.member_id),
-                members = initial_voters.len(),
-                "bootstrapped a new cluster"
-            );
+            membership::bootstrap(&mut raft, &config)?;
         }
         let proposal_base = proposals::mix(&[
             config.member_id,
