@@ -209,6 +209,15 @@ fn a_joining_member_learns_its_id_from_the_cluster() {
     );
     probe::wait_value(&joiner.address(), "k", "w", true, CATCH_UP_DEADLINE)
         .unwrap_or_else(|e| panic!("{e}\n{}", joiner.log_tail()));
+    // The first member's ID that the new token derives is no member's:
+    // the joiner stops dialing it rather than be refused for ever.
+    assert!(
+        joiner
+            .log()
+            .contains("not dialing a peer the members do not list"),
+        "{}",
+        joiner.log_tail()
+    );
     let own = status_json(&joiner.address()).unwrap_or_default();
     assert_eq!(
         format!("{:x}", own["header"]["member_id"].as_u64().unwrap_or(0)),

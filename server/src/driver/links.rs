@@ -166,6 +166,18 @@ impl<K: KvStore> ClusterLinks<K> {
                 peers.remove_peer(*id);
             }
         }
+        // Peers the link was given before the node ran (from
+        // `--initial-cluster`) that the members do not list: IDs the flags
+        // derived and the cluster does not use (another token after a
+        // restart). Dialing them would be refused for ever.
+        if !seen.is_empty() {
+            for id in peers.peers() {
+                if !seen.contains_key(&id) && !self.known.contains_key(&id) {
+                    info!(peer = %format_args!("{id:x}"), "not dialing a peer the members do not list");
+                    peers.forget_peer(id);
+                }
+            }
+        }
         self.known = seen;
     }
 }

@@ -115,6 +115,11 @@ pub trait PeerLink: Send + Sync + 'static {
     fn add_peer(&self, id: u64, urls: Vec<String>);
     /// Forgets a removed member.
     fn remove_peer(&self, id: u64);
+    /// Stops dialing a peer the membership does not list, still serving
+    /// its connections (see [`PeerTransport::forget_peer`]).
+    fn forget_peer(&self, id: u64);
+    /// The peers dialed, by ID.
+    fn peers(&self) -> Vec<u64>;
 }
 
 impl<R: Runtime> PeerLink for PeerTransport<R> {
@@ -132,6 +137,14 @@ impl<R: Runtime> PeerLink for PeerTransport<R> {
 
     fn remove_peer(&self, id: u64) {
         PeerTransport::remove_peer(self, id);
+    }
+
+    fn forget_peer(&self, id: u64) {
+        PeerTransport::forget_peer(self, id);
+    }
+
+    fn peers(&self) -> Vec<u64> {
+        PeerTransport::peers(self)
     }
 }
 

@@ -483,6 +483,17 @@ impl<R: Runtime> PeerTransport<R> {
         lock(&self.shared.inbound_streams).remove(&id);
     }
 
+    /// Stops dialing peer `id` and drops what is queued for it. Unlike
+    /// [`Self::remove_peer`], its connections are still served: it is not
+    /// known as removed, only not (or no longer) a member this one dials,
+    /// such as an ID `--initial-cluster` derived that the cluster does not
+    /// use.
+    pub fn forget_peer(&self, id: u64) {
+        if let Some(peer) = lock(&self.shared.peers).remove(&id) {
+            peer.queue.close();
+        }
+    }
+
     /// The peers known, by ID.
     pub fn peers(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = lock(&self.shared.peers).keys().copied().collect();
