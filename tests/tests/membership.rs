@@ -49,8 +49,19 @@ fn a_removed_member_exits() {
         );
         cluster.members[victim].kill();
     }
-    ctl_ok(&leader_address, &["put", "after", "remove"]);
+    let put = ctl(&leader_address, &["put", "after", "remove"]);
+    assert!(put.code == 0, "{put:?}\n{}", logs(&cluster));
     eprintln!("removal test took {:?}", started.elapsed());
+}
+
+/// Every member's whole log, for a failure that needs them all.
+fn logs(cluster: &Cluster) -> String {
+    cluster
+        .members
+        .iter()
+        .map(|m| format!("--- {} ---\n{}", m.name, m.log()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A leader that removes itself from a two-member cluster exits, and the
