@@ -320,6 +320,16 @@ pub struct Generation {
     pub version: i64,
 }
 
+impl Generation {
+    /// Where `version` leaves its key: `None` for a tombstone.
+    pub fn of(version: &KeyVersion) -> Option<Self> {
+        (!version.tombstone).then_some(Self {
+            create_revision: version.create_revision,
+            version: version.version,
+        })
+    }
+}
+
 /// [`KvRead::generation`] by reading the version.
 pub fn generation_read<R: KvRead + ?Sized>(
     read: &R,
@@ -330,10 +340,7 @@ pub fn generation_read<R: KvRead + ?Sized>(
     end.push(0);
     let mut found = None;
     read.scan(key, RangeEnd::Before(&end), at, &mut |version| {
-        found = (!version.tombstone).then_some(Generation {
-            create_revision: version.create_revision,
-            version: version.version,
-        });
+        found = Generation::of(&version);
         ControlFlow::Break(())
     })?;
     Ok(found)

@@ -66,13 +66,7 @@ impl<'a, R: KvRead + ?Sized> WriteBuffer<'a, R> {
     /// far: a put needs no more of the live version than this.
     fn generation(&self, key: &[u8]) -> Result<Option<Generation>, StorageError> {
         match self.newest.get(key) {
-            Some(&index) => {
-                let change = &self.changes[index];
-                Ok((!change.tombstone).then_some(Generation {
-                    create_revision: change.create_revision,
-                    version: change.version,
-                }))
-            }
+            Some(&index) => Ok(Generation::of(&self.changes[index])),
             None => self.base.generation(key, self.begin),
         }
     }
