@@ -145,6 +145,14 @@ WRAPPER
             printf 'failed: %s  (%s)\n' "$name" "${reasons[$name]:-NOT EXPECTED}"
         done
         if [ ${#unexpected[@]} -gt 0 ]; then
+            # The end of a run's output is what a CI report keeps: each
+            # unexpected failure's own words and its server's last lines.
+            for name in "${unexpected[@]}"; do
+                echo "---- $name: test log (last 40 lines)"
+                tail -n 40 "$out/$name.log" 2>/dev/null || true
+                echo "---- $name: server log (last 30 lines)"
+                tail -n 30 "$out/$name.server.log" 2>/dev/null | cut -c1-400 || true
+            done
             echo "etcd-e2e.sh: ${#unexpected[@]} unexpected failures (logs in $out): ${unexpected[*]}"
             status=1
         fi
