@@ -49,6 +49,8 @@ pub mod runtime;
 mod serve;
 pub mod slow_requests;
 pub mod socket;
+#[cfg(test)]
+mod test_io;
 mod tls_accept;
 pub mod watch_routes;
 

@@ -14,7 +14,7 @@ use protobuf::Message as _;
 use tracing::{debug, info, warn};
 
 use super::admission::HANDSHAKES_MAX;
-use super::stream::{read_exact, read_frame, write_all, ReadFrameError};
+use super::stream::{read_exact, write_all, FrameReader, ReadFrameError};
 use super::tls::PeerIo;
 use super::wire::{Answer, FrameKind, Hello, Reject, StreamKind, HELLO_BYTES, PROTOCOL_VERSION};
 use super::{
@@ -377,32 +377,34 @@ async fn read_messages<R: Runtime>(shared: Arc<Shared<R>>, mut io: PeerIo<R::Io>
         )
     });
     let frame_max = shared.config.frame_bytes_max;
-    let mut body = Vec::new();
+    let mut reader = FrameReader::default();
     let reason = loop {
         let frame = {
-            let read = pin!(read_frame(&mut io, frame_max, &mut body));
+            let read = pin!(reader.read(&mut io, frame_max));
             match select(read, &mut replaced).await {
                 Either::Left((frame, _)) => frame,
                 Either::Right(_) => break "replaced or removed".to_owned(),
             }
         };
         match frame {
-            Ok(FrameKind::Message) => match decode_message(&body, from, shared.config.member_id) {
-                Ok(message) => {
-                    if let Some((received, round_trip)) = &series {
-                        received.inc_by((body.len() + super::wire::FRAME_HEADER_BYTES) as u64);
-                        if message.msg_type == MessageType::MsgHeartbeatResponse {
-                            shared.heartbeat_answered(from, round_trip);
+            Ok((FrameKind::Message, body)) => {
+                match decode_message(body, from, shared.config.member_id) {
+                    Ok(message) => {
+                        if let Some((received, round_trip)) = &series {
+                            received.inc_by((body.len() + super::wire::FRAME_HEADER_BYTES) as u64);
+                            if message.msg_type == MessageType::MsgHeartbeatResponse {
+                                shared.heartbeat_answered(from, round_trip);
+                            }
                         }
+                        shared.deliver(PeerEvent::Message(message));
                     }
-                    shared.deliver(PeerEvent::Message(message));
+                    Err(problem) => {
+                        warn!(from = %Id(from), problem, "bad peer message; closing its connection");
+                        break problem.to_owned();
+                    }
                 }
-                Err(problem) => {
-                    warn!(from = %Id(from), problem, "bad peer message; closing its connection");
-                    break problem.to_owned();
-                }
-            },
-            Ok(kind) => {
+            }
+            Ok((kind, _)) => {
                 warn!(from = %Id(from), ?kind, "unexpected frame on a messages stream; closing it");
                 break format!("unexpected {kind:?} frame");
             }

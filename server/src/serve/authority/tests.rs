@@ -10,48 +10,13 @@ use super::frame::{
 };
 use super::hpack::tests::{field, Decoder, Encoder, Field, Repr};
 use super::*;
-
-/// A connection that delivers `data` at most `chunk` bytes per read,
-/// answering every other read with `Pending` first.
-struct Trickle {
-    data: Vec<u8>,
-    at: usize,
-    chunk: usize,
-    stall: bool,
-}
-
-impl Read for Trickle {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        mut buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.stall = !this.stall;
-        if this.stall {
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        let n = this
-            .chunk
-            .min(buf.remaining())
-            .min(this.data.len() - this.at);
-        buf.put_slice(&this.data[this.at..this.at + n]);
-        this.at += n;
-        Poll::Ready(Ok(()))
-    }
-}
+use crate::test_io::Trickle;
 
 /// Everything hyper would read from `input` through the rewrite, the
 /// connection giving `read_chunk` bytes at a time and hyper asking for
 /// `hyper_chunk`.
 fn through(input: &[u8], read_chunk: usize, hyper_chunk: usize) -> Vec<u8> {
-    let mut io = AuthorityRewrite::new(Trickle {
-        data: input.to_vec(),
-        at: 0,
-        chunk: read_chunk,
-        stall: false,
-    });
+    let mut io = AuthorityRewrite::new(Trickle::new(input, read_chunk));
     let mut cx = Context::from_waker(Waker::noop());
     let mut out = Vec::new();
     let mut chunk = vec![0; hyper_chunk];
