@@ -75,6 +75,16 @@ pub trait Runtime: Clone + Send + Sync + Unpin + 'static {
 }
 
 /// hyper's executor, on any [`Runtime`].
+///
+/// A task is polled once where hyper hands it over, before it is spawned:
+/// an HTTP/2 request then reaches its service (and the node) within the
+/// connection's own poll, instead of after the connection has written
+/// and flushed whatever else it had (a PING's acknowledgement, for one:
+/// grpc-go sends a PING with most requests). That first poll has a waker
+/// that does nothing; a task still pending is spawned, and the runtime
+/// polls it again at once with its own, as a future's contract requires
+/// of whoever polls it. Boxed, the task the runtime moves about is a
+/// pointer rather than hyper's kilobyte-sized stream future.
 #[derive(Clone)]
 pub(crate) struct HyperExecutor<R>(pub(crate) R);
 
@@ -85,10 +95,20 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, future: F) {
-        self.0.spawn(async move {
-            future.await;
-        });
+        if let Some(future) = poll_first(future) {
+            self.0.spawn(async move {
+                future.await;
+            });
+        }
     }
+}
+
+/// Polls `future` once, with a waker that does nothing; the future, boxed,
+/// if that did not finish it (see [`HyperExecutor`]).
+fn poll_first<F: Future>(future: F) -> Option<Pin<Box<F>>> {
+    let mut future = Box::pin(future);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    future.as_mut().poll(&mut cx).is_pending().then_some(future)
 }
 
 /// hyper's timer (HTTP/1 header timeouts, HTTP/2 keep-alive), on any
@@ -158,4 +178,40 @@ pub(crate) async fn blocking<R: Runtime, T: Send + 'static>(
     result
         .await
         .map_err(|_| io::Error::other("blocking work was abandoned"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::task::Waker;
+
+    use super::*;
+
+    /// A future that counts its polls and finishes on the second.
+    struct TwoPolls<'a>(&'a Cell<u32>);
+
+    impl Future for TwoPolls<'_> {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            self.0.set(self.0.get() + 1);
+            if self.0.get() >= 2 {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    #[test]
+    fn a_task_is_polled_once_before_it_is_handed_over() {
+        let polls = Cell::new(0);
+        let pending = poll_first(TwoPolls(&polls));
+        assert_eq!(polls.get(), 1, "polled where it was handed over");
+        let mut pending = pending.expect("still pending after one poll");
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(pending.as_mut().poll(&mut cx).is_ready());
+        // A task that finishes at once is not handed over at all.
+        assert!(poll_first(std::future::ready(())).is_none());
+    }
 }
