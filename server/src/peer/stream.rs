@@ -145,10 +145,11 @@ impl FrameReader {
         max: usize,
     ) -> Result<(FrameKind, &[u8]), ReadFrameError> {
         loop {
-            if let Some((kind, body)) = self.parsed(max)? {
-                return Ok((kind, &self.buf[body]));
-            }
-            let want = self.make_room(max)?;
+            let frame_end = match self.parsed(max)? {
+                Ok((kind, body)) => return Ok((kind, &self.buf[body])),
+                Err(frame_end) => frame_end,
+            };
+            let want = self.make_room(frame_end);
             let at = self.filled;
             let n = poll_fn(|cx| poll_read_some(io, cx, &mut self.buf[at..at + want]))
                 .await
@@ -164,26 +165,34 @@ impl FrameReader {
         }
     }
 
-    /// The next whole frame in the buffer, consumed.
-    fn parsed(&mut self, max: usize) -> Result<Option<(FrameKind, Range<usize>)>, ReadFrameError> {
+    /// The next whole frame in the buffer, consumed; or, when none is
+    /// whole yet, the length of the frame in progress with its header (0
+    /// while its header is not all in).
+    fn parsed(
+        &mut self,
+        max: usize,
+    ) -> Result<Result<(FrameKind, Range<usize>), usize>, ReadFrameError> {
         let unread = &self.buf[self.start..self.filled];
         let Some(header) = unread.first_chunk::<FRAME_HEADER_BYTES>() else {
-            return Ok(None);
+            return Ok(Err(0));
         };
         let (kind, len) = wire::parse_frame_header(header, max).map_err(ReadFrameError::Frame)?;
-        if unread.len() - FRAME_HEADER_BYTES < len {
-            return Ok(None);
+        let frame_end = FRAME_HEADER_BYTES + len;
+        if unread.len() < frame_end {
+            return Ok(Err(frame_end));
         }
-        let body = self.start + FRAME_HEADER_BYTES..self.start + FRAME_HEADER_BYTES + len;
+        let body = self.start + FRAME_HEADER_BYTES..self.start + frame_end;
         self.start = body.end;
-        Ok(Some((kind, body)))
+        Ok(Ok((kind, body)))
     }
 
     /// Moves the unread bytes to the front and makes room after them for
-    /// the next read; returns how many bytes that read may take. The room
-    /// grows by at most [`READ_CHUNK_BYTES`] at a time, so a header that
-    /// announces a large body costs memory only as the body arrives.
-    fn make_room(&mut self, max: usize) -> Result<usize, ReadFrameError> {
+    /// the next read, given the length of the frame in progress
+    /// ([`FrameReader::parsed`]); returns how many bytes that read may take.
+    /// A large frame's room grows by at most [`READ_CHUNK_BYTES`] at a time
+    /// and never past its end, so a header that announces a large body
+    /// costs memory only as the body arrives.
+    fn make_room(&mut self, frame_end: usize) -> usize {
         let unread = self.filled - self.start;
         if unread == 0 && self.buf.len() >= BUFFER_KEPT_BYTES {
             self.buf = Vec::new();
@@ -192,16 +201,6 @@ impl FrameReader {
         }
         self.start = 0;
         self.filled = unread;
-        // The frame in progress, when its header is in: read no further
-        // than its end needs (or a chunk, if that is more).
-        let frame_end = match self.buf[..unread].first_chunk::<FRAME_HEADER_BYTES>() {
-            Some(header) => {
-                let (_, len) =
-                    wire::parse_frame_header(header, max).map_err(ReadFrameError::Frame)?;
-                FRAME_HEADER_BYTES + len
-            }
-            None => 0,
-        };
         let want = if frame_end > READ_CHUNK_BYTES {
             // A large frame: its body, a chunk at a time.
             (frame_end - unread).min(READ_CHUNK_BYTES)
@@ -213,7 +212,7 @@ impl FrameReader {
         if self.buf.len() < end {
             self.buf.resize(end, 0);
         }
-        Ok(want)
+        want
     }
 }
 
