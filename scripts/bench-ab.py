@@ -11,8 +11,8 @@ run is printed, then the median and range of each figure per build.
 Usage: scripts/bench-ab.py BIN_A BIN_B [ROUNDS] [-- LOAD ARGS]
   ROUNDS      runs per build (default 8)
   LOAD ARGS   what each run does (default: -mode put -clients 256
-              -conns 16 -total 100000); server CPU per request is
-              measured for put and get runs
+              -conns 16 -total 100000); server CPU is measured per
+              request for put and get runs, per delivered event for watch
 For example, a build against the one before it:
   git stash; cargo build --release; cp target/release/oxetcd /tmp/before
   git stash pop; cargo build --release
@@ -32,7 +32,8 @@ spec.loader.exec_module(bench)
 sys.argv = ARGV
 
 DEFAULT_LOAD = ["-mode", "put", "-clients", "256", "-conns", "16", "-total", "100000"]
-FIGURES = ["per_s", "p50_ms", "p99_ms", "server_us", "client_cpu_us", "events_per_response"]
+FIGURES = ["per_s", "p50_ms", "p99_ms", "server_us", "client_cpu_us", "events_per_response",
+           "put_secs"]
 
 
 def main():
@@ -61,6 +62,8 @@ def main():
                 r = bench.load(cluster, *load_args)
                 if total and r["mode"] in ("put", "get"):
                     r["server_us"] = (cluster.cpu_seconds() - before) * 1e6 / total
+                elif total and r["mode"] == "watch":  # per delivered event
+                    r["server_us"] = (cluster.cpu_seconds() - before) * 1e6 / (total * r["watchers"])
                 results[kind].append(r)
                 print(kind, " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
     finally:

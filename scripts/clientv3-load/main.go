@@ -19,12 +19,16 @@
 //     -total puts under that prefix from -clients writers in a child
 //     process (so the CPU reported is the watchers' alone); ends when every
 //     watcher has seen every event. Events/s counts deliveries (watchers x
-//     puts) from the first put to the last delivery.
+//     puts) from the first put to the last delivery; put_secs is the
+//     writer's own time, so a run whose secs are close to it was bound by
+//     the puts (slowed by the deliveries sharing the machine), not by the
+//     deliveries' own pace.
 //
 // Prints one line of key=value pairs: the mode, the counts, seconds,
 // requests (or events) per second, latency percentiles in ms (put and get),
 // errors, and this process's CPU time (user+system) per request or event in
 // microseconds: the client's cost of the server's way of answering.
+// -cpuprofile writes this process's Go CPU profile, for `go tool pprof`.
 package main
 
 import (
@@ -34,6 +38,7 @@ import (
 	"math/rand"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -57,7 +62,18 @@ func main() {
 	consistency := flag.String("consistency", "l", "get consistency: l or s")
 	watchers := flag.Int("watchers", 256, "watchers (watch mode)")
 	prefix := flag.String("prefix", "", "put keys under this prefix")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile here")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fail("cpu profile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail("cpu profile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	eps := strings.Split(*endpoints, ",")
 	cs := make([]*clientv3.Client, *conns)
@@ -190,8 +206,17 @@ func watch(cs []*clientv3.Client, watchers, total int, writer []string) {
 	start := time.Now()
 	puts := exec.Command(os.Args[0], append(writer, "-prefix", prefix)...)
 	puts.Stderr = os.Stderr
-	if out, err := puts.Output(); err != nil {
+	out, err := puts.Output()
+	if err != nil {
 		fail("the writer: %v: %s", err, out)
+	}
+	// The writer's own seconds: when they are near secs, the puts bound
+	// the run rather than the deliveries.
+	putSecs := "0"
+	for _, field := range strings.Fields(string(out)) {
+		if strings.HasPrefix(field, "secs=") {
+			putSecs = strings.TrimPrefix(field, "secs=")
+		}
 	}
 	finished := make(chan struct{})
 	go func() { done.Wait(); close(finished) }()
@@ -204,8 +229,8 @@ func watch(cs []*clientv3.Client, watchers, total int, writer []string) {
 	secs := end.Sub(start).Seconds()
 	cpu := cpuTime() - cpu0
 	events := float64(watchers * total)
-	fmt.Printf("mode=watch watchers=%d total=%d secs=%.3f per_s=%.0f responses=%d events_per_response=%.1f client_cpu_us=%.3f\n",
-		watchers, total, secs, events/secs, responses, events/float64(responses), cpu.Seconds()*1e6/events)
+	fmt.Printf("mode=watch watchers=%d total=%d secs=%.3f per_s=%.0f responses=%d events_per_response=%.1f client_cpu_us=%.3f put_secs=%s\n",
+		watchers, total, secs, events/secs, responses, events/float64(responses), cpu.Seconds()*1e6/events, putSecs)
 }
 
 func pct(sorted []time.Duration, p int) float64 {

@@ -116,6 +116,7 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         grpc,
         http: HttpEndpoints::new(runtime.clone(), handle).with_gateway(gateway),
         builder,
+        timer: Arc::new(HyperTimer(runtime.clone())),
     });
     for bound in listeners {
         let tls = match (bound.url.is_secure(), &tls) {
@@ -161,6 +162,8 @@ struct App<R: Runtime, K: KvStore> {
     grpc: Arc<GrpcRouter<K>>,
     http: HttpEndpoints<R, K>,
     builder: auto::Builder<HyperExecutor<R>>,
+    /// Holds connections' lone PING acknowledgements a moment.
+    timer: Arc<dyn hyper::rt::Timer + Send + Sync>,
 }
 
 impl<R: Runtime, K: KvStore> App<R, K> {
@@ -197,7 +200,7 @@ impl<R: Runtime, K: KvStore> App<R, K> {
             }
             async move { Ok::<_, Infallible>(app.route(request).await) }
         });
-        let io = WriteCoalesce::new(AuthorityRewrite::new(io));
+        let io = WriteCoalesce::new(AuthorityRewrite::new(io)).holding_pongs(self.timer.clone());
         if let Err(e) = self.builder.serve_connection(io, service).await {
             debug!(error = %e, "client connection ended with an error");
         }
