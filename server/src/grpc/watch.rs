@@ -223,11 +223,14 @@ impl Codec for WatchCodec {
 }
 
 /// Bytes a stream gathers before it hands them to HTTP/2, unless it has
-/// nothing more to send (tonic's default is 32 KiB). A busy stream of many
-/// watchers then passes its responses on in fewer, larger pieces, each of
-/// which costs the connection a lock, a wake-up and often a write; the
-/// buffer stays bounded per stream, not per watcher.
-const WATCH_YIELD_BYTES: usize = 128 * 1024;
+/// nothing more to send: tonic's default. Each piece is an allocation of
+/// its own that lives until HTTP/2 has written it, and a busy stream hands
+/// over hundreds of MiB a second. At 128 KiB a piece the allocator kept
+/// about 19 MiB more resident under the watch fan-out benchmark (peak RSS
+/// 83 against 64 MiB) for no measurable saving in CPU: the connection's
+/// lock, wake-up and write per piece are already shared by the pieces of
+/// every stream that a flush finds queued.
+const WATCH_YIELD_BYTES: usize = 32 * 1024;
 
 /// A stream's first encode buffer (tonic's default); it grows as needed.
 const WATCH_BUFFER_BYTES: usize = 8 * 1024;
