@@ -5,7 +5,7 @@
 //! ([`crate::grpc::WatchService`]), and a shared counter of what is queued
 //! in it. The driver thread routes the node's watch outputs into the channel
 //! through the stream's [`StreamGate`], which keeps the queue within
-//! [`STREAM_QUEUE_MAX`]: a watcher whose response does not fit is stalled,
+//! [`STREAM_QUEUE_BYTES`]: a watcher whose response does not fit is stalled,
 //! and the node is told so it re-reads that watcher's history from storage
 //! (see `oxetcd_core::watch`). Routing never blocks, so a slow or dead
 //! client never holds up the node or other streams.
@@ -20,12 +20,16 @@ use oxetcd_proto::etcdserverpb::WatchResponse;
 use std::collections::HashMap;
 use tracing::info;
 
-/// Responses plus events (see [`queue_cost`]) one stream may have queued
-/// before its slowest watchers are moved to catch-up from storage. Values can
-/// be large (up to `--max-request-bytes` each), so this bounds the count,
-/// not the bytes; it is sized for hundreds of watchers on one stream seeing
-/// the same writes.
-pub const STREAM_QUEUE_MAX: usize = 8_192;
+/// Bytes (see [`queue_cost`]) one stream may have queued before its
+/// slowest watchers are moved to catch-up from storage. A revision's
+/// events are shared by the watchers of a stream that want them, and
+/// counted once among them, so each further watcher of the same writes
+/// adds only its own [`oxetcd_core::watch::QUEUE_ITEM_BYTES`]: with 64
+/// watchers of one prefix on a stream, a stream falls about 3,700
+/// revisions of 256-byte values behind before any watcher stalls (a
+/// stream of one such watcher, about 40,000). A Kubernetes API server puts
+/// every watch of a client on one stream.
+pub const STREAM_QUEUE_BYTES: usize = 16 << 20;
 
 /// What a stream's task reads, in order.
 #[derive(Debug)]
@@ -87,7 +91,7 @@ impl WatchRoutes {
     ) -> Option<Input> {
         let route = self.streams.get_mut(&stream)?;
         let queued = route.queued.load(Ordering::Acquire);
-        match route.gate.route(&response, queued, STREAM_QUEUE_MAX) {
+        match route.gate.route(&response, queued, STREAM_QUEUE_BYTES) {
             Route::Deliver => {
                 route
                     .queued
@@ -144,7 +148,7 @@ impl WatchRoutes {
                 delivery.revision(),
                 delivery.cost(),
                 queued,
-                STREAM_QUEUE_MAX,
+                STREAM_QUEUE_BYTES,
             ) {
                 Route::Deliver => {
                     queued = queued.saturating_add(delivery.cost());

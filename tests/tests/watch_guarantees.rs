@@ -12,7 +12,10 @@
 //!
 //! One stream (on its own connection, with small HTTP/2 windows) reads
 //! nothing for a while, so its watchers fall behind, are moved to the
-//! catch-up path and must still see everything exactly once.
+//! catch-up path and must still see everything exactly once. It also holds
+//! the one watcher of a prefix where a fifth writer puts values of 1 MiB:
+//! a stream's queue is bounded in bytes, and those fill it however few
+//! revisions they are.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -36,6 +39,12 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
 
 const WATCHERS: usize = 1_000;
+/// Watcher `WATCHERS`, on the slow stream, watches [`BIG_PREFIX`] alone.
+const BIG_PREFIX: &str = "s/";
+/// Values of this size put under [`BIG_PREFIX`] while the slow stream
+/// reads nothing: more bytes than a stream may queue (16 MiB).
+const BIG_WRITES: usize = 24;
+const BIG_VALUE_BYTES: usize = 1 << 20;
 const STREAMS: usize = 20;
 const CONNECTIONS: usize = 4;
 const WRITERS: usize = 4;
@@ -123,7 +132,7 @@ async fn run(endpoint: String) -> Result<(), String> {
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let shared = Arc::new(Shared {
-        watchers: (0..WATCHERS)
+        watchers: (0..=WATCHERS)
             .map(|i| {
                 Mutex::new(WatcherLog {
                     prefix: prefix_of(i),
@@ -139,7 +148,7 @@ async fn run(endpoint: String) -> Result<(), String> {
     let mut senders = Vec::new();
     for stream in 0..STREAMS {
         let (sender, receiver) = unbounded_channel();
-        for i in (stream..WATCHERS).step_by(STREAMS) {
+        for i in watchers_of(stream) {
             let create = WatchCreateRequest {
                 key: prefix_of(i).into_bytes(),
                 range_end: prefix_end(prefix_of(i).as_bytes()),
@@ -156,7 +165,8 @@ async fn run(endpoint: String) -> Result<(), String> {
         } else {
             channels[stream % CONNECTIONS].clone()
         };
-        let mut client = WatchClient::new(channel);
+        // Catch-up responses of the 1 MiB values exceed tonic's 4 MiB default.
+        let mut client = WatchClient::new(channel).max_decoding_message_size(usize::MAX);
         let responses = client
             .watch(Requests(receiver))
             .await
@@ -179,6 +189,10 @@ async fn run(endpoint: String) -> Result<(), String> {
             shared.clone(),
         )));
     }
+    writers.push(tokio::spawn(write_big(
+        KvClient::new(channels[0].clone()),
+        truth.clone(),
+    )));
     let progress = {
         let senders = senders.clone();
         tokio::spawn(async move {
@@ -313,8 +327,22 @@ async fn run(endpoint: String) -> Result<(), String> {
     }
 }
 
-/// Overlapping prefixes: everything, one of ten groups, or one key.
+/// The watchers of a stream: every `STREAMS`th, and the slow stream's
+/// watcher of the large values.
+fn watchers_of(stream: usize) -> Vec<usize> {
+    let mut watchers: Vec<usize> = (stream..WATCHERS).step_by(STREAMS).collect();
+    if stream == 0 {
+        watchers.push(WATCHERS);
+    }
+    watchers
+}
+
+/// Overlapping prefixes: everything, one of ten groups, or one key; the
+/// last watcher's is [`BIG_PREFIX`].
 fn prefix_of(i: usize) -> String {
+    if i == WATCHERS {
+        return BIG_PREFIX.to_owned();
+    }
     match i % 3 {
         0 => "k/".to_owned(),
         1 => format!("k/{}/", i % 10),
@@ -344,8 +372,8 @@ async fn read_stream(
         };
         if response.watch_id == -1 {
             let revision = response.header.map_or(0, |h| h.revision);
-            let counts = (stream..WATCHERS)
-                .step_by(STREAMS)
+            let counts = watchers_of(stream)
+                .into_iter()
                 .map(|i| (i, shared.watchers[i].lock().unwrap().events.len()))
                 .collect();
             shared.streams[stream]
@@ -357,7 +385,7 @@ async fn read_stream(
         }
         let Some(i) = usize::try_from(response.watch_id - 1)
             .ok()
-            .filter(|&i| i < WATCHERS)
+            .filter(|&i| i <= WATCHERS)
         else {
             continue;
         };
@@ -464,6 +492,32 @@ async fn write(
             }
         }
         shared.written.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Puts [`BIG_WRITES`] values of [`BIG_VALUE_BYTES`] under [`BIG_PREFIX`]
+/// and records them.
+async fn write_big(
+    mut kv: KvClient<Channel>,
+    truth: Arc<Mutex<BTreeMap<i64, Vec<Seen>>>>,
+) -> Result<(), String> {
+    for n in 0..BIG_WRITES {
+        let key = format!("{BIG_PREFIX}{n}");
+        let response = kv
+            .put(PutRequest {
+                key: key.clone().into_bytes(),
+                value: vec![b'b'; BIG_VALUE_BYTES],
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("large put: {e}"))?
+            .into_inner();
+        let revision = response.header.map_or(0, |h| h.revision);
+        truth
+            .lock()
+            .unwrap()
+            .insert(revision, vec![(revision, key, false)]);
     }
     Ok(())
 }

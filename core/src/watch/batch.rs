@@ -41,18 +41,22 @@ pub struct WatchBatch {
     events_bytes: usize,
     /// Events in all revisions.
     events: usize,
+    /// The sum of its deliveries' [`WatchDelivery::cost`].
+    cost: usize,
 }
 
 impl From<WatchDelivery> for WatchBatch {
     fn from(delivery: WatchDelivery) -> Self {
         let events_bytes = delivery.events.events_bytes();
         let events = delivery.events.events().len();
+        let cost = delivery.cost();
         Self {
             watch_id: delivery.watch_id,
             fragment: delivery.fragment,
             revisions: vec![delivery.events],
             events_bytes,
             events,
+            cost,
         }
     }
 }
@@ -71,7 +75,7 @@ impl WatchBatch {
     /// What it costs in a stream's queue: the sum of its deliveries'
     /// [`WatchDelivery::cost`].
     pub fn cost(&self) -> usize {
-        self.revisions.len() + self.events
+        self.cost
     }
 
     /// The watcher's response, with the last revision's header; copies the
@@ -91,7 +95,7 @@ impl WatchBatch {
 
     /// The length of [`WatchBatch::encode`]'s output.
     pub fn encoded_len(&self) -> usize {
-        self.last().header_field().len() + watch_id_field(self.watch_id).1 + self.events_bytes
+        self.last().header_field().len() + watch_id_len(self.watch_id) + self.events_bytes
     }
 
     /// Writes the protobuf encoding of [`WatchBatch::response`], byte for
@@ -116,7 +120,7 @@ impl WatchBatch {
         let bytes = delivery.events.events_bytes();
         // The batch's length with it: its header replaces the last one's.
         let len = delivery.events.header_field().len()
-            + watch_id_field(self.watch_id).1
+            + watch_id_len(self.watch_id)
             + self.events_bytes.saturating_add(bytes);
         let fits = self.revisions.len() < CATCH_UP_REVISIONS_MAX as usize
             && delivery.revision() > self.last().header().revision
@@ -126,6 +130,7 @@ impl WatchBatch {
         }
         self.events += delivery.events.events().len();
         self.events_bytes += bytes;
+        self.cost += delivery.cost();
         self.revisions.push(delivery.events);
         None
     }
@@ -159,6 +164,15 @@ pub fn batch(
 
 /// A `WatchResponse`'s field 2 (`watch_id`, varint) key byte.
 const WATCH_ID_KEY: u8 = 2 << 3;
+
+/// The length of [`watch_id_field`], without encoding it.
+pub(super) fn watch_id_len(watch_id: i64) -> usize {
+    if watch_id == 0 {
+        0
+    } else {
+        1 + prost::encoding::encoded_len_varint(watch_id as u64)
+    }
+}
 
 /// Field 2 as encoded, and its length (none for ID 0, proto3's default).
 pub(super) fn watch_id_field(watch_id: i64) -> ([u8; 11], usize) {
@@ -204,11 +218,7 @@ mod tests {
     }
 
     fn delivery(watch_id: i64, events: &Arc<RevisionEvents>) -> WatchDelivery {
-        WatchDelivery {
-            watch_id,
-            events: events.clone(),
-            fragment: false,
-        }
+        WatchDelivery::new(watch_id, events.clone(), false)
     }
 
     fn encoded(batch: &WatchBatch) -> Vec<u8> {
@@ -231,7 +241,8 @@ mod tests {
         for (batch, id) in batches.iter().zip([0, 300]) {
             assert_eq!(batch.watch_id, id);
             assert_eq!(batch.events(), 20);
-            assert_eq!(batch.cost(), 10 * 3);
+            let cost: usize = revisions.iter().map(|r| delivery(id, r).cost()).sum();
+            assert_eq!(batch.cost(), cost);
             let response = batch.response();
             assert_eq!(response.header.map(|h| h.revision), Some(19));
             let revs: Vec<i64> = response

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::batch::watch_id_field;
+use super::batch::{watch_id_field, watch_id_len};
 
 use oxetcd_proto::etcdserverpb::{ResponseHeader, WatchResponse};
 use oxetcd_proto::mvccpb::Event;
@@ -73,6 +73,11 @@ impl RevisionEvents {
     }
 }
 
+/// Bytes a queued response is reckoned at in a stream's queue besides its
+/// encoding: what the queue's own structures take per response (see
+/// [`queue_cost`](super::queue_cost)).
+pub const QUEUE_ITEM_BYTES: usize = 64;
+
 /// One synced watcher's events of one revision (see the module docs). The
 /// events are shared with every watcher of the revision that wants the
 /// same ones.
@@ -85,9 +90,29 @@ pub struct WatchDelivery {
     pub events: Arc<RevisionEvents>,
     /// The watcher asked for fragmented responses.
     pub fragment: bool,
+    /// Its [`WatchDelivery::cost`], reckoned once.
+    cost: usize,
 }
 
 impl WatchDelivery {
+    /// `events` for watcher `watch_id`, sharing them with no other
+    /// delivery of its stream.
+    pub fn new(watch_id: i64, events: Arc<RevisionEvents>, fragment: bool) -> Self {
+        let mut delivery = Self {
+            watch_id,
+            events,
+            fragment,
+            cost: 0,
+        };
+        delivery.share(1);
+        delivery
+    }
+
+    /// Counts its encoding as shared by `among` deliveries of its stream.
+    fn share(&mut self, among: usize) {
+        self.cost = QUEUE_ITEM_BYTES + self.encoded_len().div_ceil(among.max(1));
+    }
+
     /// The revision every event belongs to.
     pub fn revision(&self) -> i64 {
         self.events.header.revision
@@ -103,14 +128,17 @@ impl WatchDelivery {
         }
     }
 
-    /// What it costs in a stream's queue, as [`queue_cost`](super::queue_cost) of its response.
+    /// What it costs in a stream's queue, in bytes: its share of the
+    /// encoding (see [`mark_shared`]), and the queue's own
+    /// [`QUEUE_ITEM_BYTES`]. Unshared, that is
+    /// [`queue_cost`](super::queue_cost) of its response.
     pub fn cost(&self) -> usize {
-        1 + self.events.events.len()
+        self.cost
     }
 
     /// The length of [`WatchDelivery::encode`]'s output.
     pub fn encoded_len(&self) -> usize {
-        self.events.encoded.len() + watch_id_field(self.watch_id).1
+        self.events.encoded.len() + watch_id_len(self.watch_id)
     }
 
     /// Writes the protobuf encoding of [`WatchDelivery::response`], byte
@@ -120,5 +148,28 @@ impl WatchDelivery {
         buf.put_slice(self.events.header_field());
         buf.put_slice(&id[..id_len]);
         buf.put_slice(self.events.events_field());
+    }
+}
+
+/// Marks each run of consecutive `deliveries` that share one encoding with
+/// the run's length, so that a stream's queue counts the encoding once per
+/// run ([`WatchDelivery::cost`]). The node queues a stream's deliveries of
+/// a revision watcher after watcher, so the watchers that share a
+/// revision's events are one run; deliveries that share apart from one
+/// another are counted as separate runs, which only overstates the cost.
+pub(crate) fn mark_shared(deliveries: &mut [WatchDelivery]) {
+    let mut start = 0;
+    while start < deliveries.len() {
+        let events = Arc::as_ptr(&deliveries[start].events);
+        let run = deliveries[start..]
+            .iter()
+            .take_while(|delivery| Arc::as_ptr(&delivery.events) == events)
+            .count();
+        if run > 1 {
+            for delivery in &mut deliveries[start..start + run] {
+                delivery.share(run);
+            }
+        }
+        start += run;
     }
 }

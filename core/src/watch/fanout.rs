@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use oxetcd_proto::etcdserverpb::ResponseHeader;
 
+use super::delivery::mark_shared;
 use super::event::{event, is_create, previous};
 use super::registry::{Watcher, WatcherKey};
 use super::{RevisionEvents, StreamId, WatchDelivery, WatchRegistry};
@@ -90,11 +91,10 @@ impl WatchRegistry {
                 })
                 .clone();
             watcher.took(revision);
-            self.pending.entry(key.0).or_default().push(WatchDelivery {
-                watch_id: key.1,
-                events,
-                fragment: watcher.spec.fragment,
-            });
+            self.pending
+                .entry(key.0)
+                .or_default()
+                .push(WatchDelivery::new(key.1, events, watcher.spec.fragment));
         }
         Ok(())
     }
@@ -179,11 +179,7 @@ impl WatchRegistry {
                 }
             };
             watcher.took(revision);
-            let delivery = WatchDelivery {
-                watch_id: key.1,
-                events,
-                fragment: watcher.spec.fragment,
-            };
+            let delivery = WatchDelivery::new(key.1, events, watcher.spec.fragment);
             if current != Some(key.0) {
                 if let Some(stream) = current {
                     pending.entry(stream).or_default().append(&mut run);
@@ -218,11 +214,10 @@ impl WatchRegistry {
     /// delivery of the batch.
     pub(crate) fn flush_events(&mut self, outputs: &mut impl Extend<Output>) {
         let pending = std::mem::take(&mut self.pending);
-        outputs.extend(
-            pending
-                .into_iter()
-                .map(|(stream, deliveries)| Output::WatchEvents { stream, deliveries }),
-        );
+        outputs.extend(pending.into_iter().map(|(stream, mut deliveries)| {
+            mark_shared(&mut deliveries);
+            Output::WatchEvents { stream, deliveries }
+        }));
     }
 }
 

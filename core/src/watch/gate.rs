@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use oxetcd_proto::etcdserverpb::WatchResponse;
 
-use super::{NO_WATCH_ID, PROGRESS_REQUESTS_WAITING_MAX};
+use super::{NO_WATCH_ID, PROGRESS_REQUESTS_WAITING_MAX, QUEUE_ITEM_BYTES};
 
 /// What a runtime does with one watch response for a stream; see
 /// [`StreamGate::route`].
@@ -119,7 +119,10 @@ impl StreamGate {
     }
 }
 
-/// What a response costs in a stream's queue: one, plus one per event.
+/// What a response costs in a stream's queue, in bytes: its encoding and
+/// the queue's own [`QUEUE_ITEM_BYTES`]. Bytes, not events, so that the
+/// bound holds whatever the values' size.
 pub fn queue_cost(response: &WatchResponse) -> usize {
-    1 + response.events.len()
+    use prost::Message;
+    QUEUE_ITEM_BYTES + response.encoded_len()
 }

@@ -103,7 +103,7 @@ use std::time::Duration;
 
 pub use self::batch::{batch, WatchBatch};
 pub use self::catch_up::{catch_up, CatchUp, CatchUpOutcome};
-pub use self::delivery::{RevisionEvents, WatchDelivery};
+pub use self::delivery::{RevisionEvents, WatchDelivery, QUEUE_ITEM_BYTES};
 pub use self::fragment::fragments;
 pub use self::gate::{queue_cost, Route, StreamGate};
 pub(crate) use self::registry::{Context, WatchRegistry};

@@ -50,11 +50,7 @@ fn deliveries_encode_as_their_responses() {
     };
     let shared = Arc::new(RevisionEvents::new(header, events));
     for watch_id in [0, 1, 127, 128, i64::MAX, NO_WATCH_ID, i64::MIN] {
-        let delivery = WatchDelivery {
-            watch_id,
-            events: shared.clone(),
-            fragment: false,
-        };
+        let delivery = WatchDelivery::new(watch_id, shared.clone(), false);
         let expected = delivery.response().encode_to_vec();
         let mut encoded = Vec::new();
         delivery.encode(&mut encoded);
@@ -62,11 +58,11 @@ fn deliveries_encode_as_their_responses() {
         assert_eq!(delivery.encoded_len(), expected.len());
         assert_eq!(delivery.cost(), queue_cost(&delivery.response()));
     }
-    let none = WatchDelivery {
-        watch_id: 4,
-        events: Arc::new(RevisionEvents::new(ResponseHeader::default(), Vec::new())),
-        fragment: false,
-    };
+    let none = WatchDelivery::new(
+        4,
+        Arc::new(RevisionEvents::new(ResponseHeader::default(), Vec::new())),
+        false,
+    );
     let mut encoded = Vec::new();
     none.encode(&mut encoded);
     assert_eq!(encoded, none.response().encode_to_vec());
@@ -143,6 +139,68 @@ fn a_put_reaches_the_same_watchers_in_order_however_they_are_found() {
     assert_eq!(deliveries_of_one_put(0), expected);
     // Mostly single-key watchers: candidates are looked up.
     assert_eq!(deliveries_of_one_put(20), expected);
+}
+
+#[test]
+fn a_streams_watchers_of_one_revision_count_its_encoding_once() {
+    let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
+    let mut outputs = VecDeque::new();
+    let mut cx = Context {
+        now: Instant::ZERO,
+        header: ResponseHeader {
+            revision: 1,
+            ..Default::default()
+        },
+        outputs: &mut outputs,
+    };
+    // 64 watchers of one prefix on stream 1, one on stream 2.
+    for stream in std::iter::repeat_n(1, 64).chain([2]) {
+        let create = WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: b"a".to_vec(),
+                range_end: b"b".to_vec(),
+                ..Default::default()
+            })),
+        };
+        registry.handle_request(stream, create, &mut cx);
+    }
+    let change = KeyVersion {
+        key: b"a1".to_vec(),
+        mod_revision: crate::storage::Revision { main: 2, sub: 0 },
+        create_revision: 2,
+        version: 1,
+        lease: 0,
+        value: vec![b'v'; 256],
+        tombstone: false,
+    };
+    let kv = crate::memory::MemoryKv::default();
+    let view = crate::storage::KvStore::read(&kv).unwrap();
+    registry
+        .on_revision(2, &[change], &view, ResponseHeader::default())
+        .unwrap();
+    let mut flushed = Vec::new();
+    registry.flush_events(&mut flushed);
+    let mut costs = std::collections::BTreeMap::new();
+    for output in flushed {
+        let Output::WatchEvents { stream, deliveries } = output else {
+            panic!("unexpected output {output:?}");
+        };
+        costs.insert(stream, deliveries);
+    }
+    let alone = &costs[&2];
+    assert_eq!(alone.len(), 1);
+    assert_eq!(alone[0].cost(), queue_cost(&alone[0].response()));
+    let shared = &costs[&1];
+    assert_eq!(shared.len(), 64);
+    let total: usize = shared.iter().map(WatchDelivery::cost).sum();
+    let encoded = shared.iter().map(WatchDelivery::encoded_len).max().unwrap();
+    assert!(encoded > 256, "the value is in the encoding");
+    // Each watcher's own bytes, then the encoding once (plus rounding).
+    assert!(
+        total <= 64 * QUEUE_ITEM_BYTES + encoded + 64,
+        "64 deliveries of one shared encoding cost {total}"
+    );
+    assert!(total >= 64 * QUEUE_ITEM_BYTES + encoded - 64);
 }
 
 #[test]

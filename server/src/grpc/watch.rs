@@ -319,7 +319,7 @@ impl<K: KvStore> WatchResponses<K> {
         match self.pace.gathered(applies, now) {
             Some(due)
                 if self.held.is_none()
-                    && self.queued.load(Ordering::Acquire) < GATHERED_MAX
+                    && self.queued.load(Ordering::Acquire) < GATHERED_BYTES_MAX
                     && self.gathering.len() < GATHERED_MAX =>
             {
                 if self.due.is_none() {
@@ -455,15 +455,18 @@ impl<K: KvStore> Stream for WatchResponses<K> {
     }
 }
 
-/// Deliveries one poll takes off a stream's route at most, to batch them:
-/// the stream's queue bound in deliveries, so one poll's work stays bounded
-/// even while the driver keeps routing.
-const BATCHED_DELIVERIES_MAX: usize = crate::watch_routes::STREAM_QUEUE_MAX;
+/// Deliveries one poll takes off a stream's route at most, to batch them,
+/// so one poll's work stays bounded even while the driver keeps routing.
+const BATCHED_DELIVERIES_MAX: usize = 8_192;
 
-/// Queued cost, or gathered deliveries, at which a paced stream sends
-/// without waiting for its pace: half the stream's queue bound, so pacing
-/// never makes the driver stall a watcher that keeps up.
-const GATHERED_MAX: usize = crate::watch_routes::STREAM_QUEUE_MAX / 2;
+/// Queued bytes at which a paced stream sends without waiting for its
+/// pace: half the stream's queue bound, so pacing never makes the driver
+/// stall a watcher that keeps up.
+const GATHERED_BYTES_MAX: usize = crate::watch_routes::STREAM_QUEUE_BYTES / 2;
+
+/// Gathered deliveries at which a paced stream sends without waiting for
+/// its pace, so what it holds stays bounded in count too.
+const GATHERED_MAX: usize = BATCHED_DELIVERIES_MAX / 2;
 
 /// Appends to `deliveries` the deliveries already routed to the stream, up
 /// to the first item of another kind, which it puts in `held`; never waits.
