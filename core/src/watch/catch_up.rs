@@ -18,6 +18,7 @@
 use std::ops::ControlFlow;
 
 use oxetcd_proto::etcdserverpb::{ResponseHeader, WatchResponse};
+use oxetcd_proto::mvccpb::KeyValue;
 
 use super::event::{event, is_create, previous};
 use super::registry::{Context, WatcherKey};
@@ -94,69 +95,206 @@ impl CatchUpOutcome {
 /// Reads the events `job` asks for from a snapshot at or after `job.to`.
 /// Pure: the runtime calls it on whatever thread it likes.
 pub fn catch_up(view: &impl KvRead, job: &CatchUp) -> Result<CatchUpOutcome, StorageError> {
+    Ok(read_catch_ups(view, std::slice::from_ref(job))?.outcome(0, job))
+}
+
+/// What one pass over storage found for a group of catch-ups (see
+/// [`read_catch_ups`]): the changes any of them takes, each read once, and
+/// which of them each job takes.
+#[derive(Debug)]
+pub struct CatchUpRead {
+    /// Every change some job takes, in revision order, with its previous
+    /// version where some job that takes it wants that.
+    changes: Vec<(KeyVersion, Option<KeyValue>)>,
+    /// Per job, in the order given.
+    jobs: Vec<JobRead>,
+}
+
+/// What [`CatchUpRead`] holds for one job.
+#[derive(Debug)]
+enum JobRead {
+    /// Its first revision is compacted away, at this revision.
+    Compacted(i64),
+    /// It takes these changes (indices into `changes`), up to `upto`.
+    Events {
+        taken: Vec<u32>,
+        upto: i64,
+        capped: bool,
+    },
+}
+
+/// One job's window while the changes are read.
+struct Window {
+    from: i64,
+    last: i64,
+    taken: Vec<u32>,
+    /// The revision of the last change taken.
+    taken_revision: i64,
+    upto: i64,
+    capped: bool,
+    done: bool,
+}
+
+/// Reads, in one pass over a snapshot at or after every job's `to`, what
+/// each of `jobs` asks for: the watchers of a stream that fell behind
+/// together want the same stretch of history, and each reading it alone
+/// would read it once per watcher. [`CatchUpRead::outcome`] then gives each
+/// job exactly what [`catch_up`] would. Pure, like [`catch_up`]; the pass
+/// spans the jobs' windows together, so the caller groups jobs whose
+/// windows are near one another.
+pub fn read_catch_ups(view: &impl KvRead, jobs: &[CatchUp]) -> Result<CatchUpRead, StorageError> {
     let compacted = view.meta()?.compact_revision;
-    if job.from < compacted {
-        return Ok(CatchUpOutcome::Compacted {
-            // etcd's compaction notice carries no revision in its header.
-            response: WatchResponse {
-                header: Some(ResponseHeader {
-                    revision: 0,
-                    ..job.header
-                }),
-                watch_id: job.watch_id,
-                canceled: true,
-                compact_revision: if crate::canary::on(
-                    crate::canary::Canary::CompactedWatchWithoutRevision,
-                ) {
-                    0
-                } else {
-                    compacted
-                },
-                ..Default::default()
-            },
-        });
+    let mut windows: Vec<Option<Window>> = jobs
+        .iter()
+        .map(|job| {
+            (job.from >= compacted).then(|| {
+                let from = job.from.max(1);
+                let last = job.to.min(from.saturating_add(CATCH_UP_REVISIONS_MAX - 1));
+                Window {
+                    from,
+                    last,
+                    taken: Vec::new(),
+                    taken_revision: 0,
+                    upto: last,
+                    capped: last < job.to,
+                    done: false,
+                }
+            })
+        })
+        .collect();
+    let open = windows.iter().flatten().filter(|w| w.from <= w.last);
+    let (low, high) = open.fold((i64::MAX, i64::MIN), |(low, high), w| {
+        (low.min(w.from), high.max(w.last))
+    });
+    // Each change some job takes, and whether one of those wants `prev_kv`.
+    let mut taken: Vec<(KeyVersion, bool)> = Vec::new();
+    if low <= high {
+        view.changes(low, high, &mut |version| {
+            let revision = version.mod_revision.main;
+            let (mut wanted, mut with_prev, mut open) = (false, false, false);
+            for (window, job) in windows.iter_mut().zip(jobs) {
+                let Some(window) = window.as_mut().filter(|w| !w.done) else {
+                    continue;
+                };
+                if revision > window.last {
+                    window.done = true;
+                    continue;
+                }
+                open = true;
+                if revision < window.from {
+                    continue;
+                }
+                // A revision is never split: the cap falls between two.
+                if window.taken.len() >= CATCH_UP_EVENTS_MAX && window.taken_revision < revision {
+                    window.upto = revision - 1;
+                    window.capped = true;
+                    window.done = true;
+                    continue;
+                }
+                if job.spec.contains(&version.key) && job.spec.wants(version.tombstone) {
+                    // Bounded by the jobs' windows, far below u32::MAX.
+                    window.taken.push(taken.len() as u32);
+                    window.taken_revision = revision;
+                    wanted = true;
+                    with_prev |= job.spec.prev_kv;
+                }
+            }
+            if wanted {
+                taken.push((version, with_prev));
+            }
+            if open {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(())
+            }
+        })?;
     }
-    let from = job.from.max(1);
-    let last = job.to.min(from.saturating_add(CATCH_UP_REVISIONS_MAX - 1));
-    let mut matched: Vec<KeyVersion> = Vec::new();
-    let mut upto = last;
-    let mut capped = false;
-    view.changes(from, last, &mut |version| {
-        let revision = version.mod_revision.main;
-        if matched.len() >= CATCH_UP_EVENTS_MAX
-            && matched
-                .last()
-                .is_some_and(|v| v.mod_revision.main < revision)
-        {
-            upto = revision - 1;
-            capped = true;
-            return ControlFlow::Break(());
-        }
-        if job.spec.contains(&version.key) && job.spec.wants(version.tombstone) {
-            matched.push(version);
-        }
-        ControlFlow::Continue(())
-    })?;
-    capped |= last < job.to;
-    let mut events = Vec::with_capacity(matched.len());
-    for version in matched {
-        let prev = if job.spec.prev_kv && !is_create(&version) {
+    let mut changes = Vec::with_capacity(taken.len());
+    for (version, with_prev) in taken {
+        let prev = if with_prev && !is_create(&version) {
             previous(view, &version.key, version.mod_revision.main - 1)?
         } else {
             None
         };
-        events.push(event(version, prev));
+        changes.push((version, prev));
     }
-    let response = (!events.is_empty()).then(|| WatchResponse {
+    let jobs = windows
+        .into_iter()
+        .map(|window| match window {
+            None => JobRead::Compacted(compacted),
+            Some(w) => JobRead::Events {
+                taken: w.taken,
+                upto: w.upto,
+                capped: w.capped,
+            },
+        })
+        .collect();
+    Ok(CatchUpRead { changes, jobs })
+}
+
+impl CatchUpRead {
+    /// Job `index`'s outcome, `job` being the job read at that index: what
+    /// [`catch_up`] of it alone would give on the same snapshot.
+    pub fn outcome(&self, index: usize, job: &CatchUp) -> CatchUpOutcome {
+        let Some(read) = self.jobs.get(index) else {
+            // Not a job of this read: it has nothing for it.
+            return CatchUpOutcome::Events {
+                response: None,
+                upto: job.from - 1,
+            };
+        };
+        let (taken, upto, capped) = match read {
+            JobRead::Compacted(compacted) => {
+                return CatchUpOutcome::Compacted {
+                    response: compacted_response(job, *compacted),
+                }
+            }
+            JobRead::Events {
+                taken,
+                upto,
+                capped,
+            } => (taken, *upto, *capped),
+        };
+        let events: Vec<_> = taken
+            .iter()
+            .filter_map(|&i| self.changes.get(i as usize))
+            .map(|(version, prev)| {
+                let prev = if job.spec.prev_kv { prev.clone() } else { None };
+                event(version.clone(), prev)
+            })
+            .collect();
+        let response = (!events.is_empty()).then(|| WatchResponse {
+            header: Some(ResponseHeader {
+                revision: if capped { upto } else { job.header.revision },
+                ..job.header
+            }),
+            watch_id: job.watch_id,
+            events,
+            ..Default::default()
+        });
+        CatchUpOutcome::Events { response, upto }
+    }
+}
+
+/// The cancel of a watcher whose history from `job.from` is compacted away,
+/// at `compacted`.
+fn compacted_response(job: &CatchUp, compacted: i64) -> WatchResponse {
+    // etcd's compaction notice carries no revision in its header.
+    WatchResponse {
         header: Some(ResponseHeader {
-            revision: if capped { upto } else { job.header.revision },
+            revision: 0,
             ..job.header
         }),
         watch_id: job.watch_id,
-        events,
+        canceled: true,
+        compact_revision: if crate::canary::on(crate::canary::Canary::CompactedWatchWithoutRevision)
+        {
+            0
+        } else {
+            compacted
+        },
         ..Default::default()
-    });
-    Ok(CatchUpOutcome::Events { response, upto })
+    }
 }
 
 impl WatchRegistry {

@@ -102,7 +102,7 @@ mod tests;
 use std::time::Duration;
 
 pub use self::batch::{batch, WatchBatch};
-pub use self::catch_up::{catch_up, CatchUp, CatchUpOutcome};
+pub use self::catch_up::{catch_up, read_catch_ups, CatchUp, CatchUpOutcome, CatchUpRead};
 pub use self::delivery::{RevisionEvents, WatchDelivery, QUEUE_ITEM_BYTES};
 pub use self::fragment::fragments;
 pub use self::gate::{queue_cost, Route, StreamGate};

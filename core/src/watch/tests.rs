@@ -389,3 +389,190 @@ fn waiting_progress_requests_are_bounded() {
         PROGRESS_REQUESTS_WAITING_MAX as usize
     );
 }
+
+/// A store whose history holds `revisions` revisions (from 2) of up to
+/// `width` changes each over keys `k0`..`k{keys - 1}`: puts and deletes,
+/// compacted at `compacted`.
+fn history(
+    revisions: i64,
+    width: usize,
+    keys: usize,
+    compacted: i64,
+    seed: u64,
+) -> crate::memory::MemoryKv {
+    use crate::storage::{KvMeta, KvStore, KvWrite, Revision};
+    let mut state = seed;
+    let mut next = move |n: usize| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize % n
+    };
+    let kv = crate::memory::MemoryKv::default();
+    let mut write = kv.write().unwrap();
+    // Each live key's create revision and version.
+    let mut live: std::collections::HashMap<Vec<u8>, (i64, i64)> = Default::default();
+    for main in 2..revisions + 2 {
+        let mut keys: Vec<Vec<u8>> = (0..1 + next(width))
+            .map(|_| format!("k{}", next(keys)).into_bytes())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for (sub, key) in keys.into_iter().enumerate() {
+            let delete = live.contains_key(&key) && next(4) == 0;
+            let version = if delete {
+                live.remove(&key);
+                KeyVersion {
+                    key,
+                    mod_revision: Revision {
+                        main,
+                        sub: sub as i64,
+                    },
+                    create_revision: 0,
+                    version: 0,
+                    lease: 0,
+                    value: Vec::new(),
+                    tombstone: true,
+                }
+            } else {
+                let (create, count) = live.get(&key).map_or((main, 1), |&(c, v)| (c, v + 1));
+                live.insert(key.clone(), (create, count));
+                KeyVersion {
+                    key,
+                    mod_revision: Revision {
+                        main,
+                        sub: sub as i64,
+                    },
+                    create_revision: create,
+                    version: count,
+                    lease: 0,
+                    value: format!("v{main}.{sub}").into_bytes(),
+                    tombstone: false,
+                }
+            };
+            write.put_version(&version).unwrap();
+        }
+    }
+    write
+        .set_meta(&KvMeta {
+            revision: revisions + 1,
+            compact_revision: compacted,
+            ..Default::default()
+        })
+        .unwrap();
+    write.commit().unwrap();
+    kv
+}
+
+/// `count` catch-ups with assorted ranges, filters, `prev_kv`, windows
+/// (some compacted away, some empty) and positions in the history.
+fn catch_up_jobs(count: usize, current: i64, seed: u64) -> Vec<CatchUp> {
+    let mut state = seed;
+    let mut next = move |n: i64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as i64 % n
+    };
+    (0..count)
+        .map(|i| {
+            let low = next(8);
+            let (key, range_end) = match next(3) {
+                0 => (format!("k{low}").into_bytes(), Vec::new()),
+                1 => (
+                    format!("k{low}").into_bytes(),
+                    format!("k{}", (low + 1 + next(4)).min(9)).into_bytes(),
+                ),
+                _ => (b"k".to_vec(), b"l".to_vec()),
+            };
+            let filters = match next(4) {
+                0 => vec![0],
+                1 => vec![1],
+                _ => Vec::new(),
+            };
+            let spec = WatchSpec::from_create(&WatchCreateRequest {
+                key,
+                range_end,
+                filters,
+                prev_kv: next(2) == 0,
+                ..Default::default()
+            })
+            .unwrap();
+            let from = 1 + next(current + 2);
+            let to = (from + next(current)).min(current);
+            CatchUp {
+                stream: 1,
+                watch_id: i as i64,
+                spec,
+                from,
+                to,
+                header: ResponseHeader {
+                    revision: to,
+                    ..Default::default()
+                },
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_group_of_catch_ups_reads_what_each_would_read_alone() {
+    use crate::storage::KvStore;
+    for seed in 0..20 {
+        let kv = history(80, 3, 8, 6, seed);
+        let view = kv.read().unwrap();
+        for round in 0..10 {
+            let jobs = catch_up_jobs(1 + round % 7, 81, seed * 100 + round as u64);
+            let group = read_catch_ups(&view, &jobs).unwrap();
+            for (i, job) in jobs.iter().enumerate() {
+                assert_eq!(
+                    group.outcome(i, job),
+                    catch_up(&view, job).unwrap(),
+                    "seed {seed}, round {round}, job {job:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_group_of_catch_ups_caps_each_job_where_it_would_alone() {
+    use crate::storage::KvStore;
+    // About 20 changes a revision: a job over every key reaches the event
+    // cap within its 1,000 revisions, at a different revision per start.
+    let kv = history(1_200, 40, 32, 1, 7);
+    let view = kv.read().unwrap();
+    let all = |from: i64, watch_id: i64, prev_kv: bool| CatchUp {
+        stream: 1,
+        watch_id,
+        spec: WatchSpec::from_create(&WatchCreateRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            prev_kv,
+            ..Default::default()
+        })
+        .unwrap(),
+        from,
+        to: 1_201,
+        header: ResponseHeader {
+            revision: 1_201,
+            ..Default::default()
+        },
+    };
+    let jobs = vec![
+        all(2, 1, false),
+        all(40, 2, true),
+        all(41, 3, false),
+        all(900, 4, false),
+    ];
+    let group = read_catch_ups(&view, &jobs).unwrap();
+    let mut capped = 0;
+    for (i, job) in jobs.iter().enumerate() {
+        let alone = catch_up(&view, job).unwrap();
+        if let CatchUpOutcome::Events { upto, .. } = &alone {
+            capped += usize::from(*upto < job.from + CATCH_UP_REVISIONS_MAX - 1 && *upto < job.to);
+        }
+        assert_eq!(group.outcome(i, job), alone, "job {i}");
+    }
+    assert!(capped >= 2, "the event cap went untested");
+}

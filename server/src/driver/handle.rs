@@ -16,7 +16,7 @@ use std::sync::Arc;
 use futures_channel::{mpsc as async_mpsc, oneshot};
 use oxetcd_core::auth::Credentials;
 use oxetcd_core::storage::{KvMeta, KvRead, KvStore};
-use oxetcd_core::watch::{CatchUp, CatchUpOutcome, StreamId};
+use oxetcd_core::watch::{CatchUp, CatchUpOutcome, CatchUpRead, StreamId};
 use oxetcd_core::{mvcc, watch, Error, Input, Request, Response};
 use oxetcd_proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader, WatchRequest};
 use oxetcd_storage::bolt::hash::{hash_backend, hash_kv, KvHash};
@@ -329,6 +329,23 @@ impl<K: KvStore> Handle<K> {
             })
             .await?;
         Ok(outcome)
+    }
+
+    /// Reads a group of catch-ups in one pass over a fresh snapshot
+    /// ([`watch::read_catch_ups`]), on a blocking thread, and gives the
+    /// jobs back with it; the stream reports each job with
+    /// [`Handle::caught_up`] once it queued its response.
+    pub(crate) async fn catch_up_group(
+        &self,
+        jobs: Vec<CatchUp>,
+    ) -> Result<(Vec<CatchUp>, CatchUpRead), Error> {
+        let kv = self.kv.clone();
+        self.run_blocking(move || {
+            let view = kv.read().map_err(fatal_storage)?;
+            let read = watch::read_catch_ups(&view, &jobs).map_err(fatal_storage)?;
+            Ok((jobs, read))
+        })
+        .await
     }
 
     /// Tells the node a catch-up was delivered.

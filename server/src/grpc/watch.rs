@@ -6,7 +6,9 @@
 //! the calling task: forwards the client's requests to the node, yields the
 //! responses the driver routed to this stream, in order, and runs the
 //! catch-ups queued among them (a snapshot read on a blocking thread) before
-//! anything queued after them. Nothing here decides what a watcher sees;
+//! anything queued after them. Catch-ups queued one behind another (the
+//! watchers of a stream that fell behind together) are read in one pass
+//! over storage, and their responses built one at a time as they go out. Nothing here decides what a watcher sees;
 //! that is the node's (see `oxetcd_core::watch`).
 //!
 //! Live events leave without being encoded here: the node encodes each
@@ -43,7 +45,8 @@ use futures_channel::mpsc::UnboundedReceiver;
 use futures_util::{Stream, StreamExt};
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::watch::{
-    self, queue_cost, CatchUp, CatchUpOutcome, StreamId, WatchBatch, WatchDelivery,
+    self, queue_cost, CatchUp, CatchUpRead, StreamId, WatchBatch, WatchDelivery,
+    CATCH_UP_REVISIONS_MAX,
 };
 use oxetcd_core::Error;
 use oxetcd_proto::etcdserverpb::{WatchRequest, WatchResponse};
@@ -187,6 +190,7 @@ impl<K: KvStore> WatchService<K> {
             timer: self.timer.clone(),
             due: None,
             catching_up: None,
+            caught_up: None,
             fragment_bytes: self.fragment_bytes,
             done: false,
         }))
@@ -264,7 +268,19 @@ impl Encoder for WatchEncoder {
     }
 }
 
-type CatchUpFuture = Pin<Box<dyn Future<Output = (CatchUp, Result<CatchUpOutcome, Error>)> + Send>>;
+type CatchUpFuture =
+    Pin<Box<dyn Future<Output = Result<(Vec<CatchUp>, CatchUpRead), Error>> + Send>>;
+
+/// Catch-ups read together, handed out one response at a time.
+struct CaughtUp {
+    read: CatchUpRead,
+    jobs: std::vec::IntoIter<CatchUp>,
+    /// The next job's index in `read`.
+    next: usize,
+}
+
+/// Catch-ups one read takes at most: etcd's `maxWatchersPerSync`.
+const CATCH_UP_GROUP_MAX: usize = 512;
 
 /// The responses of one watch stream (see the module docs).
 pub struct WatchResponses<K: KvStore> {
@@ -291,7 +307,10 @@ pub struct WatchResponses<K: KvStore> {
     timer: WatchTimer,
     /// Fires when `gathering` is due.
     due: Option<Pin<Box<dyn hyper::rt::Sleep>>>,
+    /// A group of catch-ups being read: the stream sends nothing queued
+    /// after them until it has sent their responses.
     catching_up: Option<CatchUpFuture>,
+    caught_up: Option<CaughtUp>,
     fragment_bytes: usize,
     done: bool,
 }
@@ -328,6 +347,28 @@ impl<K: KvStore> WatchResponses<K> {
             }
             _ => self.send_gathered(now),
         }
+    }
+
+    /// `first` and the catch-ups queued right behind it whose windows start
+    /// near its own, to be read in one pass: the watchers of a stream that
+    /// fell behind together want the same history. Stops at anything else,
+    /// which it holds for after them; never waits.
+    fn group_catch_ups(&mut self, first: CatchUp, cx: &mut Context<'_>) -> Vec<CatchUp> {
+        let near = |job: &CatchUp| job.from.abs_diff(first.from) < CATCH_UP_REVISIONS_MAX as u64;
+        let mut jobs = Vec::new();
+        while jobs.len() + 1 < CATCH_UP_GROUP_MAX {
+            match self.items.poll_next_unpin(cx) {
+                Poll::Ready(Some(StreamItem::CatchUp(job))) if near(&job) => jobs.push(job),
+                Poll::Ready(Some(other)) => {
+                    self.held = Some(other);
+                    break;
+                }
+                // The end of the route is seen again on the next poll.
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+        }
+        jobs.insert(0, first);
+        jobs
     }
 
     /// Sends what was gathered, each watcher's revisions as one response.
@@ -382,18 +423,35 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                 }
             }
             if let Some(future) = this.catching_up.as_mut() {
-                let (job, outcome) = match future.as_mut().poll(cx) {
-                    Poll::Ready(done) => done,
+                let read = match future.as_mut().poll(cx) {
+                    Poll::Ready(read) => read,
                     Poll::Pending => return Poll::Pending,
                 };
                 this.catching_up = None;
-                let outcome = match outcome {
-                    Ok(outcome) => outcome,
+                match read {
+                    Ok((jobs, read)) => {
+                        this.caught_up = Some(CaughtUp {
+                            read,
+                            jobs: jobs.into_iter(),
+                            next: 0,
+                        })
+                    }
                     Err(e) => {
                         this.done = true;
                         return Poll::Ready(Some(Err(status_from_error(&e))));
                     }
+                }
+                continue;
+            }
+            // One job's response at a time: the next is built once the
+            // last has gone, so a group's responses are never all in memory.
+            if let Some(group) = this.caught_up.as_mut() {
+                let Some(job) = group.jobs.next() else {
+                    this.caught_up = None;
+                    continue;
                 };
+                let outcome = group.read.outcome(group.next, &job);
+                group.next += 1;
                 let (response, input) = outcome.into_parts(&job);
                 if let Some((response, fragment)) = response {
                     this.push(response, fragment);
@@ -439,11 +497,10 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                     this.gather(deliveries, cx);
                 }
                 Poll::Ready(Some(StreamItem::CatchUp(job))) => {
+                    let jobs = this.group_catch_ups(job, cx);
                     let handle = this.handle.clone();
-                    this.catching_up = Some(Box::pin(async move {
-                        let outcome = handle.catch_up(job.clone()).await;
-                        (job, outcome)
-                    }));
+                    this.catching_up =
+                        Some(Box::pin(async move { handle.catch_up_group(jobs).await }));
                 }
                 Poll::Ready(None) => {
                     this.done = true;
