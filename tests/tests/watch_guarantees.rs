@@ -474,21 +474,8 @@ async fn write(
                     .insert(revision, vec![(revision, a, false), (revision, b, false)]);
             }
             _ => {
-                let k = key(next());
-                let response = kv
-                    .put(PutRequest {
-                        key: k.clone().into_bytes(),
-                        value: format!("p{writer}-{n}").into_bytes(),
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(|e| format!("put: {e}"))?
-                    .into_inner();
-                let revision = response.header.map_or(0, |h| h.revision);
-                truth
-                    .lock()
-                    .unwrap()
-                    .insert(revision, vec![(revision, k, false)]);
+                let value = format!("p{writer}-{n}").into_bytes();
+                put(&mut kv, key(next()), value, &truth).await?;
             }
         }
         shared.written.fetch_add(1, Ordering::Relaxed);
@@ -503,22 +490,33 @@ async fn write_big(
     truth: Arc<Mutex<BTreeMap<i64, Vec<Seen>>>>,
 ) -> Result<(), String> {
     for n in 0..BIG_WRITES {
-        let key = format!("{BIG_PREFIX}{n}");
-        let response = kv
-            .put(PutRequest {
-                key: key.clone().into_bytes(),
-                value: vec![b'b'; BIG_VALUE_BYTES],
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| format!("large put: {e}"))?
-            .into_inner();
-        let revision = response.header.map_or(0, |h| h.revision);
-        truth
-            .lock()
-            .unwrap()
-            .insert(revision, vec![(revision, key, false)]);
+        let value = vec![b'b'; BIG_VALUE_BYTES];
+        put(&mut kv, format!("{BIG_PREFIX}{n}"), value, &truth).await?;
     }
+    Ok(())
+}
+
+/// Puts `key` and records the put at its revision.
+async fn put(
+    kv: &mut KvClient<Channel>,
+    key: String,
+    value: Vec<u8>,
+    truth: &Mutex<BTreeMap<i64, Vec<Seen>>>,
+) -> Result<(), String> {
+    let response = kv
+        .put(PutRequest {
+            key: key.clone().into_bytes(),
+            value,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| format!("put {key}: {e}"))?
+        .into_inner();
+    let revision = response.header.map_or(0, |h| h.revision);
+    truth
+        .lock()
+        .unwrap()
+        .insert(revision, vec![(revision, key, false)]);
     Ok(())
 }
 

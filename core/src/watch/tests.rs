@@ -68,10 +68,14 @@ fn deliveries_encode_as_their_responses() {
     assert_eq!(encoded, none.response().encode_to_vec());
 }
 
-/// Deliveries of one put as (stream, [watch IDs]) after flushing, with
-/// `fillers` single-key watchers of other keys (many of them make the
-/// registry look candidates up rather than walk every watcher).
-fn deliveries_of_one_put(fillers: usize) -> Vec<(StreamId, Vec<i64>)> {
+/// The deliveries, per stream, of a put of `key` (with `value`) as
+/// revision 2, to the watchers `watches` (stream, key, range end) made at
+/// revision 1.
+fn deliveries_of_put(
+    watches: &[(StreamId, Vec<u8>, Vec<u8>)],
+    key: &[u8],
+    value: Vec<u8>,
+) -> Vec<(StreamId, Vec<WatchDelivery>)> {
     let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
     let mut outputs = VecDeque::new();
     let mut cx = Context {
@@ -82,32 +86,23 @@ fn deliveries_of_one_put(fillers: usize) -> Vec<(StreamId, Vec<i64>)> {
         },
         outputs: &mut outputs,
     };
-    let mut watch = |stream, key: &[u8], end: &[u8]| {
+    for (stream, key, end) in watches {
         let create = WatchRequest {
             request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-                key: key.to_vec(),
-                range_end: end.to_vec(),
+                key: key.clone(),
+                range_end: end.clone(),
                 ..Default::default()
             })),
         };
-        registry.handle_request(stream, create, &mut cx);
-    };
-    watch(1, b"a", b"");
-    watch(1, b"b", b"");
-    watch(2, b"a", b"c");
-    watch(2, b"a", b"");
-    watch(3, b"b", b"\0");
-    watch(3, b"a", b"\0");
-    for i in 0..fillers {
-        watch(4, format!("z{i}").as_bytes(), b"");
+        registry.handle_request(*stream, create, &mut cx);
     }
     let change = KeyVersion {
-        key: b"a".to_vec(),
+        key: key.to_vec(),
         mod_revision: crate::storage::Revision { main: 2, sub: 0 },
         create_revision: 2,
         version: 1,
         lease: 0,
-        value: b"v".to_vec(),
+        value,
         tombstone: false,
     };
     let kv = crate::memory::MemoryKv::default();
@@ -125,10 +120,32 @@ fn deliveries_of_one_put(fillers: usize) -> Vec<(StreamId, Vec<i64>)> {
                     assert_eq!(d.revision(), 2);
                     assert_eq!(d.events.events().len(), 1);
                 }
-                (stream, deliveries.iter().map(|d| d.watch_id).collect())
+                (stream, deliveries)
             }
             other => panic!("unexpected output {other:?}"),
         })
+        .collect()
+}
+
+/// Deliveries of one put as (stream, [watch IDs]) after flushing, with
+/// `fillers` single-key watchers of other keys (many of them make the
+/// registry look candidates up rather than walk every watcher).
+fn deliveries_of_one_put(fillers: usize) -> Vec<(StreamId, Vec<i64>)> {
+    let watch = |stream, key: &[u8], end: &[u8]| (stream, key.to_vec(), end.to_vec());
+    let mut watches = vec![
+        watch(1, b"a", b""),
+        watch(1, b"b", b""),
+        watch(2, b"a", b"c"),
+        watch(2, b"a", b""),
+        watch(3, b"b", b"\0"),
+        watch(3, b"a", b"\0"),
+    ];
+    for i in 0..fillers {
+        watches.push(watch(4, format!("z{i}").as_bytes(), b""));
+    }
+    deliveries_of_put(&watches, b"a", b"v".to_vec())
+        .into_iter()
+        .map(|(stream, deliveries)| (stream, deliveries.iter().map(|d| d.watch_id).collect()))
         .collect()
 }
 
@@ -143,50 +160,15 @@ fn a_put_reaches_the_same_watchers_in_order_however_they_are_found() {
 
 #[test]
 fn a_streams_watchers_of_one_revision_count_its_encoding_once() {
-    let mut registry = WatchRegistry::new(PROGRESS_NOTIFY_INTERVAL_DEFAULT);
-    let mut outputs = VecDeque::new();
-    let mut cx = Context {
-        now: Instant::ZERO,
-        header: ResponseHeader {
-            revision: 1,
-            ..Default::default()
-        },
-        outputs: &mut outputs,
-    };
     // 64 watchers of one prefix on stream 1, one on stream 2.
-    for stream in std::iter::repeat_n(1, 64).chain([2]) {
-        let create = WatchRequest {
-            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-                key: b"a".to_vec(),
-                range_end: b"b".to_vec(),
-                ..Default::default()
-            })),
-        };
-        registry.handle_request(stream, create, &mut cx);
-    }
-    let change = KeyVersion {
-        key: b"a1".to_vec(),
-        mod_revision: crate::storage::Revision { main: 2, sub: 0 },
-        create_revision: 2,
-        version: 1,
-        lease: 0,
-        value: vec![b'v'; 256],
-        tombstone: false,
-    };
-    let kv = crate::memory::MemoryKv::default();
-    let view = crate::storage::KvStore::read(&kv).unwrap();
-    registry
-        .on_revision(2, &[change], &view, ResponseHeader::default())
-        .unwrap();
-    let mut flushed = Vec::new();
-    registry.flush_events(&mut flushed);
-    let mut costs = std::collections::BTreeMap::new();
-    for output in flushed {
-        let Output::WatchEvents { stream, deliveries } = output else {
-            panic!("unexpected output {output:?}");
-        };
-        costs.insert(stream, deliveries);
-    }
+    let watches: Vec<_> = std::iter::repeat_n(1, 64)
+        .chain([2])
+        .map(|stream| (stream, b"a".to_vec(), b"b".to_vec()))
+        .collect();
+    let costs: std::collections::BTreeMap<_, _> =
+        deliveries_of_put(&watches, b"a1", vec![b'v'; 256])
+            .into_iter()
+            .collect();
     let alone = &costs[&2];
     assert_eq!(alone.len(), 1);
     assert_eq!(alone[0].cost(), queue_cost(&alone[0].response()));
