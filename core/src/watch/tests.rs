@@ -372,6 +372,17 @@ fn waiting_progress_requests_are_bounded() {
     );
 }
 
+/// A small deterministic generator: each call gives a number below `n`.
+fn rng(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed;
+    move |n| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
+    }
+}
+
 /// A store whose history holds `revisions` revisions (from 2) of up to
 /// `width` changes each over keys `k0`..`k{keys - 1}`: puts and deletes,
 /// compacted at `compacted`.
@@ -383,13 +394,8 @@ fn history(
     seed: u64,
 ) -> crate::memory::MemoryKv {
     use crate::storage::{KvMeta, KvStore, KvWrite, Revision};
-    let mut state = seed;
-    let mut next = move |n: usize| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) as usize % n
-    };
+    let mut random = rng(seed);
+    let mut next = move |n: usize| random(n as u64) as usize;
     let kv = crate::memory::MemoryKv::default();
     let mut write = kv.write().unwrap();
     // Each live key's create revision and version.
@@ -449,13 +455,8 @@ fn history(
 /// `count` catch-ups with assorted ranges, filters, `prev_kv`, windows
 /// (some compacted away, some empty) and positions in the history.
 fn catch_up_jobs(count: usize, current: i64, seed: u64) -> Vec<CatchUp> {
-    let mut state = seed;
-    let mut next = move |n: i64| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) as i64 % n
-    };
+    let mut random = rng(seed);
+    let mut next = move |n: i64| random(n as u64) as i64;
     (0..count)
         .map(|i| {
             let low = next(8);
