@@ -129,7 +129,7 @@ impl WatchDelivery {
     }
 
     /// What it costs in a stream's queue, in bytes: its share of the
-    /// encoding (see [`mark_shared`]), and the queue's own
+    /// encoding (see `mark_shared`), and the queue's own
     /// [`QUEUE_ITEM_BYTES`]. Unshared, that is
     /// [`queue_cost`](super::queue_cost) of its response.
     pub fn cost(&self) -> usize {

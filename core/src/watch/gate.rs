@@ -45,8 +45,9 @@ pub struct StreamGate {
 
 impl StreamGate {
     /// Routes `response` given the stream's queue occupancy and its limit
-    /// (both in [`queue_cost`] units). A response always fits an empty
-    /// queue, so one large revision cannot stall a watcher forever.
+    /// (both in bytes, as [`queue_cost`] counts them). A response always
+    /// fits an empty queue, so one large revision cannot stall a watcher
+    /// forever.
     pub fn route(&mut self, response: &WatchResponse, queued: usize, limit: usize) -> Route {
         let id = response.watch_id;
         if response.created || response.canceled {
