@@ -98,13 +98,15 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         // Clients multiplex many calls and watches over one connection;
         // the driver's in-flight bound still caps the work they can queue.
         .max_concurrent_streams(config.max_concurrent_streams);
+    // One timer for the watch streams' pacing and the connections' holds.
+    let timer: Arc<dyn hyper::rt::Timer + Send + Sync> = Arc::new(HyperTimer(runtime.clone()));
     let grpc = Arc::new(GrpcRouter::new(
         handle.clone(),
         member,
         config.max_request_bytes,
         config.bcrypt_cost,
         tokens,
-        Arc::new(HyperTimer(runtime.clone())),
+        timer.clone(),
     ));
     let gateway = Gateway::new(
         grpc.clone(),
@@ -116,7 +118,7 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         grpc,
         http: HttpEndpoints::new(runtime.clone(), handle).with_gateway(gateway),
         builder,
-        timer: Arc::new(HyperTimer(runtime.clone())),
+        timer,
     });
     for bound in listeners {
         let tls = match (bound.url.is_secure(), &tls) {

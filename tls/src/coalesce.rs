@@ -138,11 +138,11 @@ impl<T> WriteCoalesce<T> {
     /// flush finds whole frames here: h2 flushes only between frames, and
     /// an emptied buffer starts again at a frame's start.
     fn holds_only_pongs(&self) -> bool {
-        let unsent = &self.buffer[self.sent..];
         self.sent == 0
-            && !unsent.is_empty()
-            && unsent.len().is_multiple_of(PONG_BYTES)
-            && unsent
+            && !self.buffer.is_empty()
+            && self.buffer.len().is_multiple_of(PONG_BYTES)
+            && self
+                .buffer
                 .chunks(PONG_BYTES)
                 .all(|frame| frame.starts_with(&PONG_HEADER))
     }

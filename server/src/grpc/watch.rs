@@ -8,8 +8,9 @@
 //! catch-ups queued among them (a snapshot read on a blocking thread) before
 //! anything queued after them. Catch-ups queued one behind another (the
 //! watchers of a stream that fell behind together) are read in one pass
-//! over storage, and their responses built one at a time as they go out. Nothing here decides what a watcher sees;
-//! that is the node's (see `oxetcd_core::watch`).
+//! over storage, and their responses built one at a time as they go out.
+//! Nothing here decides what a watcher sees; that is the node's (see
+//! `oxetcd_core::watch`).
 //!
 //! Live events leave without being encoded here: the node encodes each
 //! revision's shared events once, and [`WatchCodec`] writes a watcher's
@@ -271,12 +272,11 @@ impl Encoder for WatchEncoder {
 type CatchUpFuture =
     Pin<Box<dyn Future<Output = Result<(Vec<CatchUp>, CatchUpRead), Error>> + Send>>;
 
-/// Catch-ups read together, handed out one response at a time.
+/// Catch-ups read together, handed out one response at a time; each job
+/// with its index in `read`.
 struct CaughtUp {
     read: CatchUpRead,
-    jobs: std::vec::IntoIter<CatchUp>,
-    /// The next job's index in `read`.
-    next: usize,
+    jobs: std::iter::Enumerate<std::vec::IntoIter<CatchUp>>,
 }
 
 /// Catch-ups one read takes at most: etcd's `maxWatchersPerSync`.
@@ -354,9 +354,10 @@ impl<K: KvStore> WatchResponses<K> {
     /// fell behind together want the same history. Stops at anything else,
     /// which it holds for after them; never waits.
     fn group_catch_ups(&mut self, first: CatchUp, cx: &mut Context<'_>) -> Vec<CatchUp> {
-        let near = |job: &CatchUp| job.from.abs_diff(first.from) < CATCH_UP_REVISIONS_MAX as u64;
-        let mut jobs = Vec::new();
-        while jobs.len() + 1 < CATCH_UP_GROUP_MAX {
+        let from = first.from;
+        let near = |job: &CatchUp| job.from.abs_diff(from) < CATCH_UP_REVISIONS_MAX as u64;
+        let mut jobs = vec![first];
+        while jobs.len() < CATCH_UP_GROUP_MAX {
             match self.items.poll_next_unpin(cx) {
                 Poll::Ready(Some(StreamItem::CatchUp(job))) if near(&job) => jobs.push(job),
                 Poll::Ready(Some(other)) => {
@@ -367,7 +368,6 @@ impl<K: KvStore> WatchResponses<K> {
                 Poll::Ready(None) | Poll::Pending => break,
             }
         }
-        jobs.insert(0, first);
         jobs
     }
 
@@ -432,8 +432,7 @@ impl<K: KvStore> Stream for WatchResponses<K> {
                     Ok((jobs, read)) => {
                         this.caught_up = Some(CaughtUp {
                             read,
-                            jobs: jobs.into_iter(),
-                            next: 0,
+                            jobs: jobs.into_iter().enumerate(),
                         })
                     }
                     Err(e) => {
@@ -446,12 +445,11 @@ impl<K: KvStore> Stream for WatchResponses<K> {
             // One job's response at a time: the next is built once the
             // last has gone, so a group's responses are never all in memory.
             if let Some(group) = this.caught_up.as_mut() {
-                let Some(job) = group.jobs.next() else {
+                let Some((index, job)) = group.jobs.next() else {
                     this.caught_up = None;
                     continue;
                 };
-                let outcome = group.read.outcome(group.next, &job);
-                group.next += 1;
+                let outcome = group.read.outcome(index, &job);
                 let (response, input) = outcome.into_parts(&job);
                 if let Some((response, fragment)) = response {
                     this.push(response, fragment);
