@@ -33,6 +33,15 @@
 //! and the index update waits (briefly) for the update
 //! ([`Pin::settle`]).
 //!
+//! # Layout
+//!
+//! Each key's slots are found by hash, so the point lookups of a put (the
+//! apply step's read, the generation the put continues from, the commit's
+//! update) cost one hash each, not a descent through a tree of every key.
+//! The same keys are kept in order beside it for scans, which look each
+//! key's slots up by hash as they go; a scan reads a record per key
+//! besides, which costs far more. A key's bytes are shared by both.
+//!
 //! # Locking
 //!
 //! Readers take the index's read lock per batch of at most
@@ -41,7 +50,8 @@
 //! write lock is held poisons it, and every later use is a [`StorageError`].
 //! Lock order: the index lock before the snapshot registry's mutex.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::RandomState;
 use std::ops::Bound;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
@@ -111,7 +121,10 @@ impl Slot {
 struct KeyIndex {
     /// Slots per key, ordered by revision, then by `added` (a revision removed
     /// and stored again has two slots, never both visible to one snapshot).
-    keys: BTreeMap<Vec<u8>, Vec<Slot>>,
+    /// Hashed with a per-process random key: clients choose the keys.
+    slots: hashbrown::HashMap<Arc<[u8]>, Vec<Slot>, RandomState>,
+    /// The keys of `slots`, in order.
+    order: BTreeSet<Arc<[u8]>>,
     /// Keys with removed slots still kept for older snapshots, with the
     /// sequence of the removal, oldest first.
     graveyard: VecDeque<(u64, Vec<u8>)>,
@@ -166,27 +179,18 @@ impl SharedIndex {
         seq: u64,
         versions: impl IntoIterator<Item = Result<(Vec<u8>, Rev, Gen), StorageError>>,
     ) -> Result<Self, StorageError> {
-        let mut keys: BTreeMap<Vec<u8>, Vec<Slot>> = BTreeMap::new();
+        let mut index = KeyIndex::default();
         for version in versions {
             let (key, rev, gen) = version?;
-            let slot = Slot {
+            index.slots_mut(&key, 1).push(Slot {
                 rev,
                 gen,
                 added: 0,
                 removed: LIVE,
-            };
-            match keys.get_mut(&key) {
-                Some(slots) => slots.push(slot),
-                None => {
-                    keys.insert(key, vec![slot]);
-                }
-            }
+            });
         }
         Ok(Self {
-            index: RwLock::new(KeyIndex {
-                keys,
-                graveyard: VecDeque::new(),
-            }),
+            index: RwLock::new(index),
             snapshots: Mutex::new(Snapshots {
                 applied: seq,
                 pins: BTreeMap::new(),
@@ -198,7 +202,7 @@ impl SharedIndex {
     /// Number of keys in the index (including keys whose every version is
     /// removed but still kept for older snapshots).
     pub(crate) fn key_count(&self) -> Result<usize, StorageError> {
-        Ok(self.read()?.keys.len())
+        Ok(self.read()?.slots.len())
     }
 
     /// Registers a snapshot about to be opened, at the sequence the index
@@ -244,7 +248,7 @@ impl SharedIndex {
             if is_successor(key, end) {
                 // A point read (the apply step's, before each put): one
                 // descent instead of two.
-                let slots = index.keys.get(key).map(Vec::as_slice);
+                let slots = index.get(key);
                 let delta = overlay.and_then(|overlay| overlay.keys.get(key));
                 if let Some((rev, _)) = newest(slots, delta, seq, at) {
                     out.push((key.to_vec(), rev));
@@ -252,21 +256,19 @@ impl SharedIndex {
                 return Ok(None);
             }
         }
-        let committed: Vec<(&Vec<u8>, &Vec<Slot>)> = index
-            .keys
-            .range::<[u8], _>((from, upper))
-            .take(SCAN_BATCH_KEYS)
-            .collect();
+        let committed: Vec<(&[u8], &[Slot])> =
+            index.range(from, upper).take(SCAN_BATCH_KEYS).collect();
         let more = committed.len() == SCAN_BATCH_KEYS;
-        let last = committed.last().map(|(key, _)| key.as_slice());
+        let last = committed.last().map(|(key, _)| *key);
         let overlay_upper = match last {
             Some(last) if more => Bound::Included(last),
             _ => upper,
         };
-        let pending: Vec<(&Vec<u8>, &Delta)> = match overlay {
+        let pending: Vec<(&[u8], &Delta)> = match overlay {
             Some(overlay) if bounds_ordered(from, overlay_upper) => overlay
                 .keys
                 .range::<[u8], _>((from, overlay_upper))
+                .map(|(key, delta)| (key.as_slice(), delta))
                 .collect(),
             _ => Vec::new(),
         };
@@ -299,8 +301,8 @@ impl SharedIndex {
                     }
                 },
             };
-            if let Some((rev, _)) = newest(slots.map(Vec::as_slice), delta, seq, at) {
-                out.push((key.clone(), rev));
+            if let Some((rev, _)) = newest(slots, delta, seq, at) {
+                out.push((key.to_vec(), rev));
             }
         }
         Ok(if more { last.map(<[u8]>::to_vec) } else { None })
@@ -316,9 +318,8 @@ impl SharedIndex {
         overlay: Option<&Overlay>,
     ) -> Result<Option<(Rev, Gen)>, StorageError> {
         let index = self.read()?;
-        let slots = index.keys.get(key).map(Vec::as_slice);
         let delta = overlay.and_then(|overlay| overlay.keys.get(key));
-        Ok(newest(slots, delta, seq, at))
+        Ok(newest(index.get(key), delta, seq, at))
     }
 
     /// Every revision of `key` a reader at `seq` sees (merged with the
@@ -333,7 +334,6 @@ impl SharedIndex {
         let mut revs: Vec<Rev> = {
             let index = self.read()?;
             index
-                .keys
                 .get(key)
                 .into_iter()
                 .flatten()
@@ -357,10 +357,9 @@ impl SharedIndex {
             .index
             .write()
             .map_err(|_| StorageError::IndexPoisoned)?;
-        let KeyIndex { keys, graveyard } = &mut *index;
         for (key, delta) in overlay.keys {
             if !delta.removed.is_empty() {
-                if let Some(slots) = keys.get_mut(&key) {
+                if let Some(slots) = index.slots.get_mut(key.as_slice()) {
                     let mut removed_any = false;
                     for rev in &delta.removed {
                         let first = slots.partition_point(|slot| slot.rev < *rev);
@@ -372,15 +371,13 @@ impl SharedIndex {
                         }
                     }
                     if removed_any {
-                        graveyard.push_back((seq, key.clone()));
+                        index.graveyard.push_back((seq, key.clone()));
                     }
                 }
             }
             if !delta.put.is_empty() {
                 // Most keys hold one version: no room for more until needed.
-                let slots = keys
-                    .entry(key)
-                    .or_insert_with(|| Vec::with_capacity(delta.put.len()));
+                let slots = index.slots_mut(&key, delta.put.len());
                 for (rev, gen) in delta.put {
                     // Usually the newest revision of the key: an append.
                     let after = slots.partition_point(|slot| slot.rev <= rev);
@@ -416,17 +413,19 @@ impl SharedIndex {
         };
         // A slot removed at or before every live snapshot's sequence is seen
         // by none of them, nor by any later one.
-        while graveyard
+        while index
+            .graveyard
             .front()
             .is_some_and(|(removed, _)| *removed <= oldest_needed)
         {
-            let Some((_, key)) = graveyard.pop_front() else {
+            let Some((_, key)) = index.graveyard.pop_front() else {
                 break;
             };
-            if let Some(slots) = keys.get_mut(&key) {
+            if let Some(slots) = index.slots.get_mut(key.as_slice()) {
                 slots.retain(|slot| slot.removed > oldest_needed);
                 if slots.is_empty() {
-                    keys.remove(&key);
+                    index.slots.remove(key.as_slice());
+                    index.order.remove(key.as_slice());
                 }
             }
         }
@@ -437,7 +436,7 @@ impl SharedIndex {
     #[cfg(test)]
     pub(crate) fn slot_count(&self) -> usize {
         self.read()
-            .map_or(0, |index| index.keys.values().map(Vec::len).sum())
+            .map_or(0, |index| index.slots.values().map(Vec::len).sum())
     }
 
     fn read(&self) -> Result<RwLockReadGuard<'_, KeyIndex>, StorageError> {
@@ -476,6 +475,36 @@ impl SharedIndex {
                 .0;
         }
         Ok(snapshots)
+    }
+}
+
+impl KeyIndex {
+    /// The slots of `key`, if it has any.
+    fn get(&self, key: &[u8]) -> Option<&[Slot]> {
+        self.slots.get(key).map(Vec::as_slice)
+    }
+
+    /// The slots of `key`, made (with room for `room`) if it is new.
+    fn slots_mut(&mut self, key: &[u8], room: usize) -> &mut Vec<Slot> {
+        match self.slots.entry_ref(key) {
+            hashbrown::hash_map::EntryRef::Occupied(entry) => entry.into_mut(),
+            hashbrown::hash_map::EntryRef::Vacant(entry) => {
+                let entry = entry.insert_entry(Vec::with_capacity(room));
+                self.order.insert(Arc::clone(entry.key()));
+                entry.into_mut()
+            }
+        }
+    }
+
+    /// The keys in `(from, upper)`, ascending, with their slots.
+    fn range<'a>(
+        &'a self,
+        from: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+    ) -> impl Iterator<Item = (&'a [u8], &'a [Slot])> + 'a {
+        self.order
+            .range::<[u8], _>((from, upper))
+            .filter_map(|key| Some((&**key, self.get(key)?)))
     }
 }
 
