@@ -97,6 +97,9 @@ impl<K: KvStore> Handle<K> {
         result
     }
 
+    /// The reads' futures are boxed: held in place, their state would be
+    /// part of every request's future (a third of it), copied as the
+    /// call's futures are boxed and moved, a put's included.
     async fn ask(&self, credentials: Credentials, request: Request) -> Result<Response, Error> {
         let _slot = self.admit()?;
         let request = match self.direct.admit(&credentials, request) {
@@ -104,7 +107,9 @@ impl<K: KvStore> Handle<K> {
                 // As the node would: checked, counted, read.
                 mvcc::validate_range(&range)?;
                 self.metrics.node.count_range();
-                return self.read(range, header).await.map(Response::Range);
+                return Box::pin(self.read(range, header))
+                    .await
+                    .map(Response::Range);
             }
             Err(request) => request,
         };
@@ -114,9 +119,9 @@ impl<K: KvStore> Handle<K> {
             .map_err(|_| Error::Stopped)?;
         match answer.await.map_err(|_| Error::Stopped)? {
             Reply::Done(result) => result,
-            Reply::Read { request, header } => {
-                self.read(request, header).await.map(Response::Range)
-            }
+            Reply::Read { request, header } => Box::pin(self.read(request, header))
+                .await
+                .map(Response::Range),
         }
     }
 
