@@ -10,7 +10,8 @@ alternate between the servers in one sitting (etcd, oxetcd, etcd, oxetcd,
 Per run, on a fresh data dir on 127.0.0.1:
 - single member: serializable get, 1 client (the loopback RPC floor); put,
   1 client (p50, p99); put, 256 clients on 16 connections (req/s, p99,
-  server CPU per put); watch fan-out, 256 watchers on 16 connections while
+  server CPU per put, and the load generator's: the two share the
+  machine's cores); watch fan-out, 256 watchers on 16 connections while
   16 writers put 10,000 keys (events/s, events per response, the
   client's and the server's CPU per event); resident memory after 100,000 keys of 256 B (and the peak over
   the run), then gets of those keys at 256 clients, linearizable and
@@ -195,6 +196,7 @@ def single(kind, tag):
         "put 256 req/s": many["per_s"],
         "put 256 p99 ms": many["p99_ms"],
         "put 256 server µs/put": many["server_cpu_us"],
+        "put 256 client µs/put": many["client_cpu_us"],
         "watch events/s": watch["per_s"],
         "watch events/response": watch["events_per_response"],
         "watch client µs/event": watch["client_cpu_us"],
