@@ -247,7 +247,7 @@ impl SharedIndex {
         if let (Bound::Included(key), RangeEnd::Before(end)) = (from, end) {
             if is_successor(key, end) {
                 // A point read (the apply step's, before each put): one
-                // descent instead of two.
+                // hash lookup, no walk of the ordered keys.
                 let slots = index.get(key);
                 let delta = overlay.and_then(|overlay| overlay.keys.get(key));
                 if let Some((rev, _)) = newest(slots, delta, seq, at) {
@@ -353,10 +353,11 @@ impl SharedIndex {
     /// commit sequence `seq`, wakes whoever waits for them, and drops the
     /// removed slots that no live snapshot can see any more.
     pub(crate) fn publish(&self, seq: u64, overlay: Overlay) -> Result<(), StorageError> {
-        let mut index = self
+        let mut guard = self
             .index
             .write()
             .map_err(|_| StorageError::IndexPoisoned)?;
+        let index = &mut *guard;
         for (key, delta) in overlay.keys {
             if !delta.removed.is_empty() {
                 if let Some(slots) = index.slots.get_mut(key.as_slice()) {
