@@ -10,7 +10,16 @@
 //! each revision whole; see `oxetcd_core::watch::batch`). It is unpaced
 //! again once a whole pace passes with at most one apply's events. etcd
 //! behaves alike under load: watchers whose channel fills are served from
-//! its victim loop every 10 ms.
+//! its victim loop every 10 ms, and those further behind from its sync
+//! loop every 100 ms.
+//!
+//! The pace trades a paced stream's delivery delay for the fixed cost of
+//! a response, paid by both ends (a message to frame and send, and on the
+//! client one to read, decode and hand to its watcher). Measured on the
+//! Go client's fan-out (256 watchers on 16 connections, 16 writers): a
+//! 10 ms pace sent 53 events per response, 20 ms 109, for 8 % less CPU
+//! per event on each side and 8 % more events a second; 40 ms sent 203
+//! and saved nothing more beyond the noise.
 //!
 //! [`Pace`] only decides; the stream ([`super::watch`]) gathers, arms the
 //! timer and sends, and sends at once whatever must not wait: a response of
@@ -18,9 +27,9 @@
 
 use std::time::{Duration, Instant};
 
-/// The shortest time between two sends of a paced stream: etcd's victim
-/// loop's period.
-pub(crate) const WATCH_PACE: Duration = Duration::from_millis(10);
+/// The shortest time between two sends of a paced stream: twice etcd's
+/// victim loop's period, a fifth of its sync loop's (see the module docs).
+pub(crate) const WATCH_PACE: Duration = Duration::from_millis(20);
 
 /// A stream's pacing state (see the module docs).
 #[derive(Debug, Default)]
@@ -85,6 +94,7 @@ mod tests {
     #[test]
     fn a_stream_that_fell_behind_sends_once_per_pace_until_it_keeps_up_again() {
         let start = Instant::now();
+        let pace_ms = WATCH_PACE.as_millis() as u64;
         let mut pace = Pace::default();
         // Three applies found waiting: they go out now, the stream is paced.
         assert_eq!(pace.gathered(3, start), None);
@@ -94,14 +104,17 @@ mod tests {
         assert_eq!(pace.gathered(1, start + ms(1)), Some(start + WATCH_PACE));
         assert_eq!(pace.gathered(4, start + ms(4)), Some(start + WATCH_PACE));
         // Due: it goes out, and the stream stays paced (5 applies gathered).
-        assert_eq!(pace.gathered(1, start + ms(10)), None);
-        pace.sent(start + ms(10));
+        assert_eq!(pace.gathered(1, start + ms(pace_ms)), None);
+        pace.sent(start + ms(pace_ms));
         assert!(pace.is_paced());
         // A pace with one apply only: sent when due, and unpaced after.
-        assert_eq!(pace.gathered(1, start + ms(12)), Some(start + ms(20)));
-        pace.sent(start + ms(20));
+        assert_eq!(
+            pace.gathered(1, start + ms(pace_ms + 2)),
+            Some(start + ms(2 * pace_ms))
+        );
+        pace.sent(start + ms(2 * pace_ms));
         assert!(!pace.is_paced());
-        assert_eq!(pace.gathered(1, start + ms(21)), None);
+        assert_eq!(pace.gathered(1, start + ms(2 * pace_ms + 1)), None);
     }
 
     #[test]
@@ -110,6 +123,6 @@ mod tests {
         let mut pace = Pace::default();
         assert_eq!(pace.gathered(2, start), None);
         pace.sent(start);
-        assert_eq!(pace.gathered(2, start + ms(50)), None);
+        assert_eq!(pace.gathered(2, start + 3 * WATCH_PACE), None);
     }
 }
