@@ -23,10 +23,22 @@
 //!   frame header and its payload, written apart, go out together. A write
 //!   larger than the buffer goes straight to the socket once the buffer
 //!   ahead of it is out.
+//! - h2 also flushes after every DATA frame whose payload it writes apart
+//!   from its own buffer (one of [`CHAINED_PAYLOAD_BYTES`] or more), to make
+//!   room for the next frame, not because it has nothing more to write. So
+//!   a watch stream's burst of 16 KiB frames would cost a syscall per
+//!   frame. A flush right after such a payload, while the buffer has room
+//!   for another frame, is therefore put off: it reports done, wakes its
+//!   own task, and the buffer goes out at the next flush that finds no
+//!   payload written since (h2 flushes on every poll of its connection),
+//!   or when the buffer fills. The delay is again one pass through the
+//!   executor's queue.
 //!
 //! Nothing is reordered: buffered bytes always go out before later ones.
-//! What a writer wrote is on the socket once its flush completes; hyper
-//! flushes after every batch of frames. Reads pass straight through.
+//! What a writer wrote is on the socket once its flush completes, but for
+//! a flush put off as above, whose bytes leave on the next poll of the
+//! task; hyper flushes after every batch of frames. Reads pass straight
+//! through.
 //!
 //! One exception to "on the socket at flush", on a server connection given
 //! a timer ([`WriteCoalesce::holding_pongs`]): a flush of nothing but PING
@@ -60,10 +72,19 @@ use std::time::Duration;
 use hyper::rt::{Read, ReadBufCursor, Sleep, Timer, Write};
 
 /// Bytes held back for one write: h2's send buffer (16 KiB) and one DATA
-/// frame of the default maximum size (16 KiB) fit, so what h2 writes
-/// between two flushes goes out in one syscall. grpc-go's write buffer has
-/// the same size. Anything larger goes to the socket as it is.
-pub const WRITE_BUFFER_BYTES: usize = 32 * 1024;
+/// frame of the default maximum size fit, so what h2 writes between two
+/// flushes goes out in one syscall; so do three such frames, put off as
+/// the module docs tell. Anything larger goes to the socket as it is.
+pub const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+
+/// A DATA payload this large or larger is written apart from h2's own
+/// buffer, and h2 flushes after it (its threshold on connections that are
+/// not vectored, as this one is not).
+pub const CHAINED_PAYLOAD_BYTES: usize = 1024;
+
+/// A DATA frame of HTTP/2's default maximum size, with its header: the
+/// room a put-off flush leaves for the next frame.
+const DATA_FRAME_BYTES: usize = 16 * 1024 + 9;
 
 /// How long a flush of PING acknowledgements alone may wait for other
 /// frames to leave with (see the module docs): longer than a commit under
@@ -88,6 +109,9 @@ pub struct WriteCoalesce<T> {
     timer: Option<Arc<dyn Timer + Send + Sync>>,
     /// When a held flush must go out.
     holding: Option<Pin<Box<dyn Sleep>>>,
+    /// The last write was a DATA payload h2 wrote apart: the flush after it
+    /// only makes room for the next frame (see the module docs).
+    after_payload: bool,
 }
 
 impl<T: std::fmt::Debug> std::fmt::Debug for WriteCoalesce<T> {
@@ -98,6 +122,7 @@ impl<T: std::fmt::Debug> std::fmt::Debug for WriteCoalesce<T> {
             .field("buffered", &(self.buffer.len() - self.sent))
             .field("holds_pongs", &self.timer.is_some())
             .field("holding", &self.holding.is_some())
+            .field("after_payload", &self.after_payload)
             .finish()
     }
 }
@@ -123,6 +148,7 @@ impl<T> WriteCoalesce<T> {
             sent: 0,
             timer: None,
             holding: None,
+            after_payload: false,
         }
     }
 
@@ -207,12 +233,14 @@ impl<T: Write + Unpin> WriteCoalesce<T> {
         if self.buffer.len() + len > WRITE_BUFFER_BYTES {
             ready!(self.poll_drain(cx))?;
             if len > WRITE_BUFFER_BYTES {
+                self.after_payload = false;
                 return Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
             }
         }
         for buf in bufs {
             self.buffer.extend_from_slice(buf);
         }
+        self.after_payload = len >= CHAINED_PAYLOAD_BYTES;
         Poll::Ready(Ok(len))
     }
 }
@@ -262,6 +290,13 @@ impl<T: Write + Unpin> Write for WriteCoalesce<T> {
         if this.poll_hold(cx) {
             // As after a flush: the next write yields first.
             this.state = WriteState::Flushed;
+            return Poll::Ready(Ok(()));
+        }
+        if this.after_payload && this.buffer.len() + DATA_FRAME_BYTES <= WRITE_BUFFER_BYTES {
+            // Room for the next frame: put off until a flush finds no
+            // payload written since, on this task's next poll at the latest.
+            this.after_payload = false;
+            cx.waker().wake_by_ref();
             return Poll::Ready(Ok(()));
         }
         ready!(this.poll_drain(cx))?;
@@ -396,6 +431,51 @@ mod tests {
         expected.extend_from_slice(&large);
         expected.extend_from_slice(b"xyz");
         assert_eq!(io.inner.bytes, expected);
+    }
+
+    #[test]
+    fn a_flush_after_a_data_payload_waits_for_the_next_frames_while_there_is_room() {
+        let wakes = Arc::new(CountingWaker::default());
+        let waker = Arc::clone(&wakes).into();
+        let mut cx = Context::from_waker(&waker);
+        let mut io = WriteCoalesce::new(Sink::new(usize::MAX));
+        let header = [0u8; 9];
+        let payload = vec![7u8; DATA_FRAME_BYTES - header.len()];
+        // h2's way with a burst of large DATA frames: the header from its
+        // buffer, the payload apart, a flush to make room; and again.
+        let mut expected = Vec::new();
+        for frame in 1..=3 {
+            write_all(&mut io, &mut cx, &header);
+            write_all(&mut io, &mut cx, &payload);
+            expected.extend_from_slice(&header);
+            expected.extend_from_slice(&payload);
+            let woken = wakes.0.load(Ordering::Relaxed);
+            assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
+            if frame < 3 {
+                assert_eq!(io.inner.writes, 0, "frame {frame}: put off");
+                assert_eq!(wakes.0.load(Ordering::Relaxed), woken + 1, "and woken");
+            } else {
+                assert_eq!(io.inner.writes, 1, "no room for a fourth: out at once");
+            }
+        }
+        assert_eq!(io.inner.bytes, expected);
+        // A put-off flush goes out at the next flush with nothing written
+        // since, in one write; and small writes are never put off.
+        write_all(&mut io, &mut cx, &payload);
+        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
+        assert_eq!(io.inner.writes, 1);
+        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
+        assert_eq!(io.inner.writes, 2);
+        write_all(&mut io, &mut cx, &payload[..CHAINED_PAYLOAD_BYTES - 1]);
+        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
+        assert_eq!(io.inner.writes, 3);
+        expected.extend_from_slice(&payload);
+        expected.extend_from_slice(&payload[..CHAINED_PAYLOAD_BYTES - 1]);
+        assert_eq!(io.inner.bytes, expected);
+        assert_eq!(
+            io.inner.flushes, 3,
+            "the socket is flushed only when written"
+        );
     }
 
     /// Sleeps that end when the test says so.
