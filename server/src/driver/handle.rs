@@ -24,6 +24,7 @@ use oxetcd_storage::snapshot::CHUNK_BYTES_DEFAULT;
 use oxetcd_storage::snapshot_file::FileExport;
 use tracing::error;
 
+use super::awaited;
 use super::direct::DirectGate;
 use super::run::{fatal, fatal_storage};
 use super::{Blocking, Command, FileChunks, Reply, IN_FLIGHT_REQUESTS_MAX};
@@ -117,7 +118,7 @@ impl<K: KvStore> Handle<K> {
         self.commands
             .send(Command::Client(request, credentials, reply))
             .map_err(|_| Error::Stopped)?;
-        match answer.await.map_err(|_| Error::Stopped)? {
+        match awaited::reply(answer).await.map_err(|_| Error::Stopped)? {
             Reply::Done(result) => result,
             Reply::Read { request, header } => Box::pin(self.read(request, header))
                 .await

@@ -64,6 +64,7 @@
 use self::run::drive;
 use self::run::Signals;
 
+mod awaited;
 mod direct;
 mod disk_full;
 mod execute;
