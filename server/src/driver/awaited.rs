@@ -6,16 +6,16 @@
 //! a reply until it comes ([`reply`]). A request is *lone* when it is the
 //! only one awaited and the last [`LONE_STREAK_MIN`] requests each found
 //! none awaited before them: a sequential client, the usual one-client
-//! case. A lone request polls for its reply for up to [`REPLY_SPIN_MAX`],
-//! if the last reply came within that time:
-//! each poll that finds none wakes its task again, so the runtime keeps
-//! the worker running instead of parking it, and the reply, when it
-//! comes, finds the worker awake: the node's wake-up is a flag rather
-//! than a syscall, and the worker goes on without the kernel's wake-up
-//! latency (on a virtual machine an idle vCPU's, tens of microseconds).
-//! A single client's put waits for the disk's fsync with the worker
-//! otherwise idle, so both were on its path; the node's driver thread
-//! waits for its commands the same way (see `super::spin`). Every
+//! case. A lone request polls for its reply for up to [`SPIN_MAX`], if
+//! the last reply came within that time (the rule, and the bound, by
+//! which the node's driver thread polls for its commands: see
+//! `super::spin`). Each poll that finds none wakes its task again, so the
+//! runtime keeps the worker running instead of parking it, and the reply,
+//! when it comes, finds the worker awake: the node's wake-up is a flag
+//! rather than a syscall, and the worker goes on without the kernel's
+//! wake-up latency (on a virtual machine an idle vCPU's, tens of
+//! microseconds). A single client's put waits for the disk's fsync with
+//! the worker otherwise idle, so both were on its path. Every
 //! [`YIELD_EVERY`] polls the worker's thread yields its core, so the
 //! node's and the client's threads are not kept waiting for it.
 //!
@@ -46,9 +46,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// How long a lone request polls for its reply before it waits to be
-/// woken: about two fsyncs of a fast disk, as `super::spin::SPIN_MAX`.
-const REPLY_SPIN_MAX: Duration = Duration::from_micros(250);
+use super::spin::SPIN_MAX;
 
 /// Polls between two in which a lone request lets the OS run another
 /// thread waiting for its core (the node's, the client's) first. Not
@@ -64,7 +62,7 @@ static REPLIES: Replies = Replies::new();
 
 /// `reply`, polled for a while as the module docs tell.
 pub(super) fn reply<F: Future + Unpin>(reply: F) -> Awaited<'static, F> {
-    Awaited::new(reply, &REPLIES, REPLY_SPIN_MAX)
+    Awaited::new(reply, &REPLIES, SPIN_MAX)
 }
 
 /// Replies tasks are waiting for, how many requests in a row found none
