@@ -32,10 +32,10 @@
 //! the last reply's wait decided.
 //!
 //! Measured with the Go client against the same server without it
-//! (alternating runs, `scripts/bench-ab.py`): one client's put p50 -9 %
-//! and p99 -14 % on tokio (in another sitting -16 % and -28 %), -11 %
-//! and -19 % on smol; 2, 4, 16 and 256 clients, and three members,
-//! unchanged within the noise.
+//! (alternating runs, `scripts/bench-ab.py`), one client's put on tokio
+//! in four sittings: p50 -9 %, -16 %, -5 % and unchanged; p99 -14 %,
+//! -28 %, -3 % and -20 %. On smol: p50 -11 %, p99 -19 %. 2, 4, 16 and
+//! 256 clients, and three members, unchanged within the noise.
 //!
 //! The counts are process-wide; servers sharing a process (tests) share
 //! them, which only makes their requests poll less often.
