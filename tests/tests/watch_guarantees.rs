@@ -12,7 +12,10 @@
 //!
 //! One stream (on its own connection, with small HTTP/2 windows) reads
 //! nothing for a while, so its watchers fall behind, are moved to the
-//! catch-up path and must still see everything exactly once. It also holds
+//! catch-up path and must still see everything exactly once. The writers
+//! start only once a progress notification on that stream shows all its
+//! watchers synced: a watcher still catching up when the stream stops
+//! reading would stay on the catch-up path and never fall behind. It also holds
 //! the one watcher of a prefix where a fifth writer puts values of 1 MiB:
 //! a stream's queue is bounded in bytes, and those fill it however few
 //! revisions they are.
@@ -35,6 +38,7 @@ use oxetcd_proto::etcdserverpb::{
 use oxetcd_proto::prefix_end;
 use oxetcd_tests::{Server, ServerKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::Notify;
 use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
 
@@ -61,6 +65,8 @@ const SLOW_PERIOD_MAX: Duration = Duration::from_secs(30);
 /// HTTP/2 windows of the slow stream's own connection, so the server feels
 /// its slowness at once instead of after megabytes of client buffering.
 const SLOW_WINDOW_BYTES: u32 = 64 * 1024;
+/// Longest to wait for the slow stream's watchers to be synced.
+const SYNCED_DEADLINE: Duration = Duration::from_secs(20);
 /// Longest to wait for every watcher to receive everything.
 const DELIVERY_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -90,6 +96,8 @@ struct Shared {
     streams: Vec<Mutex<StreamLog>>,
     /// Writes made so far, by all writers.
     written: AtomicUsize,
+    /// Told once the slow stream's watchers are all synced.
+    slow_stream_synced: Notify,
 }
 
 #[test]
@@ -142,6 +150,7 @@ async fn run(endpoint: String) -> Result<(), String> {
             .collect(),
         streams: (0..STREAMS).map(|_| Mutex::default()).collect(),
         written: AtomicUsize::new(0),
+        slow_stream_synced: Notify::new(),
     });
 
     // Streams and their watchers (client-chosen IDs: watcher i is i + 1).
@@ -175,6 +184,13 @@ async fn run(endpoint: String) -> Result<(), String> {
         tokio::spawn(read_stream(stream, responses, shared.clone()));
         senders.push(sender);
     }
+    // Answered once every watcher created before it is synced.
+    let _ = senders[0].send(WatchRequest {
+        request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+    });
+    tokio::time::timeout(SYNCED_DEADLINE, shared.slow_stream_synced.notified())
+        .await
+        .map_err(|_| "the slow stream's watchers were never synced".to_owned())?;
     let started = Instant::now();
 
     // Writers, and progress requests while they write.
@@ -355,15 +371,8 @@ async fn read_stream(
     mut responses: tonic::Streaming<oxetcd_proto::etcdserverpb::WatchResponse>,
     shared: Arc<Shared>,
 ) {
-    if stream == 0 {
-        let since = Instant::now();
-        let most = WRITERS * WRITES_PER_WRITER * SLOW_UNTIL_WRITTEN_PERCENT / 100;
-        while since.elapsed() < SLOW_PERIOD
-            || (shared.written.load(Ordering::Relaxed) < most && since.elapsed() < SLOW_PERIOD_MAX)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    // The slow stream pauses after its first progress notification.
+    let mut paused = stream != 0;
     while let Ok(Some(response)) = responses.message().await {
         let number = {
             let mut log = shared.streams[stream].lock().unwrap();
@@ -381,6 +390,11 @@ async fn read_stream(
                 .unwrap()
                 .progress
                 .push((revision, counts));
+            if !paused {
+                paused = true;
+                shared.slow_stream_synced.notify_one();
+                pause(&shared).await;
+            }
             continue;
         }
         let Some(i) = usize::try_from(response.watch_id - 1)
@@ -408,6 +422,18 @@ async fn read_stream(
                 log.response_of.push(number);
             }
         }
+    }
+}
+
+/// The slow stream's pause: reads nothing for [`SLOW_PERIOD`], longer on a
+/// busy machine (see [`SLOW_UNTIL_WRITTEN_PERCENT`]).
+async fn pause(shared: &Shared) {
+    let since = Instant::now();
+    let most = WRITERS * WRITES_PER_WRITER * SLOW_UNTIL_WRITTEN_PERCENT / 100;
+    while since.elapsed() < SLOW_PERIOD
+        || (shared.written.load(Ordering::Relaxed) < most && since.elapsed() < SLOW_PERIOD_MAX)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
