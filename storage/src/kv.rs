@@ -60,6 +60,7 @@ mod crash_tests;
 mod index;
 mod meta;
 mod online_defrag;
+mod ordered_key;
 mod used;
 mod view;
 mod write;

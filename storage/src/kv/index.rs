@@ -40,7 +40,10 @@
 //! update) cost one hash each, not a descent through a tree of every key.
 //! The same keys are kept in order beside it for scans, which look each
 //! key's slots up by hash as they go; a scan reads a record per key
-//! besides, which costs far more. A key's bytes are shared by both.
+//! besides, which costs far more. A key's bytes are shared by both; the
+//! ordered set holds each key's first bytes inline besides, so a new key's
+//! place is found mostly without reading other keys' bytes (module
+//! `ordered_key`).
 //!
 //! # Locking
 //!
@@ -50,6 +53,7 @@
 //! write lock is held poisons it, and every later use is a [`StorageError`].
 //! Lock order: the index lock before the snapshot registry's mutex.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::RandomState;
 use std::ops::Bound;
@@ -57,6 +61,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockRead
 use std::time::{Duration, Instant};
 
 use oxetcd_core::storage::{RangeEnd, StorageError};
+
+use super::ordered_key::OrderedKey;
 
 /// A revision as stored: (main, sub), both non-negative.
 pub(crate) type Rev = (u64, u64);
@@ -123,8 +129,9 @@ struct KeyIndex {
     /// and stored again has two slots, never both visible to one snapshot).
     /// Hashed with a per-process random key: clients choose the keys.
     slots: hashbrown::HashMap<Arc<[u8]>, Vec<Slot>, RandomState>,
-    /// The keys of `slots`, in order.
-    order: BTreeSet<Arc<[u8]>>,
+    /// The keys of `slots`, in order, each with its head inline (see
+    /// module `ordered_key`).
+    order: BTreeSet<OrderedKey>,
     /// Keys with removed slots still kept for older snapshots, with the
     /// sequence of the removal, oldest first.
     graveyard: VecDeque<(u64, Vec<u8>)>,
@@ -491,7 +498,7 @@ impl KeyIndex {
             hashbrown::hash_map::EntryRef::Occupied(entry) => entry.into_mut(),
             hashbrown::hash_map::EntryRef::Vacant(entry) => {
                 let entry = entry.insert_entry(Vec::with_capacity(room));
-                self.order.insert(Arc::clone(entry.key()));
+                self.order.insert(OrderedKey::new(Arc::clone(entry.key())));
                 entry.into_mut()
             }
         }
@@ -505,7 +512,10 @@ impl KeyIndex {
     ) -> impl Iterator<Item = (&'a [u8], &'a [Slot])> + 'a {
         self.order
             .range::<[u8], _>((from, upper))
-            .filter_map(|key| Some((&**key, self.get(key)?)))
+            .filter_map(|key| {
+                let key: &[u8] = key.borrow();
+                Some((key, self.get(key)?))
+            })
     }
 }
 
