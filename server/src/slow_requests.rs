@@ -58,7 +58,8 @@ impl Default for SlowRequests {
 /// and the little a warning names (keys, sizes, counts; never a value),
 /// taken before the request goes to the node.
 pub(crate) struct Timed {
-    started_at: SystemTime,
+    /// When it arrived; its wall-clock time is worked out only when it is
+    /// logged (one clock read per request, not two).
     started: Instant,
     method: &'static str,
     /// The range itself (small: keys and options), for the read-only
@@ -80,7 +81,6 @@ impl Timed {
     pub(crate) fn start(request: &Request) -> Self {
         let size = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         let mut timed = Self {
-            started_at: SystemTime::now(),
             started: Instant::now(),
             method: method(request),
             range: None,
@@ -168,7 +168,11 @@ impl SlowRequests {
             return;
         }
         let stats = Stats::of(timed, result);
-        let start_time = epoch_time(timed.started_at);
+        let start_time = epoch_time(
+            SystemTime::now()
+                .checked_sub(took)
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+        );
         macro_rules! log_stats {
             ($level:ident) => {
                 $level!(

@@ -18,6 +18,10 @@ use crate::auth_token::{JwtTokens, TokenConfig};
 
 use crate::serve::ClientCommonName;
 
+/// The metadata entry a token comes in (or `authorization`), named once:
+/// a lookup by `&str` parses and checks the name on every call.
+static TOKEN: http::HeaderName = http::HeaderName::from_static("token");
+
 /// Reads credentials off calls; cloned into every service.
 #[derive(Clone, Debug, Default)]
 pub struct Gate {
@@ -44,10 +48,10 @@ impl Gate {
 
     /// The credentials `request` carries.
     pub fn credentials<T>(&self, request: &tonic::Request<T>) -> Credentials {
-        let metadata = request.metadata();
-        let token = ["token", "authorization"]
-            .iter()
-            .find_map(|key| metadata.get(*key)?.to_str().ok());
+        let headers: &http::HeaderMap = request.metadata().as_ref();
+        let token = [&TOKEN, &http::header::AUTHORIZATION]
+            .into_iter()
+            .find_map(|key| headers.get(key)?.to_str().ok());
         if let Some(token) = token.filter(|t| !t.is_empty()) {
             // A JWT that does not verify goes on as a token nobody holds:
             // refused while auth is on, ignored while it is off, as etcd.

@@ -50,6 +50,11 @@ impl Kind {
     }
 }
 
+/// Headers read on every call, named once: a lookup by `&str` parses
+/// and checks the name each time.
+static CLIENT_API_VERSION: http::HeaderName = http::HeaderName::from_static("client-api-version");
+static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+
 /// Every method served: service, method, kind.
 const METHODS: &[(&str, &str, Kind)] = &[
     ("etcdserverpb.KV", "Range", Kind::Unary),
@@ -266,7 +271,7 @@ impl GrpcMetrics {
             .inc()
         };
         let version = headers
-            .get("client-api-version")
+            .get(&CLIENT_API_VERSION)
             .and_then(|v| v.to_str().ok());
         let Some(version) = version else {
             return series(&requests.unknown, "unknown");
@@ -360,7 +365,7 @@ impl Drop for GrpcCall {
 
 /// The code in `grpc-status`, if the headers carry one.
 fn status_code(headers: &http::HeaderMap) -> Option<usize> {
-    let value = headers.get("grpc-status")?;
+    let value = headers.get(&GRPC_STATUS)?;
     let code = std::str::from_utf8(value.as_bytes())
         .ok()
         .and_then(|text| text.parse::<usize>().ok())
