@@ -271,18 +271,22 @@ type RequestBody<B> = crate::metrics::Received<B>;
 type CallFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
 
 /// Starts `request` on `service`. tonic's generated servers are always
-/// ready, so the call starts at once; were one ever not, the call waits
-/// for readiness inside its own boxed future.
+/// ready, so the call starts at once, and their call is already boxed, so
+/// it is returned as it is; were one ever not ready, the call waits for
+/// readiness inside a boxed future of its own.
 fn call<S, B>(mut service: S, request: http::Request<RequestBody<B>>) -> CallFuture
 where
-    S: Service<http::Request<RequestBody<B>>, Response = http::Response<Body>, Error = Infallible>
-        + Send
+    S: Service<
+            http::Request<RequestBody<B>>,
+            Response = http::Response<Body>,
+            Error = Infallible,
+            Future = CallFuture,
+        > + Send
         + 'static,
-    S::Future: Send + 'static,
     B: Send + 'static,
 {
     match service.poll_ready(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(Ok(())) => Box::pin(service.call(request)),
+        Poll::Ready(Ok(())) => service.call(request),
         Poll::Ready(Err(never)) => match never {},
         Poll::Pending => Box::pin(async move {
             match poll_fn(|cx| service.poll_ready(cx)).await {
