@@ -23,7 +23,8 @@ enum Step {
     Post(&'static str, &'static str),
     PostAs(&'static str, &'static str, &'static str),
     Get(&'static str),
-    /// Opens `path` with `body`, runs the puts, and reads `lines` lines.
+    /// Opens `path` with `body` and reads `lines` lines, making put `n`
+    /// before line `n + 1`.
     Stream {
         path: &'static str,
         body: &'static str,
@@ -286,10 +287,13 @@ fn run(kind: ServerKind) -> Vec<Seen> {
                 let status = stream.status(LINE_WAIT).unwrap_or(0);
                 let mut answers = Vec::new();
                 for i in 0..*lines {
-                    if i == 1 {
-                        for put in *puts {
-                            client.post("/v3/kv/put", put);
-                        }
+                    // Line `i` answers put `i - 1`, made only once the line
+                    // before it is read: a watch stream that finds two
+                    // applies' events waiting sends them as one response
+                    // (the server's watch pacing), which etcd never does,
+                    // so puts made back to back would race the stream.
+                    if let Some(put) = i.checked_sub(1).and_then(|n| puts.get(n)) {
+                        client.post("/v3/kv/put", put);
                     }
                     let body = stream.next_line(LINE_WAIT).unwrap_or_default();
                     answers.push(Answer {
