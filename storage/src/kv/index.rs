@@ -144,6 +144,9 @@ struct Snapshots {
     applied: u64,
     /// Live snapshots per sequence (a lower bound of their redb snapshot's).
     pins: BTreeMap<u64, usize>,
+    /// Readers waiting on `caught_up`: a commit with none skips the
+    /// notification's syscall.
+    waiting: usize,
 }
 
 /// The index shared by the writer and every reader of one store.
@@ -201,6 +204,7 @@ impl SharedIndex {
             snapshots: Mutex::new(Snapshots {
                 applied: seq,
                 pins: BTreeMap::new(),
+                waiting: 0,
             }),
             caught_up: Condvar::new(),
         })
@@ -413,7 +417,9 @@ impl SharedIndex {
         let oldest_needed = {
             let mut snapshots = self.snapshots();
             snapshots.applied = seq;
-            self.caught_up.notify_all();
+            if snapshots.waiting > 0 {
+                self.caught_up.notify_all();
+            }
             snapshots
                 .pins
                 .first_key_value()
@@ -476,11 +482,13 @@ impl SharedIndex {
             }
             // Wake now and then to notice a writer that panicked.
             let wait = (deadline - now).min(Duration::from_millis(50));
+            snapshots.waiting += 1;
             snapshots = self
                 .caught_up
                 .wait_timeout(snapshots, wait)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            snapshots.waiting -= 1;
         }
         Ok(snapshots)
     }
