@@ -53,6 +53,11 @@ impl<K: KvStore> ClusterLinks<K> {
         }
     }
 
+    /// Whether the member has peers it was told of (see `sync_members`).
+    pub(super) fn has_peers(&self) -> bool {
+        !self.known.is_empty()
+    }
+
     /// Turns a transport event into the node's input, if it is one.
     pub(super) fn peer_event(&mut self, event: PeerEvent) -> Option<Input> {
         match event {

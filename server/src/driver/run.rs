@@ -18,12 +18,13 @@ use oxetcd_core::{Config, Error, Input, Instant, Node, RequestId};
 use slab::Slab;
 use tracing::{error, info, warn};
 
+use super::awaited;
 use super::direct::DirectGate;
 use super::disk_full::DiskState;
 use super::execute::Executor;
 use super::links::ClusterLinks;
 use super::log_writer::write_log;
-use super::spin::Spin;
+use super::spin::{Spin, SPIN_MAX, SPIN_MAX_ALONE};
 use super::{Command, LogJob, PeerLink, Reply, INPUT_BATCH_MAX};
 use crate::metrics::{Metrics, NodePublisher, SLOW_APPLY};
 use crate::slow_requests::SlowRequests;
@@ -303,7 +304,10 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
             ),
         };
         let gap = matches!(waited, Ok(Some(_))).then(|| self.clock.now().saturating_since(began));
-        self.spin.record(gap);
+        let alone = !self.executor.links.has_peers();
+        awaited::set_alone(alone);
+        let max = if alone { SPIN_MAX_ALONE } else { SPIN_MAX };
+        self.spin.record(gap, max);
         waited
     }
 
