@@ -62,10 +62,13 @@ const fn nanos(bound: Duration) -> u64 {
 }
 
 /// The driver tells whether its member is alone (no peers), which sets
-/// how long lone requests poll for their replies.
+/// how long lone requests poll for their replies. It tells at every wait;
+/// only a change is written, so the request tasks' core keeps its copy.
 pub(super) fn set_alone(alone: bool) {
-    let bound = if alone { SPIN_MAX_ALONE } else { SPIN_MAX };
-    REPLY_SPIN_NANOS.store(nanos(bound), Ordering::Relaxed);
+    let bound = nanos(if alone { SPIN_MAX_ALONE } else { SPIN_MAX });
+    if REPLY_SPIN_NANOS.load(Ordering::Relaxed) != bound {
+        REPLY_SPIN_NANOS.store(bound, Ordering::Relaxed);
+    }
 }
 
 /// Polls between two in which a lone request lets the OS run another
