@@ -9,14 +9,15 @@
 //! case. A lone request polls for its reply for up to the bound by which
 //! the node's driver thread polls for its commands, if the last reply came
 //! within that time (the same rule: see `super::spin`). Each poll that
-//! finds none wakes its task again, so the runtime keeps the worker running instead of parking it, and the reply,
-//! when it comes, finds the worker awake: the node's wake-up is a flag
-//! rather than a syscall, and the worker goes on without the kernel's
-//! wake-up latency (on a virtual machine an idle vCPU's, tens of
-//! microseconds). A single client's put waits for the disk's fsync with
-//! the worker otherwise idle, so both were on its path. Every
-//! [`YIELD_EVERY`] polls the worker's thread yields its core, so the
-//! node's and the client's threads are not kept waiting for it.
+//! finds none wakes its task again, so the runtime keeps the worker
+//! running instead of parking it, and the reply, when it comes, finds the
+//! worker awake: the node's wake-up is a flag rather than a syscall, and
+//! the worker goes on without the kernel's wake-up latency (on a virtual
+//! machine an idle vCPU's, tens of microseconds). A single client's put
+//! waits for the disk's fsync with the worker otherwise idle, so both were
+//! on its path. Every [`YIELD_EVERY`] polls the worker's thread yields its
+//! core, so the node's and the client's threads are not kept waiting for
+//! it.
 //!
 //! The runtime still runs its other tasks and reads its sockets between
 //! two polls, but only every so many polls (tokio's 61 ticks,
@@ -46,11 +47,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::spin::{SPIN_MAX, SPIN_MAX_ALONE};
+use super::spin::SPIN_MAX;
 
 /// How long a lone request polls for its reply, in nanoseconds: the
-/// driver's own bound (see [`set_alone`]). A member alone answers a put
-/// after its fsync and apply, within [`SPIN_MAX_ALONE`]; on a slower
+/// driver's own bound (see [`set_bound`]). A member alone answers a put
+/// after its fsync and apply, within `SPIN_MAX_ALONE`; on a slower
 /// virtual machine, with the driver polling for 500 µs, a 1-client put's
 /// p50 was 0.68 ms when its reply was polled for 250 µs and 0.59 ms when
 /// for 500 µs. A member of a cluster answers after its peers, mostly
@@ -61,11 +62,12 @@ const fn nanos(bound: Duration) -> u64 {
     bound.as_nanos() as u64
 }
 
-/// The driver tells whether its member is alone (no peers), which sets
-/// how long lone requests poll for their replies. It tells at every wait;
-/// only a change is written, so the request tasks' core keeps its copy.
-pub(super) fn set_alone(alone: bool) {
-    let bound = nanos(if alone { SPIN_MAX_ALONE } else { SPIN_MAX });
+/// The driver tells how long it polls for its commands (which depends on
+/// whether its member has peers), and lone requests poll as long for their
+/// replies. It tells at every wait; only a change is written, so the
+/// request tasks' core keeps its copy.
+pub(super) fn set_bound(bound: Duration) {
+    let bound = nanos(bound);
     if REPLY_SPIN_NANOS.load(Ordering::Relaxed) != bound {
         REPLY_SPIN_NANOS.store(bound, Ordering::Relaxed);
     }

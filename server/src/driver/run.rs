@@ -304,9 +304,12 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
             ),
         };
         let gap = matches!(waited, Ok(Some(_))).then(|| self.clock.now().saturating_since(began));
-        let alone = !self.executor.links.has_peers();
-        awaited::set_alone(alone);
-        let max = if alone { SPIN_MAX_ALONE } else { SPIN_MAX };
+        let max = if self.executor.links.has_peers() {
+            SPIN_MAX
+        } else {
+            SPIN_MAX_ALONE
+        };
+        awaited::set_bound(max);
         self.spin.record(gap, max);
         waited
     }

@@ -31,9 +31,10 @@ pub(super) const SPIN_MAX: Duration = Duration::from_micros(250);
 /// machine, where [`SPIN_MAX`] missed most turns; with this bound, and
 /// lone requests polling as long for their replies (`super::awaited`), a
 /// 1-client put's p50 there fell from 0.56 to 0.48 ms (Go `clientv3`,
-/// alternating runs), for more of a core polling while the client waits. Three members sharing that machine's two cores,
-/// polling for up to this long too, answered one client sooner but 256
-/// clients 11 % slower, for 11 % more CPU a put.
+/// alternating runs), for more of a core polling while the client waits.
+/// Three members sharing that machine's two cores, polling for up to this
+/// long too, answered one client sooner but 256 clients 11 % slower, for
+/// 11 % more CPU a put.
 pub(super) const SPIN_MAX_ALONE: Duration = Duration::from_micros(500);
 
 /// The polling policy: how long the next wait polls before it blocks.
