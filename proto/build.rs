@@ -36,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(feature("SERVER"))
         .build_client(feature("CLIENT"))
         .build_transport(feature("TRANSPORT"))
+        .codec_path("crate::codec::ProtoCodec")
         .emit_rerun_if_changed(false)
         .compile_fds(fds)?;
 

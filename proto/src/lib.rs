@@ -5,7 +5,8 @@
 //!   [`v3electionpb`], [`v3lockpb`]), so existing etcd clients interoperate.
 //!   Each service has a tonic server (`*_server`) and client (`*_client`)
 //!   module, behind this crate's `server` and `client` features; `transport`
-//!   adds the clients' `connect(..)`. Without them the crate is messages
+//!   adds the clients' `connect(..)`. Both sides encode with
+//!   [`codec::ProtoCodec`]. Without them the crate is messages
 //!   only and links no tonic, so the pure core stays free of the gRPC stack.
 //! * The replicated log payload: [`oxetcdpb::Proposal`].
 //! * Raft peer messages: [`eraftpb`], re-exported from `raft-proto`.
@@ -21,6 +22,9 @@
 //! the key space every client and server side shares.
 
 pub use raft_proto::eraftpb;
+
+#[cfg(any(feature = "server", feature = "client"))]
+pub mod codec;
 
 /// Keys, versions and watch events of the multi-version key space.
 #[allow(clippy::all, clippy::pedantic)]
