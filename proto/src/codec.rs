@@ -78,7 +78,7 @@ impl<T: Message> Encoder for ProtoEncoder<T> {
         dst.reserve(item.encoded_len());
         // The buffer grows as needed, so encoding cannot run out of room.
         item.encode(dst)
-            .map_err(|e| Status::internal(format!("encoding a response: {e}")))
+            .map_err(|e| Status::internal(format!("encoding a message: {e}")))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
