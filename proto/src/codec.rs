@@ -20,7 +20,7 @@
 use std::marker::PhantomData;
 
 use prost::Message;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::Status;
 use tonic_prost::ProstDecoder;
 
@@ -55,14 +55,15 @@ where
     type Encode = T;
     type Decode = U;
     type Encoder = ProtoEncoder<T>;
-    type Decoder = ProtoDecoder<U>;
+    /// prost's decoder, given the smaller buffers.
+    type Decoder = ProstDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProtoEncoder(PhantomData)
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProtoDecoder(ProstDecoder::new(buffer_settings()))
+        ProstDecoder::new(buffer_settings())
     }
 }
 
@@ -79,23 +80,6 @@ impl<T: Message> Encoder for ProtoEncoder<T> {
         // The buffer grows as needed, so encoding cannot run out of room.
         item.encode(dst)
             .map_err(|e| Status::internal(format!("encoding a message: {e}")))
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        buffer_settings()
-    }
-}
-
-/// The decoding half of [`ProtoCodec`]: prost's, with smaller buffers.
-#[derive(Debug)]
-pub struct ProtoDecoder<U>(ProstDecoder<U>);
-
-impl<U: Message + Default> Decoder for ProtoDecoder<U> {
-    type Item = U;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        self.0.decode(src)
     }
 
     fn buffer_settings(&self) -> BufferSettings {
