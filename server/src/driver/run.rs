@@ -24,7 +24,7 @@ use super::disk_full::DiskState;
 use super::execute::Executor;
 use super::links::ClusterLinks;
 use super::log_writer::write_log;
-use super::spin::{Spin, SPIN_MAX, SPIN_MAX_ALONE};
+use super::spin::{self, Spin};
 use super::{Command, LogJob, PeerLink, Reply, INPUT_BATCH_MAX};
 use crate::metrics::{Metrics, NodePublisher, SLOW_APPLY};
 use crate::slow_requests::SlowRequests;
@@ -304,11 +304,7 @@ impl<L: LogStore, K: KvStore> Driver<L, K> {
             ),
         };
         let gap = matches!(waited, Ok(Some(_))).then(|| self.clock.now().saturating_since(began));
-        let max = if self.executor.links.has_peers() {
-            SPIN_MAX
-        } else {
-            SPIN_MAX_ALONE
-        };
+        let max = spin::bound(self.executor.links.has_peers());
         awaited::set_bound(max);
         self.spin.record(gap, max);
         waited

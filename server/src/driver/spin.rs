@@ -37,6 +37,16 @@ pub(super) const SPIN_MAX: Duration = Duration::from_micros(250);
 /// 11 % more CPU a put.
 pub(super) const SPIN_MAX_ALONE: Duration = Duration::from_micros(500);
 
+/// The bound for a member with peers ([`SPIN_MAX`]) or alone
+/// ([`SPIN_MAX_ALONE`]).
+pub(super) fn bound(has_peers: bool) -> Duration {
+    if has_peers {
+        SPIN_MAX
+    } else {
+        SPIN_MAX_ALONE
+    }
+}
+
 /// The polling policy: how long the next wait polls before it blocks.
 #[derive(Debug, Default)]
 pub(super) struct Spin {
@@ -50,8 +60,7 @@ impl Spin {
     }
 
     /// A wait ended: a command came `gap` after it began, or none came
-    /// (`None`: a timer was due). `max` is the member's bound:
-    /// [`SPIN_MAX`], or [`SPIN_MAX_ALONE`] for a member without peers.
+    /// (`None`: a timer was due). `max` is the member's [`bound`].
     pub(super) fn record(&mut self, gap: Option<Duration>, max: Duration) {
         self.budget = match gap {
             Some(gap) if gap <= max => max,
@@ -80,7 +89,9 @@ mod tests {
             spin.record(None, max);
             assert_eq!(spin.budget(), Duration::ZERO, "a timer: block");
         }
-        spin.record(Some(SPIN_MAX + Duration::from_micros(1)), SPIN_MAX_ALONE);
+        assert_eq!(bound(true), SPIN_MAX);
+        assert_eq!(bound(false), SPIN_MAX_ALONE);
+        spin.record(Some(SPIN_MAX + Duration::from_micros(1)), bound(false));
         assert_eq!(spin.budget(), SPIN_MAX_ALONE, "a member alone waits longer");
     }
 }
