@@ -20,7 +20,7 @@
 //! caller batches only between the stream's other responses (creates,
 //! cancels, progress, catch-ups), never across them.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use oxetcd_proto::etcdserverpb::WatchResponse;
@@ -147,8 +147,9 @@ pub fn batch(
     max_bytes: usize,
 ) -> Vec<WatchBatch> {
     let mut batches: Vec<WatchBatch> = Vec::new();
-    // Each watcher's latest batch, by index in `batches`.
-    let mut latest: HashMap<i64, usize> = HashMap::new();
+    // Each watcher's latest batch, by index in `batches`. Ordered, not
+    // hashed: clients choose watch IDs, and a stream has few watchers.
+    let mut latest: BTreeMap<i64, usize> = BTreeMap::new();
     for delivery in deliveries {
         let rest = match latest.get(&delivery.watch_id) {
             Some(&index) => batches[index].extend(delivery, max_bytes),

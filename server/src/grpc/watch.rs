@@ -188,6 +188,7 @@ impl<K: KvStore> WatchService<K> {
             batches: Vec::new().into_iter(),
             held: None,
             gathering: Vec::new(),
+            gathered_last: 0,
             pace: Pace::default(),
             timer: self.timer.clone(),
             due: None,
@@ -248,21 +249,21 @@ const WATCH_YIELD_BYTES: usize = 32 * 1024;
 const WATCH_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Makes room in `dst` for a message of `len` bytes. In a burst (`more`
-/// messages follow at once) a buffer that lacks the room gets room for a
-/// whole piece ([`WATCH_YIELD_BYTES`]), so the buffer of a piece is
-/// allocated once or twice rather than doubled from [`WATCH_BUFFER_BYTES`]
-/// up past the piece's size, copying what it holds each time (8, 16, 32
-/// then 64 KiB): profiled under the watch fan-out benchmark, the share of
-/// the server's CPU spent copying fell by about a point (16.9 to 15.7 %
-/// in one pair of runs; the run-to-run spread is as large). Otherwise it gets
-/// the message's room only, so a stream that sends now and then keeps a
-/// small buffer.
+/// messages follow at once) a buffer that lacks the room gets room for
+/// the message and a whole piece ([`WATCH_YIELD_BYTES`]) after it, so the
+/// piece's later messages fit without growing it: a buffer grows by
+/// copying what it holds, and a piece is one contiguous buffer. With room
+/// for the message alone, every second message of a fan-out burst (~23
+/// KiB each) regrew a buffer holding the first, and that copying was 4 %
+/// of the server's CPU under the watch fan-out benchmark. Otherwise it
+/// gets the message's room only, so a stream that sends now and then
+/// keeps a small buffer.
 fn make_room(dst: &mut EncodeBuf<'_>, len: usize, more: bool) {
     // The spare room (tonic's buffer is a `BytesMut`, which adds 64 bytes
     // when it has none).
     if dst.chunk_mut().len() < len {
         dst.reserve(if more {
-            len.max(WATCH_YIELD_BYTES)
+            len.saturating_add(WATCH_YIELD_BYTES)
         } else {
             len
         });
@@ -333,6 +334,9 @@ pub struct WatchResponses<K: KvStore> {
     /// Deliveries taken off `items`, waiting for their pace (before
     /// `held`); counted in `queued` until sent.
     gathering: Vec<WatchDelivery>,
+    /// How many deliveries the last send took: the room `gathering` starts
+    /// with, so a stream's steady bursts gather without regrowing it.
+    gathered_last: usize,
     pace: Pace,
     timer: WatchTimer,
     /// Fires when `gathering` is due.
@@ -358,6 +362,10 @@ impl<K: KvStore> WatchResponses<K> {
     /// Gathers `deliveries` and every run of deliveries already queued
     /// behind them; sends them now or arms the pace's timer.
     fn gather(&mut self, deliveries: Vec<WatchDelivery>, cx: &mut Context<'_>) {
+        if self.gathering.is_empty() {
+            self.gathering
+                .reserve(self.gathered_last.max(deliveries.len()));
+        }
         self.gathering.extend(deliveries);
         let applies =
             1 + take_queued_events(&mut self.items, &mut self.gathering, &mut self.held, cx);
@@ -405,6 +413,7 @@ impl<K: KvStore> WatchResponses<K> {
     fn send_gathered(&mut self, now: Instant) {
         self.due = None;
         self.pace.sent(now);
+        self.gathered_last = self.gathering.len().min(BATCHED_DELIVERIES_MAX);
         let deliveries = std::mem::take(&mut self.gathering);
         self.batches = watch::batch(deliveries, self.fragment_bytes).into_iter();
     }
