@@ -2,8 +2,10 @@
 //!
 //! Design: tonic's generated `*Server` types do the gRPC framing (Watch has
 //! its own [`WatchServer`], which writes live events from their shared
-//! encoding); our service structs turn each call into a core
-//! [`Request`](oxetcd_core::Request) sent through the driver [`Handle`].
+//! encoding; the unary KV calls are framed by `unary` when they are as
+//! usual, and by tonic otherwise); our service structs turn each call into
+//! a core [`Request`](oxetcd_core::Request) sent through the driver
+//! [`Handle`].
 //! Election and Lock are clients of the others: each of their calls is a
 //! sequence of KV calls and watches made as the caller (see `caller.rs`). A
 //! small router of our own dispatches by the path's service name
@@ -51,6 +53,7 @@ mod lock;
 mod maintenance;
 mod range;
 mod range_stream;
+mod unary;
 mod watch;
 mod watch_pace;
 
@@ -65,7 +68,7 @@ use oxetcd_core::storage::KvStore;
 use oxetcd_core::Error;
 use oxetcd_proto::etcdserverpb::auth_server::AuthServer;
 use oxetcd_proto::etcdserverpb::cluster_server::ClusterServer;
-use oxetcd_proto::etcdserverpb::kv_server::KvServer;
+use oxetcd_proto::etcdserverpb::kv_server::{Kv, KvServer};
 use oxetcd_proto::etcdserverpb::lease_server::LeaseServer;
 use oxetcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use oxetcd_proto::v3electionpb::election_server::ElectionServer;
@@ -113,6 +116,10 @@ pub struct Member {
 pub struct GrpcRouter<K: KvStore> {
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     kv: KvServer<KvService<K>>,
+    /// The KV service itself, for the calls [`unary`] answers.
+    kv_service: std::sync::Arc<KvService<K>>,
+    /// The largest request message decoded.
+    max_decoding: usize,
     range: range::RangeServer<K>,
     maintenance: MaintenanceServer<MaintenanceService<K>>,
     watch: WatchServer<K>,
@@ -145,6 +152,8 @@ impl<K: KvStore> GrpcRouter<K> {
         ));
         Self {
             metrics: handle.metrics().clone(),
+            kv_service: kv.clone(),
+            max_decoding: decode_max,
             range: range::RangeServer::new(kv.clone(), decode_max),
             kv: KvServer::from_arc(kv)
                 .max_decoding_message_size(decode_max)
@@ -205,8 +214,10 @@ impl<K: KvStore> GrpcRouter<K> {
             .and_then(|rest| rest.split_once('/'))
             .map_or(path, |(service, _method)| service);
         let call = match service {
-            "etcdserverpb.KV" if path == range::RANGE_PATH => call(self.range.clone(), request),
-            "etcdserverpb.KV" => call(self.kv.clone(), request),
+            "etcdserverpb.KV" => match KvUnary::of(path) {
+                Some(method) => self.kv_unary(method, request),
+                None => call(self.kv.clone(), request),
+            },
             "etcdserverpb.Maintenance" => call(self.maintenance.clone(), request),
             "etcdserverpb.Watch" => call(self.watch.clone(), request),
             "etcdserverpb.Lease" => call(self.lease.clone(), request),
@@ -230,6 +241,80 @@ impl<K: KvStore> GrpcRouter<K> {
             }
         })
     }
+}
+
+/// The unary KV methods [`unary`] answers.
+#[derive(Clone, Copy, Debug)]
+enum KvUnary {
+    Range,
+    Put,
+    DeleteRange,
+    Txn,
+    Compact,
+}
+
+impl KvUnary {
+    fn of(path: &str) -> Option<Self> {
+        Some(match path.strip_prefix("/etcdserverpb.KV/")? {
+            "Range" => Self::Range,
+            "Put" => Self::Put,
+            "DeleteRange" => Self::DeleteRange,
+            "Txn" => Self::Txn,
+            "Compact" => Self::Compact,
+            _ => return None,
+        })
+    }
+}
+
+impl<K: KvStore> GrpcRouter<K> {
+    /// Answers a unary KV call through [`unary`]; what it does not serve goes
+    /// to the generated server (ranges to [`range::RangeServer`]).
+    fn kv_unary<B>(&self, method: KvUnary, request: http::Request<RequestBody<B>>) -> CallFuture
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Unpin + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    {
+        let service = self.kv_service.clone();
+        let kv = self.kv.clone();
+        let range = self.range.clone();
+        let max_decoding = self.max_decoding;
+        let to_tonic = move |request| match method {
+            KvUnary::Range => call(range, request),
+            _ => call(kv, request),
+        };
+        Box::pin(async move {
+            let (parts, message) = match unary::read(request, max_decoding).await {
+                unary::Read::Message(parts, message) => (parts, message),
+                unary::Read::Tonic(request) => return to_tonic(request).await,
+            };
+            macro_rules! serve {
+                ($method:ident, $encode:expr) => {
+                    match unary::decode(parts, message) {
+                        unary::Decoded::Call(request) => Ok(unary::answer(
+                            Kv::$method(&*service, request).await,
+                            $encode,
+                        )),
+                        unary::Decoded::Tonic(request) => to_tonic(*request).await,
+                    }
+                };
+            }
+            match method {
+                KvUnary::Range => serve!(range, |response, buffer| {
+                    range::encode_draining(response, buffer, bytes::BytesMut::reserve)
+                }),
+                KvUnary::Put => serve!(put, encode_whole),
+                KvUnary::DeleteRange => serve!(delete_range, encode_whole),
+                KvUnary::Txn => serve!(txn, encode_whole),
+                KvUnary::Compact => serve!(compact, encode_whole),
+            }
+        })
+    }
+}
+
+/// Writes `message` after reserving its exact size.
+fn encode_whole<M: prost::Message>(message: M, buffer: &mut bytes::BytesMut) {
+    buffer.reserve(message.encoded_len());
+    message.encode_raw(buffer);
 }
 
 /// Rewrites the status of a request refused for its size while decoding to
@@ -274,10 +359,10 @@ type CallFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infal
 /// ready, so the call starts at once, and their call is already boxed, so
 /// it is returned as it is; were one ever not ready, the call waits for
 /// readiness inside a boxed future of its own.
-fn call<S, B>(mut service: S, request: http::Request<RequestBody<B>>) -> CallFuture
+fn call<S, B>(mut service: S, request: http::Request<B>) -> CallFuture
 where
     S: Service<
-            http::Request<RequestBody<B>>,
+            http::Request<B>,
             Response = http::Response<Body>,
             Error = Infallible,
             Future = CallFuture,

@@ -1,17 +1,18 @@
 //! The unary `KV.Range`, encoded so that a large answer does not sit in
 //! memory twice.
 //!
-//! Design: tonic's generated KV server encodes a response whole into its
-//! buffer, growing it by doubling, while the response's key-values are
-//! still held: a range of N bytes briefly needs about 3N. This server
-//! serves that one method (the router sends it here; every other KV
-//! method goes to the generated server) with [`RangeCodec`], whose encoder
-//! reserves the exact encoded size once and then moves the key-values into
-//! it one by one, freeing each as it is written, so the peak stays near N.
-//! The call itself is [`KvService`]'s, unchanged; only the encoding
-//! differs. A response encodes its header, `more` and `count` before its
-//! key-values, which every protobuf reader accepts (fields may come in any
-//! order).
+//! Design: encoding a response whole into a buffer grown by doubling, while
+//! the response's key-values are still held, briefly needs about 3N for a
+//! range of N bytes. [`encode_draining`] reserves the exact encoded size
+//! once and then moves the key-values into it one by one, freeing each as
+//! it is written, so the peak stays near N. Ranges are answered with it by
+//! the router's unary path (`super::unary`); those that path hands to
+//! tonic come to [`RangeServer`], which serves the one method through
+//! tonic with [`RangeCodec`], the same encoding (every other KV method
+//! goes to the generated server). The call itself is [`KvService`]'s,
+//! unchanged; only the encoding differs. A response encodes its header,
+//! `more` and `count` before its key-values, which every protobuf reader
+//! accepts (fields may come in any order).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -27,9 +28,6 @@ use tonic::Status;
 use tonic_prost::ProstDecoder;
 
 use super::kv::KvService;
-
-/// The method this server answers.
-pub(crate) const RANGE_PATH: &str = "/etcdserverpb.KV/Range";
 
 /// `kvs`' field number in `RangeResponse`.
 const KVS_FIELD: u32 = 2;
