@@ -299,9 +299,7 @@ impl<K: KvStore> GrpcRouter<K> {
                 };
             }
             match method {
-                KvUnary::Range => serve!(range, |response, buffer| {
-                    range::encode_draining(response, buffer, bytes::BytesMut::reserve)
-                }),
+                KvUnary::Range => serve!(range, range::encode_draining),
                 KvUnary::Put => serve!(put, encode_whole),
                 KvUnary::DeleteRange => serve!(delete_range, encode_whole),
                 KvUnary::Txn => serve!(txn, encode_whole),
@@ -312,8 +310,12 @@ impl<K: KvStore> GrpcRouter<K> {
 }
 
 /// Writes `message` after reserving its exact size.
-fn encode_whole<M: prost::Message>(message: M, buffer: &mut bytes::BytesMut) {
-    buffer.reserve(message.encoded_len());
+fn encode_whole<M: prost::Message>(
+    message: M,
+    buffer: &mut bytes::BytesMut,
+    reserve: unary::Reserve,
+) {
+    reserve(buffer, message.encoded_len());
     message.encode_raw(buffer);
 }
 

@@ -4,7 +4,8 @@
 //! encoding body, each with a buffer of its own, wraps the request and the
 //! response in a one-item stream, and ends with `grpc-status` trailers built
 //! through a `Status`. For a put that framing cost more of the async
-//! thread than the call itself. [`serve`] does the usual case directly:
+//! thread than the call itself. [`read`], [`decode`] and [`answer`] do the
+//! usual case directly (the router puts them together for each method):
 //!
 //! 1. It reads the request body to its end and finds one uncompressed
 //!    message within the decoding limit, and nothing else, in it; the
@@ -42,7 +43,7 @@ const GRPC_ENCODING: &str = "grpc-encoding";
 
 /// What [`read`] found in a request.
 pub(crate) enum Read<B: HttpBody> {
-    /// The request's one message, and the rest of the request.
+    /// The request's parts and its one message.
     Message(http::request::Parts, Bytes),
     /// Not the usual case: the request as it came, for tonic.
     Tonic(http::Request<Replay<B>>),
@@ -69,7 +70,7 @@ where
             }
         };
         match frame.into_data() {
-            Ok(data) => chunks.push(data),
+            Ok(data) => chunks.push(data, max_decoding),
             Err(trailers) => {
                 return Read::Tonic(Replay::start(parts, chunks, Some(Ok(trailers)), Some(body)));
             }
@@ -95,7 +96,7 @@ fn message_len(prefix: &[u8], max_decoding: usize) -> Option<usize> {
 }
 
 /// The body's bytes read so far.
-pub(crate) enum Chunks {
+enum Chunks {
     None,
     /// One DATA frame's bytes, kept as they came.
     One(Bytes),
@@ -104,14 +105,21 @@ pub(crate) enum Chunks {
 }
 
 impl Chunks {
-    fn push(&mut self, data: Bytes) {
+    /// Adds a DATA frame's bytes; joined, they get room for the whole
+    /// message its prefix announces, when that is within `max_decoding`.
+    fn push(&mut self, data: Bytes, max_decoding: usize) {
         if data.is_empty() {
             return;
         }
         *self = match std::mem::replace(self, Chunks::None) {
             Chunks::None => Chunks::One(data),
             Chunks::One(first) => {
-                let mut joined = BytesMut::with_capacity(first.len() + data.len());
+                let announced = (first.len() >= PREFIX_BYTES)
+                    .then(|| message_len(&first, max_decoding))
+                    .flatten()
+                    .map_or(0, |len| PREFIX_BYTES + len);
+                let room = announced.max(first.len() + data.len());
+                let mut joined = BytesMut::with_capacity(room);
                 joined.put(first);
                 joined.put(data);
                 Chunks::Many(joined)
@@ -258,21 +266,30 @@ where
     }
 }
 
+/// Makes room in an empty buffer for a message of `len` bytes and its
+/// prefix, and writes the prefix (its length is set once it is written).
+pub(crate) type Reserve = fn(&mut BytesMut, usize);
+
 /// The answer to a served call: the response framed as tonic frames it,
-/// or the error as tonic answers it. `encode` writes the message after
-/// reserving its exact size.
+/// or the error as tonic answers it. `encode` writes the message, first
+/// calling the [`Reserve`] it is given with the message's exact length.
 pub(crate) fn answer<M>(
     response: Result<tonic::Response<M>, Status>,
-    encode: impl FnOnce(M, &mut BytesMut),
+    encode: impl FnOnce(M, &mut BytesMut, Reserve),
 ) -> http::Response<Body> {
     let (metadata, message, extensions) = match response {
         Ok(response) => response.into_parts(),
         Err(status) => return status.into_http(),
     };
-    let mut framed = BytesMut::with_capacity(PREFIX_BYTES);
-    framed.put_bytes(0, PREFIX_BYTES);
-    encode(message, &mut framed);
-    let len = framed.len() - PREFIX_BYTES;
+    let mut framed = BytesMut::new();
+    encode(message, &mut framed, |buffer, len| {
+        buffer.reserve(PREFIX_BYTES + len);
+        buffer.put_bytes(0, PREFIX_BYTES);
+    });
+    let Some(len) = framed.len().checked_sub(PREFIX_BYTES) else {
+        return Status::internal("etcdserver: a response was encoded without its prefix")
+            .into_http();
+    };
     let Ok(len) = u32::try_from(len) else {
         return Status::resource_exhausted(format!(
             "Cannot return body with more than 4GB of data but got {len} bytes"
@@ -548,10 +565,15 @@ mod tests {
             }),
             prev_kv: None,
         };
-        let served = answer(Ok(tonic::Response::new(response.clone())), |m, b| {
-            b.reserve(m.encoded_len());
-            m.encode_raw(b);
-        });
+        let served = answer(
+            Ok(tonic::Response::new(response.clone())),
+            |m, b, reserve| {
+                reserve(b, m.encoded_len());
+                let start = b.as_ptr();
+                m.encode_raw(b);
+                assert_eq!(b.as_ptr(), start, "encoded in the room reserved");
+            },
+        );
         let (headers, body, trailers) = answered(served);
         assert_eq!(headers["content-type"], "application/grpc");
         assert_eq!(body, framed(0, &response.encode_to_vec()));
@@ -561,7 +583,7 @@ mod tests {
         // An error: in the headers alone, as tonic answers one.
         let failed = answer::<PutResponse>(
             Err(Status::invalid_argument("etcdserver: key is not provided")),
-            |_, _| unreachable!("nothing to encode"),
+            |_, _, _| unreachable!("nothing to encode"),
         );
         let (headers, body, trailers) = answered(failed);
         assert_eq!(headers["grpc-status"], "3");
@@ -570,5 +592,9 @@ mod tests {
             "etcdserver:%20key%20is%20not%20provided"
         );
         assert!(body.is_empty() && trailers.is_none());
+        // An encoder that skipped its reservation gets an error, not a
+        // frame without a prefix.
+        let unframed = answer(Ok(tonic::Response::new(response)), |_, _, _| {});
+        assert_eq!(answered(unframed).0["grpc-status"], "13");
     }
 }
