@@ -139,7 +139,7 @@ impl Chunks {
         }
     }
 
-    /// Whether what was read already cannot be one message for [`serve`]:
+    /// Whether what was read already cannot be the one message [`read`] takes:
     /// its prefix refuses it, or more than the message came.
     fn too_much(&self, max_decoding: usize) -> bool {
         let bytes = self.bytes();
