@@ -18,12 +18,13 @@
 //!    trailers; a service error is answered as tonic answers one, in the
 //!    headers alone.
 //!
-//! Anything else — a `grpc-encoding`, a compressed, oversized or truncated
-//! message, a second message, request trailers, a body error, bytes that do
-//! not decode — goes to the generated tonic server, with what was read
-//! replayed ahead of the rest of the body ([`Replay`]), so those requests
-//! are answered exactly as before. The bytes on the wire of a served call
-//! are tonic's too (prost's encoding, the same frame prefix and headers).
+//! Anything else — a `grpc-encoding` other than `identity`, a compressed,
+//! oversized or truncated message, a second message, request trailers, a
+//! body error, bytes that do not decode — goes to the generated tonic
+//! server, with what was read replayed ahead of the rest of the body
+//! ([`Replay`]), so those requests are answered exactly as before. The
+//! bytes on the wire of a served call are tonic's too (prost's encoding,
+//! the same frame prefix and headers).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -41,6 +42,9 @@ const PREFIX_BYTES: usize = 5;
 /// The request's compression, when it has one.
 const GRPC_ENCODING: &str = "grpc-encoding";
 
+/// The `grpc-encoding` of an uncompressed request, which some clients send.
+const IDENTITY: &str = "identity";
+
 /// What [`read`] found in a request.
 pub(crate) enum Read<B: HttpBody> {
     /// The request's parts and its one message.
@@ -57,7 +61,11 @@ where
     B: HttpBody<Data = Bytes> + Unpin,
 {
     let (parts, mut body) = request.into_parts();
-    if parts.headers.contains_key(GRPC_ENCODING) {
+    let compressed = parts
+        .headers
+        .get(GRPC_ENCODING)
+        .is_some_and(|encoding| encoding != IDENTITY);
+    if compressed {
         return Read::Tonic(Replay::start(parts, Chunks::None, None, Some(body)));
     }
     let mut chunks = Chunks::None;
@@ -510,6 +518,9 @@ mod tests {
         };
         assert_eq!(compressed.headers()["grpc-encoding"], "gzip");
         assert_eq!(replayed(compressed).0, whole);
+        // `identity` is no compression: served.
+        let identity = request(vec![data(&whole)], &[("grpc-encoding", "identity")]);
+        assert!(matches!(block_on(read(identity, MAX)), Read::Message(..)));
         // Request trailers, then what follows them.
         let mut sent = HeaderMap::new();
         sent.insert("x-extra", HeaderValue::from_static("1"));
