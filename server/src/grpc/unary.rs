@@ -93,10 +93,11 @@ where
     }
 }
 
-/// The message's length, when `prefix` (at least [`PREFIX_BYTES`]) starts an
-/// uncompressed message of at most `max_decoding` bytes.
-fn message_len(prefix: &[u8], max_decoding: usize) -> Option<usize> {
-    let [0, a, b, c, d, ..] = *prefix else {
+/// The message's length, when `bytes` start with the prefix of an
+/// uncompressed message of at most `max_decoding` bytes (none while fewer
+/// than [`PREFIX_BYTES`] came).
+fn message_len(bytes: &[u8], max_decoding: usize) -> Option<usize> {
+    let [0, a, b, c, d, ..] = *bytes else {
         return None;
     };
     let len = u32::from_be_bytes([a, b, c, d]) as usize;
@@ -122,10 +123,8 @@ impl Chunks {
         *self = match std::mem::replace(self, Chunks::None) {
             Chunks::None => Chunks::One(data),
             Chunks::One(first) => {
-                let announced = (first.len() >= PREFIX_BYTES)
-                    .then(|| message_len(&first, max_decoding))
-                    .flatten()
-                    .map_or(0, |len| PREFIX_BYTES + len);
+                let announced =
+                    message_len(&first, max_decoding).map_or(0, |len| PREFIX_BYTES + len);
                 let room = announced.max(first.len() + data.len());
                 let mut joined = BytesMut::with_capacity(room);
                 joined.put(first);
@@ -163,8 +162,10 @@ impl Chunks {
     /// The whole body read: its one message, or the bytes back.
     fn message(self, max_decoding: usize) -> Result<Bytes, Chunks> {
         let bytes = self.bytes();
-        let whole = bytes.len() >= PREFIX_BYTES
-            && message_len(bytes, max_decoding) == Some(bytes.len() - PREFIX_BYTES);
+        let whole = bytes
+            .len()
+            .checked_sub(PREFIX_BYTES)
+            .is_some_and(|len| message_len(bytes, max_decoding) == Some(len));
         if !whole {
             return Err(self);
         }
