@@ -24,10 +24,10 @@ use futures_lite::{AsyncRead, AsyncWrite, StreamExt};
 use oxetcd_server::{BoundSocket, Either, Remote, Runtime, SocketAddress};
 use smol::Executor;
 
-/// mimalloc, for its cheaper small allocations across threads (see the
-/// dependency's note in Cargo.toml).
+/// mimalloc, for its cheaper small allocations across threads (see
+/// [`oxetcd_server::allocator`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: oxetcd_server::allocator::Allocator = oxetcd_server::allocator::Allocator;
 
 /// Tasks run on this executor, polled by [`oxetcd_server::runtime::async_threads`] threads.
 #[derive(Clone)]

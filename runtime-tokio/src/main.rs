@@ -13,10 +13,10 @@ use oxetcd_server::{BoundSocket, Either, Remote, Runtime, SocketAddress};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::signal::unix::{signal, SignalKind};
 
-/// mimalloc, for its cheaper small allocations across threads (see the
-/// dependency's note in Cargo.toml).
+/// mimalloc, for its cheaper small allocations across threads (see
+/// [`oxetcd_server::allocator`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: oxetcd_server::allocator::Allocator = oxetcd_server::allocator::Allocator;
 
 /// tokio's multi-threaded runtime, which the server runs on inside `main`.
 /// It holds the runtime's handle because the driver thread, which is not

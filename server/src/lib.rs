@@ -30,6 +30,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod allocator;
 pub mod auth_token;
 pub mod compact_hash_check;
 pub mod config;

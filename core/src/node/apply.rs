@@ -255,7 +255,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     self.apply_conf_change(entry, &meta)
                 }
                 EntryType::EntryNormal if !entry.data.is_empty() => {
-                    let proposal = Proposal::decode(entry.data.as_ref()).map_err(|e| {
+                    // From the entry's own buffer: its byte fields are
+                    // sliced from it rather than copied out first.
+                    let proposal = Proposal::decode(entry.data.clone()).map_err(|e| {
                         StorageError::corrupt(format_args!("log entry {}", entry.index), e)
                     })?;
                     // Entries the leader proposes itself carry no ID and
