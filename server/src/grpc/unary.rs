@@ -40,7 +40,7 @@ use tonic::Status;
 const PREFIX_BYTES: usize = 5;
 
 /// The request's compression, when it has one.
-const GRPC_ENCODING: &str = "grpc-encoding";
+static GRPC_ENCODING: http::HeaderName = http::HeaderName::from_static("grpc-encoding");
 
 /// The `grpc-encoding` of an uncompressed request, which some clients send.
 const IDENTITY: &str = "identity";
@@ -63,7 +63,7 @@ where
     let (parts, mut body) = request.into_parts();
     let compressed = parts
         .headers
-        .get(GRPC_ENCODING)
+        .get(&GRPC_ENCODING)
         .is_some_and(|encoding| encoding != IDENTITY);
     if compressed {
         return Read::Tonic(Replay::start(parts, Chunks::None, None, Some(body)));

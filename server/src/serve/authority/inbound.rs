@@ -132,8 +132,9 @@ impl Inbound {
     /// Between frames or inside a passed-through one.
     fn scan_frames(&mut self, data: &[u8]) -> Scan {
         if self.header_len == 0 {
-            // The hot path: run over whole frames up to a HEADERS frame, a
-            // header split across reads, or the end of `data`.
+            // The hot path: run over whole frames up to a HEADERS frame that
+            // needs more than a look (see `passes_whole`), a header split
+            // across reads, or the end of `data`.
             let mut at = 0;
             loop {
                 let n = self.payload_left.min(data.len() - at);
@@ -144,7 +145,7 @@ impl Inbound {
                     break;
                 }
                 let header = frame_header(rest);
-                if header.kind == TYPE_HEADERS {
+                if header.kind == TYPE_HEADERS && !self.passes_whole(rest, &header) {
                     break;
                 }
                 self.payload_left = header.length;
@@ -168,6 +169,26 @@ impl Inbound {
             }
         }
         Scan::Consumed(n)
+    }
+
+    /// Whether `rest` holds the whole HEADERS frame it starts with, a block
+    /// of its own that is not too large and needs no repair: such a frame
+    /// (the usual request, its `:authority` indexed or already bare) goes
+    /// on like any other, without being held and copied. Any other block
+    /// takes the way that holds it, and gets the same answer there.
+    fn passes_whole(&mut self, rest: &[u8], header: &FrameHeader) -> bool {
+        let end = FRAME_HEADER_BYTES + header.length;
+        header.flags & FLAG_END_HEADERS != 0
+            && end <= HEADER_BLOCK_BYTES_MAX
+            && rest.len() >= end
+            && unframe(&rest[..end], &mut self.fragments).is_ok_and(|held| {
+                let repaired = hpack::strip_authority_scheme(
+                    held.fragment,
+                    &mut self.block,
+                    &mut self.scratch,
+                );
+                matches!(repaired, Ok(false))
+            })
     }
 
     /// Inside a header block.
