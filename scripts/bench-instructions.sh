@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-common.sh
-command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+scripts/install-deps.sh valgrind
 REQUESTS=5000
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then REQUESTS=$1; shift; fi
 [ "${1:-}" = "--" ] && shift

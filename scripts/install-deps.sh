@@ -6,7 +6,9 @@
 #     etcd-client crate the tests drive oxetcd with needs to build;
 #   - with the argument `e2e`: what etcd's own end-to-end suite needs
 #     (golang-go, and golang-etcd-server-dev for the suite's Go source and
-#     its dependencies; scripts/etcd-e2e.sh).
+#     its dependencies; scripts/etcd-e2e.sh);
+#   - with the argument `valgrind`: valgrind, whose callgrind counts the
+#     server's instructions in scripts/bench-instructions.sh.
 # Runs apt-get as root, or via sudo.
 set -euo pipefail
 
@@ -17,6 +19,9 @@ command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 if [ "${1:-}" = e2e ]; then
     command -v go >/dev/null 2>&1 || missing+=(golang-go)
     [ -d /usr/share/gocode/src/go.etcd.io/etcd/tests/e2e ] || missing+=(golang-etcd-server-dev)
+fi
+if [ "${1:-}" = valgrind ]; then
+    command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 fi
 [ ${#missing[@]} -gt 0 ] || exit 0
 
