@@ -33,7 +33,7 @@ sys.argv = ARGV
 
 DEFAULT_LOAD = ["-mode", "put", "-clients", "256", "-conns", "16", "-total", "100000"]
 FIGURES = ["per_s", "p50_ms", "p99_ms", "server_us", "client_cpu_us", "events_per_response",
-           "put_secs"]
+           "put_secs", "put_p50_ms"]
 
 
 def main():

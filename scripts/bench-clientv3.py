@@ -201,6 +201,9 @@ def single(kind, tag):
         "watch events/response": watch["events_per_response"],
         "watch client µs/event": watch["client_cpu_us"],
         "watch server µs/event": watch["server_cpu_us"],
+        # The 16 writers' latency: when their seconds are near the run's,
+        # it sets the run's pace (see scripts/clientv3-load).
+        "watch writers' put p50 ms": watch["put_p50_ms"],
         "get l 256 req/s": ranges["l"]["per_s"],
         "get s 256 req/s": ranges["s"]["per_s"],
         "RSS 100k keys MiB": rss / 1024,

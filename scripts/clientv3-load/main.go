@@ -22,7 +22,8 @@
 //     puts) from the first put to the last delivery; put_secs is the
 //     writer's own time, so a run whose secs are close to it was bound by
 //     the puts (slowed by the deliveries sharing the machine), not by the
-//     deliveries' own pace.
+//     deliveries' own pace; put_p50_ms and put_p99_ms are the writer's
+//     latencies, which then set the pace.
 //
 // Prints one line of key=value pairs: the mode, the counts, seconds,
 // requests (or events) per second, latency percentiles in ms (put and get),
@@ -210,12 +211,14 @@ func watch(cs []*clientv3.Client, watchers, total int, writer []string) {
 	if err != nil {
 		fail("the writer: %v: %s", err, out)
 	}
-	// The writer's own seconds: when they are near secs, the puts bound
-	// the run rather than the deliveries.
-	putSecs := "0"
+	// The writer's own seconds and latencies: when its seconds are near
+	// secs, the puts bound the run rather than the deliveries.
+	writerSays := map[string]string{"secs": "0", "p50_ms": "0", "p99_ms": "0"}
 	for _, field := range strings.Fields(string(out)) {
-		if strings.HasPrefix(field, "secs=") {
-			putSecs = strings.TrimPrefix(field, "secs=")
+		if k, v, ok := strings.Cut(field, "="); ok {
+			if _, wanted := writerSays[k]; wanted {
+				writerSays[k] = v
+			}
 		}
 	}
 	finished := make(chan struct{})
@@ -229,8 +232,9 @@ func watch(cs []*clientv3.Client, watchers, total int, writer []string) {
 	secs := end.Sub(start).Seconds()
 	cpu := cpuTime() - cpu0
 	events := float64(watchers * total)
-	fmt.Printf("mode=watch watchers=%d total=%d secs=%.3f per_s=%.0f responses=%d events_per_response=%.1f client_cpu_us=%.3f put_secs=%s\n",
-		watchers, total, secs, events/secs, responses, events/float64(responses), cpu.Seconds()*1e6/events, putSecs)
+	fmt.Printf("mode=watch watchers=%d total=%d secs=%.3f per_s=%.0f responses=%d events_per_response=%.1f client_cpu_us=%.3f put_secs=%s put_p50_ms=%s put_p99_ms=%s\n",
+		watchers, total, secs, events/secs, responses, events/float64(responses), cpu.Seconds()*1e6/events,
+		writerSays["secs"], writerSays["p50_ms"], writerSays["p99_ms"])
 }
 
 func pct(sorted []time.Duration, p int) float64 {

@@ -310,11 +310,7 @@ impl<K: KvStore> GrpcRouter<K> {
 }
 
 /// Writes `message` after reserving its exact size.
-fn encode_whole<M: prost::Message>(
-    message: M,
-    buffer: &mut bytes::BytesMut,
-    reserve: unary::Reserve,
-) {
+fn encode_whole<M: prost::Message>(message: M, buffer: &mut Vec<u8>, reserve: unary::Reserve) {
     reserve(buffer, message.encoded_len());
     message.encode_raw(buffer);
 }
@@ -327,7 +323,7 @@ fn oversized_as_etcd(response: http::Response<Body>) -> http::Response<Body> {
     const CODEC_PREFIX: &str = "Error, decoded message length too large: found ";
     let out_of_range = response
         .headers()
-        .get(tonic::Status::GRPC_STATUS)
+        .get(&crate::metrics::GRPC_STATUS)
         .is_some_and(|code| code.as_bytes() == b"11");
     if !out_of_range {
         return response;

@@ -53,7 +53,7 @@ impl Kind {
 /// Headers read on every call, named once: a lookup by `&str` parses
 /// and checks the name each time.
 static CLIENT_API_VERSION: http::HeaderName = http::HeaderName::from_static("client-api-version");
-static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+pub(crate) static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
 
 /// Every method served: service, method, kind.
 const METHODS: &[(&str, &str, Kind)] = &[
