@@ -13,9 +13,10 @@ Per run, on a fresh data dir on 127.0.0.1:
   server CPU per put, and the load generator's: the two share the
   machine's cores); watch fan-out, 256 watchers on 16 connections while
   16 writers put 10,000 keys (events/s, events per response, the
-  client's and the server's CPU per event); resident memory after 100,000 keys of 256 B (and the peak over
-  the run), then gets of those keys at 256 clients, linearizable and
-  serializable;
+  client's and the server's CPU per event, and the writers' put p50,
+  which sets the pace when the puts bound the run); resident memory
+  after 100,000 keys of 256 B (and the peak over the run), then gets of
+  those keys at 256 clients, linearizable and serializable;
 - three members (put, 1 client and 256 clients, against the leader; CPU
   per put is all three members' together).
 
