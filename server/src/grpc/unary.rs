@@ -279,7 +279,7 @@ where
 /// prefix, and writes the prefix (its length is set once it is written).
 /// The buffer is a `Vec`: prost writes a varint a byte at a time, and a
 /// byte pushed onto a `Vec` costs a fraction of one put into a `BytesMut`
-/// (a fifth of a put's encoding, header and all, went to those calls).
+/// (about half of the instructions encoding a put's answer went to them).
 pub(crate) type Reserve = fn(&mut Vec<u8>, usize);
 
 /// The answer to a served call: the response framed as tonic frames it,
