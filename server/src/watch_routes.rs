@@ -132,7 +132,7 @@ impl WatchRoutes {
     pub(crate) fn deliver_events(
         &mut self,
         stream: StreamId,
-        deliveries: Vec<WatchDelivery>,
+        mut deliveries: Vec<WatchDelivery>,
     ) -> Vec<Input> {
         let mut stalls = Vec::new();
         let Some(route) = self.streams.get_mut(&stream) else {
@@ -140,11 +140,10 @@ impl WatchRoutes {
         };
         let mut queued = route.queued.load(Ordering::Acquire);
         let mut cost = 0;
-        let mut accepted = Vec::with_capacity(deliveries.len());
-        for delivery in deliveries {
-            let watch_id = delivery.watch_id;
+        // Filtered in place: nearly every delivery is kept.
+        deliveries.retain(|delivery| {
             match route.gate.route_events(
-                watch_id,
+                delivery.watch_id,
                 delivery.revision(),
                 delivery.cost(),
                 queued,
@@ -153,9 +152,9 @@ impl WatchRoutes {
                 Route::Deliver => {
                     queued = queued.saturating_add(delivery.cost());
                     cost += delivery.cost();
-                    accepted.push(delivery);
+                    true
                 }
-                Route::Drop => {}
+                Route::Drop => false,
                 Route::Stall {
                     watch_id,
                     from_revision,
@@ -172,13 +171,14 @@ impl WatchRoutes {
                         watch_id,
                         from_revision,
                     });
+                    false
                 }
             }
-        }
-        if !accepted.is_empty() {
+        });
+        if !deliveries.is_empty() {
             route.queued.fetch_add(cost, Ordering::AcqRel);
             // A closed channel: see `deliver`.
-            let _ = route.items.unbounded_send(StreamItem::Events(accepted));
+            let _ = route.items.unbounded_send(StreamItem::Events(deliveries));
         }
         stalls
     }

@@ -20,6 +20,7 @@ use oxetcd_proto::etcdserverpb::ResponseHeader;
 
 use super::delivery::mark_shared;
 use super::event::{event, is_create, previous};
+use super::ranges::Contains;
 use super::registry::{Watcher, WatcherKey};
 use super::{RevisionEvents, StreamId, WatchDelivery, WatchRegistry};
 use crate::storage::{KeyVersion, KvRead, StorageError};
@@ -153,8 +154,9 @@ impl WatchRegistry {
         // The deliveries of one stream in a row, added to `pending` at once.
         let mut current: Option<StreamId> = None;
         let mut run: Vec<WatchDelivery> = Vec::new();
+        let mut contains = Contains::default();
         let mut take = |key: WatcherKey, watcher: &mut Watcher| -> Result<(), StorageError> {
-            if !watcher.wants(revision, change) {
+            if !watcher.wants_in(revision, change, &mut contains) {
                 return Ok(());
             }
             let shared = if watcher.spec.prev_kv {

@@ -93,6 +93,7 @@ mod fanout;
 mod fragment;
 mod gate;
 mod progress;
+mod ranges;
 mod registry;
 mod spec;
 

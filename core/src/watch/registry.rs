@@ -20,6 +20,7 @@ use std::time::Duration;
 use oxetcd_proto::etcdserverpb::watch_request::RequestUnion;
 use oxetcd_proto::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
 
+use super::ranges::{Contains, RangeId, Ranges};
 use super::{StreamId, WatchDelivery, WatchSpec, NO_WATCH_ID};
 use crate::storage::KeyVersion;
 use crate::{Instant, Output};
@@ -31,6 +32,8 @@ const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream
 #[derive(Debug)]
 pub(super) struct Watcher {
     pub(super) spec: WatchSpec,
+    /// Shared by the watchers of the same range (see [`Ranges`]).
+    pub(super) range: RangeId,
     pub(super) progress_notify: bool,
     pub(super) catching_up: bool,
     /// The first revision this watcher has not been given (or, for one
@@ -43,10 +46,21 @@ pub(super) struct Watcher {
 impl Watcher {
     /// A synced watcher not yet given `revision` wants `change` of it.
     pub(super) fn wants(&self, revision: i64, change: &KeyVersion) -> bool {
+        self.wants_in(revision, change, &mut Contains::default())
+    }
+
+    /// [`Watcher::wants`], with the range's answer remembered in
+    /// `contains` for the next watcher of the same range.
+    pub(super) fn wants_in(
+        &self,
+        revision: i64,
+        change: &KeyVersion,
+        contains: &mut Contains,
+    ) -> bool {
         !self.catching_up
             && self.next_revision <= revision
-            && self.spec.contains(&change.key)
             && self.spec.wants(change.tombstone)
+            && contains.check(self.range, &self.spec, &change.key)
     }
 
     /// The watcher was given its events of `revision`: the next it gets is
@@ -85,6 +99,8 @@ pub(crate) struct WatchRegistry {
     pub(super) by_key: BTreeMap<Vec<u8>, BTreeSet<WatcherKey>>,
     /// Watchers of a range (checked one by one).
     pub(super) ranged: BTreeSet<WatcherKey>,
+    /// The ranges watched, by id.
+    pub(super) ranges: Ranges,
     pub(super) progress_interval: Duration,
     /// Next periodic progress round, while any watcher asked for it.
     pub(super) next_progress: Option<Instant>,
@@ -112,6 +128,7 @@ impl WatchRegistry {
             streams: BTreeMap::new(),
             by_key: BTreeMap::new(),
             ranged: BTreeSet::new(),
+            ranges: Ranges::default(),
             progress_interval,
             next_progress: None,
             pending: BTreeMap::new(),
@@ -218,6 +235,7 @@ impl WatchRegistry {
             self.catching_up += 1;
         }
         let watcher = Watcher {
+            range: self.ranges.acquire(&spec),
             spec,
             progress_notify: create.progress_notify,
             catching_up: !synced,
@@ -279,6 +297,7 @@ impl WatchRegistry {
             return;
         };
         self.catching_up -= usize::from(watcher.catching_up);
+        self.ranges.release(&watcher.spec);
         match watcher.spec.range_end {
             None => {
                 if let Some(set) = self.by_key.get_mut(&watcher.spec.key) {
@@ -343,6 +362,17 @@ impl WatchRegistry {
             listed == self.watchers.len() && indexed == self.watchers.len(),
             "{} watchers, {listed} listed by streams, {indexed} indexed",
             self.watchers.len()
+        );
+        let ranges: BTreeSet<RangeId> = self.watchers.values().map(|w| w.range).collect();
+        assert!(
+            ranges.len() == self.ranges.len()
+                && self
+                    .watchers
+                    .values()
+                    .all(|w| self.ranges.id_of(&w.spec) == Some(w.range)),
+            "{} ranges watched, {} named",
+            ranges.len(),
+            self.ranges.len()
         );
     }
 

@@ -158,6 +158,35 @@ fn a_put_reaches_the_same_watchers_in_order_however_they_are_found() {
     assert_eq!(deliveries_of_one_put(20), expected);
 }
 
+/// Watchers of the same range share the answer to "is the key in it"
+/// (see `ranges`); runs of equal ranges between others must not carry an
+/// answer over to a different range.
+#[test]
+fn watchers_of_equal_ranges_between_others_take_what_their_range_holds() {
+    let watch = |stream, key: &[u8], end: &[u8]| (stream, key.to_vec(), end.to_vec());
+    let inside = |stream| watch(stream, b"k/", b"k0");
+    let outside = |stream| watch(stream, b"x/", b"x0");
+    let watches = vec![
+        inside(1),
+        inside(1),
+        outside(1),
+        outside(1),
+        inside(1),
+        outside(2),
+        inside(2),
+        inside(2),
+        outside(2),
+        watch(2, b"k/a", b""),
+        watch(2, b"k/b", b""),
+        inside(2),
+    ];
+    let took: Vec<(StreamId, Vec<i64>)> = deliveries_of_put(&watches, b"k/a", b"v".to_vec())
+        .into_iter()
+        .map(|(stream, deliveries)| (stream, deliveries.iter().map(|d| d.watch_id).collect()))
+        .collect();
+    assert_eq!(took, vec![(1, vec![0, 1, 4]), (2, vec![1, 2, 4, 6])]);
+}
+
 #[test]
 fn a_streams_watchers_of_one_revision_count_its_encoding_once() {
     // 64 watchers of one prefix on stream 1, one on stream 2.
