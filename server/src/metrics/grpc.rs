@@ -11,7 +11,6 @@
 //! dropped before it ended is `Canceled`, as a client that went away is to
 //! gRPC-Go.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
@@ -164,8 +163,11 @@ struct ClientRequests {
 
 /// The gRPC families, resolved per method and code.
 pub(crate) struct GrpcMetrics {
-    /// By path (`/etcdserverpb.KV/Range`).
-    methods: HashMap<String, Arc<MethodMetrics>>,
+    /// By path (`/etcdserverpb.KV/Range`); looked up on every call, so
+    /// hashed with hashbrown's default (foldhash), not SipHash: the table
+    /// holds the server's own paths and never grows, so no client's path
+    /// can make a lookup slow.
+    methods: hashbrown::HashMap<String, Arc<MethodMetrics>>,
     client_requests: IntCounterVec,
     unary: ClientRequests,
     stream: ClientRequests,
