@@ -23,7 +23,9 @@
 //! revision's header ([`RevisionEvents`]); a stream writes each watcher's
 //! response by copying those bytes around its watch ID
 //! ([`WatchDelivery::encode`]), so the cost per watcher is a copy, not an
-//! encoding, and the events are never cloned on the way out.
+//! encoding, and the events are never cloned on the way out. Watchers of
+//! the same range share a range id (module `ranges`), so a run of them
+//! asks whether the range holds the changed key once, not per watcher.
 //!
 //! **Batching.** A stream whose client reads slower than revisions are
 //! applied has several deliveries of a watcher queued at once; it sends
