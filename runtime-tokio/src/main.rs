@@ -94,8 +94,9 @@ fn main() -> ExitCode {
     // workers steal each other's tasks, so on two cores a second worker
     // takes the watch fan-out's encoding and sending while the first
     // answers requests: +8 to +10 % events/s, one client's put p50 -5 %,
-    // 256 clients and three members unchanged (alternating runs). smol's
-    // executor gained nothing from it (watch +0 %, CPU per event +9 %).
+    // three members unchanged; at 256 clients the same req/s for 2-3 %
+    // more server CPU per put (alternating runs). smol's executor gained
+    // nothing from it (watch +0 %, CPU per event +9 %).
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     let runtime = match builder.enable_all().thread_name("oxetcd-tokio").build() {
         Ok(runtime) => runtime,
