@@ -1,7 +1,8 @@
 //! HTTP/2 PINGs on the client port are acknowledged with their own data,
 //! promptly, on a connection with nothing else to send. oxetcd may hold a
 //! lone acknowledgement briefly to send it with the next response
-//! (`oxetcd_tls::coalesce`); on an idle connection the hold must still end.
+//! (`oxetcd_server`'s HTTP/2 connection); on an idle connection the hold
+//! must still end.
 //! Run against both binaries and etcd.
 
 use std::io::{Read, Write};

@@ -13,7 +13,6 @@ pub(crate) use health::is_probe;
 use bytes::Bytes;
 use http::{header, Method, StatusCode};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use oxetcd_core::storage::KvStore;
 use tonic::body::Body;
 
@@ -46,7 +45,7 @@ impl<R: Runtime, K: KvStore> HttpEndpoints<R, K> {
     }
 
     /// Answers one HTTP request.
-    pub async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+    pub async fn route(&self, request: http::Request<Body>) -> http::Response<Body> {
         let path = request.uri().path();
         if let Some(gateway) = self.gateway.as_ref().filter(|_| Gateway::<K>::serves(path)) {
             return gateway.route(request).await;

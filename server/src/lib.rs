@@ -41,6 +41,7 @@ pub mod driver;
 pub mod gateway;
 pub mod grpc;
 pub mod http;
+mod http2;
 mod identity;
 mod log_budget;
 mod log_format;

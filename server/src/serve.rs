@@ -2,21 +2,18 @@
 //!
 //! Design: each `--listen-client-urls` address is bound with `std` (so a bad
 //! address fails before anything is announced), registered with the
-//! runtime, and served by one accept loop task. Every connection is served
-//! by hyper's auto builder, which speaks HTTP/1.1 and HTTP/2 with prior
-//! knowledge (h2c) on the same port. Each request goes to gRPC when its
+//! runtime, and served by one accept loop task. A connection that opens
+//! with HTTP/2's preface (h2c, or h2 over TLS) is served by our own
+//! framing (`http2`, over [`crate::http2`]), every other one by hyper's
+//! HTTP/1.1; both on the same port. Each request goes to gRPC when its
 //! content type is `application/grpc*`, otherwise to the plain HTTP
 //! endpoints, which include the JSON gateway (itself a client of the same
-//! gRPC router). A connection's errors end that connection only. Inbound
-//! HTTP/2 passes through `authority::AuthorityRewrite` first, which
-//! repairs the `:authority` etcdctl 3.4 sends for `http://` endpoints,
-//! and writes go through [`WriteCoalesce`], which gathers the
-//! responses finished in one pass of the executor into one syscall.
+//! gRPC router). A connection's errors end that connection only.
 //! `https://` URLs are served the same way once `tls` has completed the
 //! connection's handshake; `http://` and `https://` URLs may be listened
 //! on side by side.
 
-mod authority;
+mod http2;
 pub(crate) mod tls;
 
 use std::convert::Infallible;
@@ -24,9 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper_util::server::conn::auto;
 use oxetcd_core::storage::KvStore;
-use oxetcd_tls::coalesce::WriteCoalesce;
 use tonic::body::Body;
 use tracing::{debug, error, info, warn};
 
@@ -35,10 +30,17 @@ use crate::driver::Handle;
 use crate::gateway::Gateway;
 use crate::grpc::{GrpcRouter, Member};
 use crate::http::HttpEndpoints;
-use crate::runtime::{deadline_after, HyperExecutor, HyperTimer, Runtime};
+use crate::runtime::{deadline_after, HyperTimer, Runtime};
 use crate::socket::{BoundSocket, Remote, SocketAddress};
 use crate::RunError;
-use authority::AuthorityRewrite;
+use http2::{Rewind, Sniffed};
+
+/// Each HTTP/2 stream's receive window, and the connection's.
+const HTTP2_STREAM_WINDOW: u32 = 1 << 20;
+const HTTP2_CONNECTION_WINDOW: u32 = 1 << 20;
+
+/// The largest request header list an HTTP/2 client may send.
+const HTTP2_MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
 
 /// Pause after a failed accept (out of file descriptors, typically), so the
 /// loop does not spin while the condition lasts.
@@ -90,18 +92,8 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         cluster_id: config.running_cluster_id(),
         data_dir: config.data_dir.clone(),
     };
-    let mut builder = auto::Builder::new(HyperExecutor(runtime.clone()));
-    builder.http1().timer(HyperTimer(runtime.clone()));
-    builder
-        .http2()
-        .timer(HyperTimer(runtime.clone()))
-        // Clients multiplex many calls and watches over one connection;
-        // the driver's in-flight bound still caps the work they can queue.
-        .max_concurrent_streams(config.max_concurrent_streams)
-        // etcd's gRPC server sends no `date`; on every response it costs a
-        // clock read and a header to encode here, and one to decode in
-        // the client.
-        .auto_date_header(false);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(HyperTimer(runtime.clone()));
     // One timer for the watch streams' pacing and the connections' holds.
     let timer: Arc<dyn hyper::rt::Timer + Send + Sync> = Arc::new(HyperTimer(runtime.clone()));
     let grpc = Arc::new(GrpcRouter::new(
@@ -123,6 +115,12 @@ pub(crate) fn start<R: Runtime, K: KvStore>(
         http: HttpEndpoints::new(runtime.clone(), handle).with_gateway(gateway),
         builder,
         timer,
+        http2: crate::http2::connection::Config {
+            max_concurrent_streams: config.max_concurrent_streams,
+            stream_window: HTTP2_STREAM_WINDOW,
+            connection_window: HTTP2_CONNECTION_WINDOW,
+            max_header_list_size: HTTP2_MAX_HEADER_LIST_BYTES,
+        },
     });
     for bound in listeners {
         let tls = match (bound.url.is_secure(), &tls) {
@@ -167,9 +165,11 @@ struct App<R: Runtime, K: KvStore> {
     /// Shared with the JSON gateway, which calls through it.
     grpc: Arc<GrpcRouter<K>>,
     http: HttpEndpoints<R, K>,
-    builder: auto::Builder<HyperExecutor<R>>,
+    builder: hyper::server::conn::http1::Builder,
     /// Holds connections' lone PING acknowledgements a moment.
     timer: Arc<dyn hyper::rt::Timer + Send + Sync>,
+    /// What HTTP/2 connections advertise.
+    http2: crate::http2::connection::Config,
 }
 
 impl<R: Runtime, K: KvStore> App<R, K> {
@@ -194,7 +194,42 @@ impl<R: Runtime, K: KvStore> App<R, K> {
         }
     }
 
-    async fn serve<IO>(self: Arc<Self>, io: IO, common_name: Option<ClientCommonName>)
+    /// Serves one connection: HTTP/2 (its preface first) with our own
+    /// framing, anything else (HTTP/1.1) with hyper's.
+    async fn serve<IO>(self: Arc<Self>, mut io: IO, common_name: Option<ClientCommonName>)
+    where
+        IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        match http2::sniff(&mut io).await {
+            Ok(Some(Sniffed::Http2(read))) => self.serve_http2(io, read, common_name).await,
+            Ok(Some(Sniffed::Other(read))) => {
+                self.serve_hyper(Rewind::new(read, io), common_name).await
+            }
+            Ok(None) => {}
+            Err(e) => debug!(error = %e, "client connection ended with an error"),
+        }
+    }
+
+    async fn serve_http2<IO>(
+        self: Arc<Self>,
+        io: IO,
+        read: bytes::Bytes,
+        common_name: Option<ClientCommonName>,
+    ) where
+        IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let app = self.clone();
+        let route = move |mut request: http::Request<http2::RequestBody>| {
+            if let Some(name) = &common_name {
+                request.extensions_mut().insert(name.clone());
+            }
+            let app = app.clone();
+            async move { app.route(request).await }
+        };
+        http2::serve(io, read, self.http2, self.timer.clone(), route).await;
+    }
+
+    async fn serve_hyper<IO>(self: Arc<Self>, io: IO, common_name: Option<ClientCommonName>)
     where
         IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
@@ -206,7 +241,6 @@ impl<R: Runtime, K: KvStore> App<R, K> {
             }
             async move { Ok::<_, Infallible>(app.route(request).await) }
         });
-        let io = WriteCoalesce::new(AuthorityRewrite::new(io)).holding_pongs(self.timer.clone());
         if let Err(e) = self.builder.serve_connection(io, service).await {
             debug!(error = %e, "client connection ended with an error");
         }
@@ -215,11 +249,15 @@ impl<R: Runtime, K: KvStore> App<R, K> {
     /// The HTTP endpoints' future is boxed: it is large, and this future
     /// lives in hyper's per-stream task, which is moved and cleared whole
     /// on every request (see [`GrpcRouter::route`]).
-    async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+    async fn route<B>(&self, request: http::Request<B>) -> http::Response<Body>
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Unpin + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    {
         if is_grpc(&request) {
             self.grpc.route(request).await
         } else {
-            Box::pin(self.http.route(request)).await
+            Box::pin(self.http.route(request.map(Body::new))).await
         }
     }
 }

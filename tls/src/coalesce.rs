@@ -1,15 +1,15 @@
 //! Write coalescing for HTTP/2 connections: many frames, one syscall.
 //!
 //! hyper's HTTP/2 connection task writes and flushes whatever frames are
-//! queued each time it runs, and it runs once per finished response: the
-//! stream task that completes a response wakes it, and the executor runs
-//! it next. Under load that is one `writev` per response, and on loopback
-//! a send also pays for the receiver's TCP processing, so the syscall costs
-//! more than the rest of the response's framing together. h2 adds to it
-//! on vectored connections: a DATA frame over 256 bytes is kept apart from
-//! its send buffer, and h2 writes it out and flushes before it buffers the
-//! next frame, so a burst of 300-byte messages still costs one syscall
-//! each (hence [`WriteCoalesce`] is not vectored).
+//! queued each time it runs, and it runs once per finished message: the
+//! stream task that completes a request or response wakes it, and the
+//! executor runs it next. Under load that is one `writev` per message, and
+//! on loopback a send also pays for the receiver's TCP processing, so the
+//! syscall costs more than the rest of the message's framing together. h2
+//! adds to it on vectored connections: a DATA frame over 256 bytes is kept
+//! apart from its send buffer, and h2 writes it out and flushes before it
+//! buffers the next frame, so a burst of 300-byte messages still costs one
+//! syscall each (hence [`WriteCoalesce`] is not vectored).
 //!
 //! [`WriteCoalesce`] fixes both:
 //!
@@ -26,13 +26,13 @@
 //! - h2 also flushes after every DATA frame whose payload it writes apart
 //!   from its own buffer (one of [`CHAINED_PAYLOAD_BYTES`] or more), to make
 //!   room for the next frame, not because it has nothing more to write. So
-//!   a watch stream's burst of 16 KiB frames would cost a syscall per
-//!   frame. A flush right after such a payload, while the buffer has room
-//!   for another frame, is therefore put off: it reports done, wakes its
-//!   own task, and the buffer goes out at the next flush that finds no
-//!   payload written since (h2 flushes on every poll of its connection),
-//!   or when the buffer fills. The delay is again one pass through the
-//!   executor's queue.
+//!   a burst of 16 KiB frames would cost a syscall per frame. A flush
+//!   right after such a payload, while the buffer has room for another
+//!   frame, is therefore put off: it reports done, wakes its own task, and
+//!   the buffer goes out at the next flush that finds no payload written
+//!   since (h2 flushes on every poll of its connection), or when the
+//!   buffer fills. The delay is again one pass through the executor's
+//!   queue.
 //!
 //! Nothing is reordered: buffered bytes always go out before later ones.
 //! What a writer wrote is on the socket once its flush completes, but for
@@ -40,36 +40,20 @@
 //! task; hyper flushes after every batch of frames. Reads pass straight
 //! through.
 //!
-//! One exception to "on the socket at flush", on a server connection given
-//! a timer ([`WriteCoalesce::holding_pongs`]): a flush of nothing but PING
-//! acknowledgements is held for up to [`PONG_HOLD`], so they leave with
-//! the next frames written instead of in a send of their own. grpc-go
-//! sends a PING (its flow-control window estimate) with nearly every
-//! request that follows a response, and h2 acknowledges it as soon as it
-//! reads it, while the request's own response waits for its commit: a
-//! second send per request, and a second wake-up of the client to read
-//! it. HTTP/2 asks only that acknowledgements go out promptly (RFC 9113,
-//! 6.7); the hold is bounded, and a held acknowledgement leaves at once
-//! with anything else. The client reads a later acknowledgement as a
-//! longer round trip, so its window estimate can only grow.
-//!
-//! The server wraps every client connection in it; `oxetcdctl bench`
-//! wraps its connections too, where hyper's client does the same (one or
-//! two writes per request). It lives in this crate, beside [`TlsStream`],
-//! because both are runtime-agnostic streams over hyper's I/O traits that
-//! the server and `oxetcdctl` share: neither side needs the other's crate
-//! for it. It knows nothing of TLS: over a [`TlsStream`] it gathers the
-//! plaintext, before encryption.
+//! `oxetcdctl bench` wraps its connections in it: hyper's HTTP/2 client
+//! writes one or two frames per request, and the benchmark's clients share
+//! few connections. It lives in this crate, beside [`TlsStream`], because
+//! both are runtime-agnostic streams over hyper's I/O traits. It knows
+//! nothing of TLS: over a [`TlsStream`] it gathers the plaintext, before
+//! encryption.
 //!
 //! [`TlsStream`]: crate::TlsStream
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
 
-use hyper::rt::{Read, ReadBufCursor, Sleep, Timer, Write};
+use hyper::rt::{Read, ReadBufCursor, Write};
 
 /// Bytes held back for one write: h2's send buffer (16 KiB) and one DATA
 /// frame of the default maximum size fit, so what h2 writes between two
@@ -86,17 +70,6 @@ pub const CHAINED_PAYLOAD_BYTES: usize = 1024;
 /// room a put-off flush leaves for the next frame.
 const DATA_FRAME_BYTES: usize = 16 * 1024 + 9;
 
-/// How long a flush of PING acknowledgements alone may wait for other
-/// frames to leave with (see the module docs): longer than a commit under
-/// load takes, far shorter than any keepalive's timeout.
-pub const PONG_HOLD: Duration = Duration::from_millis(5);
-
-/// An HTTP/2 PING frame's header with the ACK flag, on stream 0.
-const PONG_HEADER: [u8; 9] = [0, 0, 8, 6, 1, 0, 0, 0, 0];
-
-/// A PING frame's size: its header and 8 bytes of opaque data.
-const PONG_BYTES: usize = PONG_HEADER.len() + 8;
-
 /// A connection whose writes are gathered until the next flush, after one
 /// pass through the executor (see the module docs).
 pub struct WriteCoalesce<T> {
@@ -105,10 +78,6 @@ pub struct WriteCoalesce<T> {
     /// Written but not yet on the socket: `buffer[sent..]`.
     buffer: Vec<u8>,
     sent: usize,
-    /// Holds flushes of PING acknowledgements alone, when set.
-    timer: Option<Arc<dyn Timer + Send + Sync>>,
-    /// When a held flush must go out.
-    holding: Option<Pin<Box<dyn Sleep>>>,
     /// The last write was a DATA payload h2 wrote apart: the flush after it
     /// only makes room for the next frame (see the module docs).
     after_payload: bool,
@@ -120,8 +89,6 @@ impl<T: std::fmt::Debug> std::fmt::Debug for WriteCoalesce<T> {
             .field("inner", &self.inner)
             .field("state", &self.state)
             .field("buffered", &(self.buffer.len() - self.sent))
-            .field("holds_pongs", &self.timer.is_some())
-            .field("holding", &self.holding.is_some())
             .field("after_payload", &self.after_payload)
             .finish()
     }
@@ -146,44 +113,8 @@ impl<T> WriteCoalesce<T> {
             state: WriteState::Flushed,
             buffer: Vec::new(),
             sent: 0,
-            timer: None,
-            holding: None,
             after_payload: false,
         }
-    }
-
-    /// Holds flushes of PING acknowledgements alone for up to
-    /// [`PONG_HOLD`] on `timer` (see the module docs): for the server's
-    /// side of a connection, whose peer sends the PINGs.
-    pub fn holding_pongs(mut self, timer: Arc<dyn Timer + Send + Sync>) -> Self {
-        self.timer = Some(timer);
-        self
-    }
-
-    /// Whether everything still to be sent is PING acknowledgements. A
-    /// flush finds whole frames here: h2 flushes only between frames, and
-    /// an emptied buffer starts again at a frame's start.
-    fn holds_only_pongs(&self) -> bool {
-        self.sent == 0
-            && !self.buffer.is_empty()
-            && self.buffer.len().is_multiple_of(PONG_BYTES)
-            && self
-                .buffer
-                .chunks(PONG_BYTES)
-                .all(|frame| frame.starts_with(&PONG_HEADER))
-    }
-
-    /// For a flush: whether to keep the buffer back a while yet (see the
-    /// module docs), with the task woken when it must go.
-    fn poll_hold(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(timer) = &self.timer else {
-            return false;
-        };
-        if !self.holds_only_pongs() {
-            return false;
-        }
-        let holding = self.holding.get_or_insert_with(|| timer.sleep(PONG_HOLD));
-        holding.as_mut().poll(cx).is_pending()
     }
 
     /// Yields once per flush: `true` means "report `Pending` now", with the
@@ -215,7 +146,6 @@ impl<T: Write + Unpin> WriteCoalesce<T> {
         }
         self.buffer.clear();
         self.sent = 0;
-        self.holding = None;
         Poll::Ready(Ok(()))
     }
 
@@ -287,11 +217,6 @@ impl<T: Write + Unpin> Write for WriteCoalesce<T> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.poll_hold(cx) {
-            // As after a flush: the next write yields first.
-            this.state = WriteState::Flushed;
-            return Poll::Ready(Ok(()));
-        }
         if this.after_payload && this.buffer.len() + DATA_FRAME_BYTES <= WRITE_BUFFER_BYTES {
             // Room for the next frame: put off until a flush finds no
             // payload written since, on this task's next poll at the latest.
@@ -317,7 +242,6 @@ impl<T: Write + Unpin> Write for WriteCoalesce<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::future::Future;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::task::Wake;
@@ -478,117 +402,11 @@ mod tests {
         );
     }
 
-    /// Sleeps that end when the test says so.
-    #[derive(Default)]
-    struct ManualTimer {
-        fired: Arc<AtomicUsize>,
-        armed: AtomicUsize,
-    }
-
-    struct ManualSleep(Arc<AtomicUsize>);
-
-    impl Future for ManualSleep {
-        type Output = ();
-        fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
-            if self.0.load(Ordering::Relaxed) > 0 {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        }
-    }
-
-    impl Sleep for ManualSleep {}
-
-    impl Timer for ManualTimer {
-        fn sleep(&self, _duration: std::time::Duration) -> Pin<Box<dyn Sleep>> {
-            self.armed.fetch_add(1, Ordering::Relaxed);
-            Box::pin(ManualSleep(self.fired.clone()))
-        }
-
-        fn sleep_until(&self, _deadline: std::time::Instant) -> Pin<Box<dyn Sleep>> {
-            self.sleep(PONG_HOLD)
-        }
-    }
-
-    fn pong(data: u8) -> Vec<u8> {
-        let mut frame = PONG_HEADER.to_vec();
-        frame.extend_from_slice(&[data; 8]);
-        frame
-    }
-
     /// Writes `bytes` after the yield that follows a flush.
     fn write_all(io: &mut WriteCoalesce<Sink>, cx: &mut Context<'_>, bytes: &[u8]) {
         if write(io, cx, bytes).is_pending() {
             assert_eq!(write(io, cx, bytes), Poll::Ready(bytes.len()));
         }
-    }
-
-    #[test]
-    fn a_lone_pong_waits_for_the_next_frames_and_leaves_with_them() {
-        let waker = Arc::new(CountingWaker::default()).into();
-        let mut cx = Context::from_waker(&waker);
-        let timer = Arc::new(ManualTimer::default());
-        let mut io = WriteCoalesce::new(Sink::new(usize::MAX)).holding_pongs(timer.clone());
-        write_all(&mut io, &mut cx, &pong(1));
-        write_all(&mut io, &mut cx, &pong(2));
-        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
-        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
-        assert_eq!(io.inner.writes, 0, "two pongs alone are held");
-        assert_eq!(timer.armed.load(Ordering::Relaxed), 1, "one hold at a time");
-        write_all(&mut io, &mut cx, b"response");
-        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
-        assert_eq!(io.inner.writes, 1, "the pongs left with the response");
-        let mut expected = pong(1);
-        expected.extend_from_slice(&pong(2));
-        expected.extend_from_slice(b"response");
-        assert_eq!(io.inner.bytes, expected);
-    }
-
-    #[test]
-    fn a_held_pong_leaves_alone_when_its_time_is_up() {
-        let waker = Arc::new(CountingWaker::default()).into();
-        let mut cx = Context::from_waker(&waker);
-        let timer = Arc::new(ManualTimer::default());
-        let mut io = WriteCoalesce::new(Sink::new(usize::MAX)).holding_pongs(timer.clone());
-        write_all(&mut io, &mut cx, &pong(7));
-        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
-        assert_eq!(io.inner.writes, 0);
-        timer.fired.store(1, Ordering::Relaxed);
-        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
-        assert_eq!(io.inner.bytes, pong(7));
-        // The next lone pong is held afresh.
-        timer.fired.store(0, Ordering::Relaxed);
-        write_all(&mut io, &mut cx, &pong(8));
-        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
-        assert_eq!(io.inner.bytes, pong(7), "held again");
-        assert_eq!(timer.armed.load(Ordering::Relaxed), 2);
-    }
-
-    #[test]
-    fn pongs_go_at_once_with_other_frames_or_without_a_timer() {
-        let waker = Arc::new(CountingWaker::default()).into();
-        let mut cx = Context::from_waker(&waker);
-        let timer = Arc::new(ManualTimer::default());
-        let mut io = WriteCoalesce::new(Sink::new(usize::MAX)).holding_pongs(timer.clone());
-        // A pong and a WINDOW_UPDATE: not pongs alone.
-        let mut frames = pong(1);
-        frames.extend_from_slice(&[0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
-        write_all(&mut io, &mut cx, &frames);
-        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
-        assert_eq!(io.inner.bytes, frames);
-        // A PING that is not an acknowledgement.
-        let mut ping = pong(2);
-        ping[4] = 0;
-        write_all(&mut io, &mut cx, &ping);
-        assert_eq!(flush(&mut io, &mut cx), Poll::Ready(()));
-        assert_eq!(io.inner.writes, 2);
-        assert_eq!(timer.armed.load(Ordering::Relaxed), 0);
-        // No timer: nothing is held.
-        let mut plain = WriteCoalesce::new(Sink::new(usize::MAX));
-        write_all(&mut plain, &mut cx, &pong(3));
-        assert_eq!(flush(&mut plain, &mut cx), Poll::Ready(()));
-        assert_eq!(plain.inner.bytes, pong(3));
     }
 
     #[test]

@@ -22,8 +22,8 @@
 //! - [`self_signed`] makes the certificate of `--auto-tls` and
 //!   `--peer-auto-tls`; [`test_pki`] makes a CA and certificates for tests.
 //! - [`coalesce::WriteCoalesce`], another stream over the same traits,
-//!   gathers an HTTP/2 connection's writes into one syscall per flush; the
-//!   server's client connections and `oxetcdctl bench` use it.
+//!   gathers an HTTP/2 connection's writes into one syscall per flush;
+//!   `oxetcdctl bench` uses it.
 //!
 //! Every failure to load a file is a [`TlsError`] that names the file.
 //! Cryptography is ring's, through rustls's ring provider only: no aws-lc,

@@ -38,7 +38,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use oxetcd_core::storage::KvStore;
 use tonic::body::Body;
 use tonic::{Code, Status};
@@ -103,7 +103,7 @@ impl<K: KvStore> Gateway<K> {
     }
 
     /// Answers one gateway request.
-    pub async fn route(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+    pub async fn route(&self, request: http::Request<Body>) -> http::Response<Body> {
         let mut response = self.answer(request).await;
         let headers = response.headers_mut();
         for (name, value) in CORS {
@@ -112,7 +112,7 @@ impl<K: KvStore> Gateway<K> {
         response
     }
 
-    async fn answer(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+    async fn answer(&self, request: http::Request<Body>) -> http::Response<Body> {
         if request.method() == Method::OPTIONS {
             // A browser's preflight, answered as etcd does.
             return http::Response::new(Body::empty());

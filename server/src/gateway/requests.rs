@@ -9,7 +9,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use tonic::body::Body;
 
 use super::codec::{Parsed, RequestCodec};
 
@@ -39,7 +39,7 @@ impl std::fmt::Display for BodyError {
 
 /// The requests of one call.
 pub(crate) struct JsonRequests {
-    body: Incoming,
+    body: Body,
     buffer: BytesMut,
     codec: RequestCodec,
     /// Bytes the buffer may hold: the whole body of a unary call, one
@@ -49,7 +49,7 @@ pub(crate) struct JsonRequests {
 }
 
 impl JsonRequests {
-    pub(crate) fn new(body: Incoming, codec: RequestCodec, limit: usize) -> Self {
+    pub(crate) fn new(body: Body, codec: RequestCodec, limit: usize) -> Self {
         Self {
             body,
             buffer: BytesMut::new(),

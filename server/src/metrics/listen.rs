@@ -92,7 +92,7 @@ impl<R: Runtime, K: KvStore> MetricsApp<R, K> {
             async move {
                 let path = request.uri().path();
                 let response = if path == "/metrics" || crate::http::is_probe(path) {
-                    Box::pin(app.http.route(request)).await
+                    Box::pin(app.http.route(request.map(tonic::body::Body::new))).await
                 } else {
                     not_found()
                 };
