@@ -20,9 +20,11 @@
 //!   with TLS for `https://` peer URLs).
 //! - [`runtime`]: the [`Runtime`] trait and hyper's executor and timer on it.
 //! - [`slow_requests`]: etcd's warnings for slow applies and requests.
+//! - `http2` (private): HTTP/2 frames, HPACK and one connection's state
+//!   machine, sans-io.
 //! - `serve` (private): listeners, accept loops, one connection's HTTP/1.1
-//!   and h2c (over TLS for `https://` URLs), and the gRPC-or-HTTP split by
-//!   content type.
+//!   (hyper) and HTTP/2 (`http2`, h2c or over TLS for `https://` URLs),
+//!   and the gRPC-or-HTTP split by content type.
 //!
 //! This crate never starts a runtime, never spawns a thread except the
 //! driver's two (and, at start, one that counts the backend's keys for

@@ -4,9 +4,9 @@
 //!
 //! Regression: etcdctl dials `passthrough:///http://127.0.0.1:PORT` for
 //! its per-endpoint commands, so grpc-go sends `:authority:
-//! http://127.0.0.1:PORT`; h2 reset those streams as a malformed authority
-//! and `endpoint status` and `endpoint health` failed, while etcd accepts
-//! them. The server now strips the scheme before h2 sees the header.
+//! http://127.0.0.1:PORT`, which etcd accepts; a server that refuses it
+//! as a malformed authority fails `endpoint status` and `endpoint
+//! health`. oxetcd routes by `:path` and takes the authority as sent.
 
 use oxetcd_tests::etcdctl::{self, Output};
 use oxetcd_tests::{Server, ServerKind};
