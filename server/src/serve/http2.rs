@@ -53,6 +53,9 @@ const READ_BYTES: usize = 16 * 1024;
 /// round trip, so its window estimate can only grow.
 const PONG_HOLD: Duration = Duration::from_millis(5);
 
+/// Passes one poll of a connection makes at most before it yields.
+const PASSES_PER_POLL: usize = 32;
+
 /// A responder yields to its connection after handing over this much.
 const YIELD_AFTER_BYTES: usize = 64 * 1024;
 
@@ -306,10 +309,16 @@ pub(crate) async fn serve<IO, R, F>(
     let ended = poll_fn(|cx| {
         shared.waker.register(cx.waker());
         shared.polling.store(true, Ordering::Release);
+        let mut passes = 0;
         loop {
             let mut progressed = false;
-            let mut yield_now = false;
-            if !eof && !machine.is_closed() {
+            // A client that never lets up still shares its thread.
+            passes += 1;
+            let mut yield_now = passes == PASSES_PER_POLL;
+            // A client that does not read what it asked for is not read
+            // either: the output (responses, acknowledgements) is bounded.
+            let reading = machine.output().len() < OUTPUT_HIGH_BYTES;
+            if !eof && !machine.is_closed() && reading {
                 let mut buf = ReadBuf::new(&mut scratch);
                 match Pin::new(&mut io).poll_read(cx, buf.unfilled()) {
                     Poll::Ready(Ok(())) if buf.filled().is_empty() => eof = true,
