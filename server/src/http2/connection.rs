@@ -20,6 +20,7 @@
 //! at most its window of unread data.
 
 use std::collections::VecDeque;
+use std::io::IoSlice;
 
 use bytes::{Bytes, BytesMut};
 use hashbrown::HashMap;
@@ -27,6 +28,7 @@ use http::{HeaderMap, StatusCode};
 
 use super::frame::{self, setting, Frame, FrameError, Reason, Settings, MAX_WINDOW};
 use super::hpack::{DecodeError, Decoder, Encoder, Field, Name, Pseudo};
+use super::output::Output;
 
 /// What this server advertises.
 #[derive(Clone, Copy, Debug)]
@@ -114,7 +116,7 @@ pub(crate) struct Connection {
     starved: VecDeque<u32>,
     /// An open header block: (stream, end_stream, bytes so far).
     block: Option<(u32, bool, Vec<u8>)>,
-    out: Vec<u8>,
+    out: Output,
     /// `out` holds nothing but PING acknowledgements.
     pongs_only: bool,
     /// We sent GOAWAY: nothing more is read.
@@ -127,9 +129,9 @@ impl Connection {
     /// A connection that has read nothing yet; our SETTINGS (and the
     /// connection window's first update) are already in the output.
     pub(crate) fn new(config: Config) -> Self {
-        let mut out = Vec::with_capacity(1024);
+        let mut out = Output::default();
         frame::write_settings(
-            &mut out,
+            out.buf(),
             &[
                 (setting::ENABLE_PUSH, 0),
                 (
@@ -146,7 +148,7 @@ impl Connection {
         let default_window = 65_535;
         let connection_window = config.connection_window.clamp(default_window, MAX_WINDOW);
         if connection_window > default_window {
-            frame::write_window_update(&mut out, 0, connection_window - default_window);
+            frame::write_window_update(out.buf(), 0, connection_window - default_window);
         }
         Self {
             config: Config {
@@ -198,14 +200,21 @@ impl Connection {
         }
     }
 
-    /// The bytes to write; call [`Connection::written`] with how many went.
-    pub(crate) fn output(&self) -> &[u8] {
-        &self.out
+    /// How many bytes wait to be written.
+    pub(crate) fn output_len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Fills `slices` with the bytes to write, in order (see
+    /// [`Output::slices`]); call [`Connection::written`] with how many
+    /// went.
+    pub(crate) fn output<'a>(&'a self, slices: &mut [IoSlice<'a>]) -> usize {
+        self.out.slices(slices)
     }
 
     /// `n` bytes of [`Connection::output`] were written.
     pub(crate) fn written(&mut self, n: usize) {
-        self.out.drain(..n.min(self.out.len()));
+        self.out.advance(n);
         if self.out.is_empty() {
             self.pongs_only = false;
         }
@@ -267,7 +276,7 @@ impl Connection {
     /// Ends `stream` with RST_STREAM; nothing queued on it is sent.
     pub(crate) fn reset(&mut self, stream: u32, reason: Reason) {
         if self.streams.remove(&stream).is_some() {
-            frame::write_reset(&mut self.out, stream, reason);
+            frame::write_reset(self.out.buf(), stream, reason);
             self.pongs_only = false;
         }
     }
@@ -278,7 +287,7 @@ impl Connection {
         let n = n.min(MAX_WINDOW as usize) as u32;
         self.recv_released = self.recv_released.saturating_add(n);
         if self.recv_released >= self.config.connection_window / 2 {
-            frame::write_window_update(&mut self.out, 0, self.recv_released);
+            frame::write_window_update(self.out.buf(), 0, self.recv_released);
             self.recv_window += i64::from(self.recv_released);
             self.recv_released = 0;
             self.pongs_only = false;
@@ -290,7 +299,7 @@ impl Connection {
             }
             s.recv_released = s.recv_released.saturating_add(n);
             if s.recv_released >= half {
-                frame::write_window_update(&mut self.out, stream, s.recv_released);
+                frame::write_window_update(self.out.buf(), stream, s.recv_released);
                 s.recv_window += i64::from(s.recv_released);
                 s.recv_released = 0;
                 self.pongs_only = false;
@@ -345,8 +354,8 @@ impl Connection {
                         }
                         let last = n == data.len();
                         let end = last && *end_stream;
-                        frame::write_data_head(&mut self.out, id, n, end);
-                        self.out.extend_from_slice(&data[..n]);
+                        frame::write_data_head(self.out.buf(), id, n, end);
+                        self.out.payload(data.slice(..n));
                         stream.send_window -= n as i64;
                         self.send_window -= n as i64;
                         stream.queued_bytes -= n;
@@ -363,7 +372,7 @@ impl Connection {
                         };
                         let mut block = Vec::new();
                         self.encoder.encode(None, &trailers, &mut block);
-                        frame::write_headers(&mut self.out, id, &block, true, max_frame as u32);
+                        frame::write_headers(self.out.buf(), id, &block, true, max_frame as u32);
                         ended = true;
                     }
                 }
@@ -388,7 +397,7 @@ impl Connection {
         };
         stream.send_open = false;
         if stream.recv_open {
-            frame::write_reset(&mut self.out, id, Reason::NO_ERROR);
+            frame::write_reset(self.out.buf(), id, Reason::NO_ERROR);
         }
         self.streams.remove(&id);
     }
@@ -403,7 +412,7 @@ impl Connection {
         let mut block = Vec::with_capacity(64);
         self.encoder.encode(status, headers, &mut block);
         frame::write_headers(
-            &mut self.out,
+            self.out.buf(),
             stream,
             &block,
             end_stream,
@@ -419,7 +428,7 @@ impl Connection {
                 if self.streams.remove(&stream).is_some() {
                     events.push(Event::Reset { stream });
                 }
-                frame::write_reset(&mut self.out, stream, reason);
+                frame::write_reset(self.out.buf(), stream, reason);
                 self.pongs_only = false;
             }
         }
@@ -428,7 +437,7 @@ impl Connection {
     /// Ends the connection with GOAWAY.
     fn fail(&mut self, reason: Reason) {
         if !self.closed {
-            frame::write_goaway(&mut self.out, self.last_stream, reason);
+            frame::write_goaway(self.out.buf(), self.last_stream, reason);
             self.pongs_only = false;
             self.closed = true;
         }
@@ -536,7 +545,7 @@ impl Connection {
                 payload,
             } => {
                 let alone = self.out.is_empty() || self.pongs_only;
-                frame::write_pong(&mut self.out, payload);
+                frame::write_pong(self.out.buf(), payload);
                 self.pongs_only = alone;
             }
             Frame::GoAway { .. } => self.peer_gone = true,
@@ -605,7 +614,7 @@ impl Connection {
                 }
             }
         }
-        frame::write_settings_ack(&mut self.out);
+        frame::write_settings_ack(self.out.buf());
         self.pongs_only = false;
         Ok(())
     }
@@ -651,14 +660,14 @@ impl Connection {
             return Ok(());
         }
         if self.streams.len() >= self.config.max_concurrent_streams as usize {
-            frame::write_reset(&mut self.out, id, Reason::REFUSED_STREAM);
+            frame::write_reset(self.out.buf(), id, Reason::REFUSED_STREAM);
             self.pongs_only = false;
             return Ok(());
         }
         let request = match decoded.ok().and_then(|()| request(fields)) {
             Some(request) => request,
             None => {
-                frame::write_reset(&mut self.out, id, Reason::PROTOCOL_ERROR);
+                frame::write_reset(self.out.buf(), id, Reason::PROTOCOL_ERROR);
                 self.pongs_only = false;
                 return Ok(());
             }

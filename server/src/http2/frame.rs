@@ -308,14 +308,14 @@ fn settings(payload: &[u8]) -> Result<Settings, FrameError> {
 }
 
 /// Appends a frame header.
-fn head(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
+fn head(out: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
     let len = (len as u32).to_be_bytes();
     out.extend_from_slice(&[len[1], len[2], len[3], kind, flags]);
     out.extend_from_slice(&stream.to_be_bytes());
 }
 
 /// Appends our SETTINGS: `(identifier, value)` pairs.
-pub(crate) fn write_settings(out: &mut Vec<u8>, settings: &[(u16, u32)]) {
+pub(crate) fn write_settings(out: &mut BytesMut, settings: &[(u16, u32)]) {
     head(out, settings.len() * 6, SETTINGS, 0, 0);
     for (id, value) in settings {
         out.extend_from_slice(&id.to_be_bytes());
@@ -332,37 +332,37 @@ pub(crate) mod setting {
 }
 
 /// Appends an acknowledgement of the client's SETTINGS.
-pub(crate) fn write_settings_ack(out: &mut Vec<u8>) {
+pub(crate) fn write_settings_ack(out: &mut BytesMut) {
     head(out, 0, SETTINGS, ACK, 0);
 }
 
 /// Appends the acknowledgement of a PING.
-pub(crate) fn write_pong(out: &mut Vec<u8>, payload: [u8; 8]) {
+pub(crate) fn write_pong(out: &mut BytesMut, payload: [u8; 8]) {
     head(out, 8, PING, ACK, 0);
     out.extend_from_slice(&payload);
 }
 
 /// Appends a WINDOW_UPDATE (stream 0: the connection's window).
-pub(crate) fn write_window_update(out: &mut Vec<u8>, stream: u32, increment: u32) {
+pub(crate) fn write_window_update(out: &mut BytesMut, stream: u32, increment: u32) {
     head(out, 4, WINDOW_UPDATE, 0, stream);
     out.extend_from_slice(&increment.to_be_bytes());
 }
 
 /// Appends a RST_STREAM.
-pub(crate) fn write_reset(out: &mut Vec<u8>, stream: u32, reason: Reason) {
+pub(crate) fn write_reset(out: &mut BytesMut, stream: u32, reason: Reason) {
     head(out, 4, RST_STREAM, 0, stream);
     out.extend_from_slice(&reason.0.to_be_bytes());
 }
 
 /// Appends a GOAWAY.
-pub(crate) fn write_goaway(out: &mut Vec<u8>, last_stream: u32, reason: Reason) {
+pub(crate) fn write_goaway(out: &mut BytesMut, last_stream: u32, reason: Reason) {
     head(out, 8, GOAWAY, 0, 0);
     out.extend_from_slice(&last_stream.to_be_bytes());
     out.extend_from_slice(&reason.0.to_be_bytes());
 }
 
 /// Appends the header of a DATA frame of `len` bytes; the payload follows.
-pub(crate) fn write_data_head(out: &mut Vec<u8>, stream: u32, len: usize, end_stream: bool) {
+pub(crate) fn write_data_head(out: &mut BytesMut, stream: u32, len: usize, end_stream: bool) {
     let flags = if end_stream { END_STREAM } else { 0 };
     head(out, len, DATA, flags, stream);
 }
@@ -370,7 +370,7 @@ pub(crate) fn write_data_head(out: &mut Vec<u8>, stream: u32, len: usize, end_st
 /// Appends a header block as one HEADERS frame and as many CONTINUATIONs
 /// as frames of `max_frame_size` need.
 pub(crate) fn write_headers(
-    out: &mut Vec<u8>,
+    out: &mut BytesMut,
     stream: u32,
     block: &[u8],
     end_stream: bool,
@@ -405,10 +405,10 @@ mod tests {
     use super::*;
 
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> BytesMut {
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         head(&mut out, payload.len(), kind, flags, stream);
         out.extend_from_slice(payload);
-        BytesMut::from(&out[..])
+        out
     }
 
     fn one(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Result<Frame, FrameError> {
@@ -576,7 +576,7 @@ mod tests {
 
     #[test]
     fn written_frames_read_back() {
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         write_settings(&mut out, &[(setting::MAX_CONCURRENT_STREAMS, 7)]);
         write_settings_ack(&mut out);
         write_pong(&mut out, [1; 8]);

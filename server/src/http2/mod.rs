@@ -13,3 +13,4 @@
 pub(crate) mod connection;
 pub(crate) mod frame;
 pub(crate) mod hpack;
+mod output;

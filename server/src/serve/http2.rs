@@ -21,7 +21,7 @@
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,6 +52,9 @@ const READ_BYTES: usize = 16 * 1024;
 /// promptly (RFC 9113 §6.7), and a client reads a later one as a longer
 /// round trip, so its window estimate can only grow.
 const PONG_HOLD: Duration = Duration::from_millis(5);
+
+/// Slices one write takes at most.
+const WRITE_SLICES: usize = 64;
 
 /// Passes one poll of a connection makes at most before it yields.
 const PASSES_PER_POLL: usize = 32;
@@ -317,7 +320,7 @@ pub(crate) async fn serve<IO, R, F>(
             let mut yield_now = passes == PASSES_PER_POLL;
             // A client that does not read what it asked for is not read
             // either: the output (responses, acknowledgements) is bounded.
-            let reading = machine.output().len() < OUTPUT_HIGH_BYTES;
+            let reading = machine.output_len() < OUTPUT_HIGH_BYTES;
             if !eof && !machine.is_closed() && reading {
                 let mut buf = ReadBuf::new(&mut scratch);
                 match Pin::new(&mut io).poll_read(cx, buf.unfilled()) {
@@ -381,7 +384,7 @@ pub(crate) async fn serve<IO, R, F>(
                     }
                 }
             }
-            if machine.output().len() < OUTPUT_HIGH_BYTES {
+            if machine.output_len() < OUTPUT_HIGH_BYTES {
                 while let Poll::Ready(Some(stream)) = responders.poll_next_unpin(cx) {
                     streams.remove(&stream);
                     progressed = true;
@@ -412,7 +415,7 @@ pub(crate) async fn serve<IO, R, F>(
             }
             // Write what this pass produced, after one yield (see the
             // module docs), or a lone PONG after its hold.
-            if !machine.output().is_empty() {
+            if machine.output_len() > 0 {
                 let hold = machine.only_pongs() && !machine.is_closed();
                 let due = if hold {
                     let sleep = pong_hold.get_or_insert_with(|| timer.sleep(PONG_HOLD));
@@ -426,8 +429,8 @@ pub(crate) async fn serve<IO, R, F>(
                 } else if due {
                     gathered = false;
                     pong_hold = None;
-                    while !machine.output().is_empty() {
-                        match Pin::new(&mut io).poll_write(cx, machine.output()) {
+                    while machine.output_len() > 0 {
+                        match write(&mut io, &machine, cx) {
                             Poll::Ready(Ok(0)) => {
                                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
                             }
@@ -439,14 +442,14 @@ pub(crate) async fn serve<IO, R, F>(
                             Poll::Pending => break,
                         }
                     }
-                    if machine.output().is_empty() {
+                    if machine.output_len() == 0 {
                         if let Poll::Ready(Err(e)) = Pin::new(&mut io).poll_flush(cx) {
                             return Poll::Ready(Err(e));
                         }
                     }
                 }
             }
-            if machine.output().is_empty() && (eof || machine.is_closed()) {
+            if machine.output_len() == 0 && (eof || machine.is_closed()) {
                 return Poll::Ready(Ok(()));
             }
             if yield_now {
@@ -471,6 +474,22 @@ pub(crate) async fn serve<IO, R, F>(
     // (watches among them) end here.
     for state in streams.values() {
         state.update(|s| s.reset = true);
+    }
+}
+
+/// Writes what `machine` has to write, in one vectored write when `io`
+/// takes one.
+fn write<IO: Write + Unpin>(
+    io: &mut IO,
+    machine: &Connection,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+    let n = machine.output(&mut slices);
+    if io.is_write_vectored() {
+        Pin::new(io).poll_write_vectored(cx, &slices[..n])
+    } else {
+        Pin::new(io).poll_write(cx, &slices[0])
     }
 }
 
