@@ -117,6 +117,9 @@ pub(crate) struct Connection {
     /// An open header block: (stream, end_stream, bytes so far).
     block: Option<(u32, bool, Vec<u8>)>,
     out: Output,
+    /// Reused for each header block encoded, and each request's fields.
+    block_scratch: Vec<u8>,
+    fields: Vec<Field>,
     /// `out` holds nothing but PING acknowledgements.
     pongs_only: bool,
     /// We sent GOAWAY: nothing more is read.
@@ -168,6 +171,8 @@ impl Connection {
             starved: VecDeque::new(),
             block: None,
             out,
+            block_scratch: Vec::with_capacity(256),
+            fields: Vec::with_capacity(16),
             pongs_only: false,
             closed: false,
             peer_gone: false,
@@ -370,9 +375,16 @@ impl Connection {
                         let Some(Queued::Trailers(trailers)) = stream.queue.pop_front() else {
                             break;
                         };
-                        let mut block = Vec::new();
-                        self.encoder.encode(None, &trailers, &mut block);
-                        frame::write_headers(self.out.buf(), id, &block, true, max_frame as u32);
+                        self.block_scratch.clear();
+                        self.encoder
+                            .encode(None, &trailers, &mut self.block_scratch);
+                        frame::write_headers(
+                            self.out.buf(),
+                            id,
+                            &self.block_scratch,
+                            true,
+                            max_frame as u32,
+                        );
                         ended = true;
                     }
                 }
@@ -409,12 +421,13 @@ impl Connection {
         headers: &HeaderMap,
         end_stream: bool,
     ) {
-        let mut block = Vec::with_capacity(64);
-        self.encoder.encode(status, headers, &mut block);
+        self.block_scratch.clear();
+        self.encoder
+            .encode(status, headers, &mut self.block_scratch);
         frame::write_headers(
             self.out.buf(),
             stream,
-            &block,
+            &self.block_scratch,
             end_stream,
             self.peer_max_frame_size,
         );
@@ -628,7 +641,8 @@ impl Connection {
         events: &mut Vec<Event>,
     ) -> Result<(), FrameError> {
         use FrameError::{Connection as Conn, Stream as OnStream};
-        let mut fields = Vec::new();
+        let fields = &mut self.fields;
+        fields.clear();
         let decoded =
             self.decoder
                 .decode(block, self.config.max_header_list_size as usize, |field| {
@@ -664,7 +678,7 @@ impl Connection {
             self.pongs_only = false;
             return Ok(());
         }
-        let request = match decoded.ok().and_then(|()| request(fields)) {
+        let request = match decoded.ok().and_then(|()| request(&mut self.fields)) {
             Some(request) => request,
             None => {
                 frame::write_reset(self.out.buf(), id, Reason::PROTOCOL_ERROR);
@@ -708,12 +722,12 @@ impl Connection {
 
 /// Builds a request's head from its fields, or `None` when they make a
 /// malformed request (RFC 9113 §8.1.1, §8.3.1).
-fn request(fields: Vec<Field>) -> Option<http::Request<()>> {
+fn request(fields: &mut Vec<Field>) -> Option<http::Request<()>> {
     let mut method = None;
     let mut path = None;
     let mut scheme = false;
     let mut headers = HeaderMap::with_capacity(fields.len());
-    for Field { name, value } in fields {
+    for Field { name, value } in fields.drain(..) {
         match name {
             Name::Pseudo(pseudo) => {
                 if !headers.is_empty() {
