@@ -1,4 +1,4 @@
-//! Our own HTTP/2 server side for the client port: frames, HPACK and one
+//! oxetcd's own HTTP/2 server side for the client port: frames, HPACK and one
 //! connection's state machine, all sans-io.
 //!
 //! Design: gRPC over HTTP/2 is nearly all this server speaks, and a

@@ -1,23 +1,23 @@
-//! One HTTP/2 client connection served by our own framing
-//! ([`crate::http2::Connection`]), every request answered inside the
-//! connection's task.
+//! One HTTP/2 client connection served by oxetcd's own framing
+//! ([`crate::http2::connection::Connection`]), every request answered
+//! inside the connection's task.
 //!
 //! Design: one task owns the socket and the connection's state machine.
 //! Each pass reads what the socket has, lets the machine turn it into
 //! events, starts a request's route when its headers arrive, polls the
 //! requests' responders, hands what they produced to the machine, and
-//! writes everything the pass produced in one write. A responder is a
-//! future per stream, polled in this task (no task per request, no
+//! writes everything the pass produced in one vectored write. A responder
+//! is a future per stream, polled in this task (no task per request, no
 //! channel between a stream and the connection): it awaits the route's
 //! response and then its body, frame by frame, leaving each in the
-//! connection's outbox; a stream with data waiting for window waits for the
-//! machine's [`Event::Writable`]. A request's body is fed by the
+//! connection's outbox; a stream with data waiting for window waits for
+//! the machine's [`Event::Writable`]. A request's body is fed by the
 //! connection and may be read from any task (a watch stream's reader is
 //! one), so it lives behind a lock of its own; what it consumed is given
-//! back to the machine as window. A pass that produced output yields once before writing, so responses
-//! finished by the same pass of the executor leave together, and a lone
-//! PING acknowledgement is held up to [`PONG_HOLD`] to leave with the
-//! next response.
+//! back to the machine as window. A pass that produced output yields once
+//! before writing, so responses finished by the same pass of the executor
+//! leave together, and a lone PING acknowledgement is held up to
+//! [`PONG_HOLD`] to leave with the next response.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
