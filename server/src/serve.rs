@@ -247,8 +247,7 @@ impl<R: Runtime, K: KvStore> App<R, K> {
     }
 
     /// The HTTP endpoints' future is boxed: it is large, and this future
-    /// lives in hyper's per-stream task, which is moved and cleared whole
-    /// on every request (see [`GrpcRouter::route`]).
+    /// lives in every request's responder (see [`GrpcRouter::route`]).
     async fn route<B>(&self, request: http::Request<B>) -> http::Response<Body>
     where
         B: http_body::Body<Data = bytes::Bytes> + Unpin + Send + 'static,

@@ -185,12 +185,13 @@ impl<K: KvStore> GrpcRouter<K> {
 
     /// Answers one gRPC request. The call starts here, synchronously, so
     /// the future returned holds only the service's boxed call: it is
-    /// kept inside hyper's per-stream task, which is moved and cleared
-    /// whole, so its size is paid on every request.
+    /// kept inside the stream's responder, allocated per request, so its
+    /// size is paid on every request.
     ///
-    /// The body is the connection's ([`hyper::body::Incoming`]) for calls from the
-    /// wire, or the JSON gateway's ([`Body`]) for the calls it transcodes:
-    /// both take this same path, so auth, metrics and errors are one.
+    /// The body is the connection's for calls from the wire (HTTP/2's
+    /// request body, or hyper's for HTTP/1.1), or the JSON gateway's
+    /// ([`Body`]) for the calls it transcodes: all take this same path, so
+    /// auth, metrics and errors are one.
     pub fn route<B>(
         &self,
         request: http::Request<B>,
