@@ -3,7 +3,7 @@
 //! Design: each `--listen-client-urls` address is bound with `std` (so a bad
 //! address fails before anything is announced), registered with the
 //! runtime, and served by one accept loop task. A connection that opens
-//! with HTTP/2's preface (h2c, or h2 over TLS) is served by our own
+//! with HTTP/2's preface (h2c, or h2 over TLS) is served by oxetcd's own
 //! framing (`http2`, over [`crate::http2`]), every other one by hyper's
 //! HTTP/1.1; both on the same port. Each request goes to gRPC when its
 //! content type is `application/grpc*`, otherwise to the plain HTTP
@@ -194,8 +194,8 @@ impl<R: Runtime, K: KvStore> App<R, K> {
         }
     }
 
-    /// Serves one connection: HTTP/2 (its preface first) with our own
-    /// framing, anything else (HTTP/1.1) with hyper's.
+    /// Serves one connection: HTTP/2 (its preface first) with oxetcd's
+    /// own framing, anything else (HTTP/1.1) with hyper's.
     async fn serve<IO>(self: Arc<Self>, mut io: IO, common_name: Option<ClientCommonName>)
     where
         IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,

@@ -97,13 +97,39 @@ struct Stream {
     waiting: bool,
 }
 
+/// Header blocks out: the HPACK encoder, and the buffer it encodes into.
+struct Blocks {
+    encoder: Encoder,
+    scratch: Vec<u8>,
+}
+
+impl Blocks {
+    /// Appends `headers` (after `:status`, when given) as a HEADERS frame
+    /// and as many CONTINUATIONs as frames of `max_frame_size` need. Blocks
+    /// are encoded as they are written, so the peer decodes them in the
+    /// order they were encoded.
+    fn write(
+        &mut self,
+        out: &mut BytesMut,
+        stream: u32,
+        status: Option<StatusCode>,
+        headers: &HeaderMap,
+        end_stream: bool,
+        max_frame_size: u32,
+    ) {
+        self.scratch.clear();
+        self.encoder.encode(status, headers, &mut self.scratch);
+        frame::write_headers(out, stream, &self.scratch, end_stream, max_frame_size);
+    }
+}
+
 /// One client connection's HTTP/2 state.
 pub(crate) struct Connection {
     config: Config,
     /// The client preface has been read.
     preface: bool,
     decoder: Decoder,
-    encoder: Encoder,
+    blocks: Blocks,
     peer_max_frame_size: u32,
     peer_initial_window: u32,
     streams: HashMap<u32, Stream>,
@@ -117,11 +143,8 @@ pub(crate) struct Connection {
     /// An open header block: (stream, end_stream, bytes so far).
     block: Option<(u32, bool, Vec<u8>)>,
     out: Output,
-    /// Reused for each header block encoded, and each request's fields.
-    block_scratch: Vec<u8>,
+    /// Reused for each request's fields.
     fields: Vec<Field>,
-    /// `out` holds nothing but PING acknowledgements.
-    pongs_only: bool,
     /// We sent GOAWAY: nothing more is read.
     closed: bool,
     /// The client sent GOAWAY: the connection ends when its streams do.
@@ -160,7 +183,10 @@ impl Connection {
             },
             preface: false,
             decoder: Decoder::new(HEADER_TABLE_SIZE),
-            encoder: Encoder::new(),
+            blocks: Blocks {
+                encoder: Encoder::new(),
+                scratch: Vec::with_capacity(256),
+            },
             peer_max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
             peer_initial_window: default_window,
             streams: HashMap::new(),
@@ -171,9 +197,7 @@ impl Connection {
             starved: VecDeque::new(),
             block: None,
             out,
-            block_scratch: Vec::with_capacity(256),
             fields: Vec::with_capacity(16),
-            pongs_only: false,
             closed: false,
             peer_gone: false,
         }
@@ -220,14 +244,11 @@ impl Connection {
     /// `n` bytes of [`Connection::output`] were written.
     pub(crate) fn written(&mut self, n: usize) {
         self.out.advance(n);
-        if self.out.is_empty() {
-            self.pongs_only = false;
-        }
     }
 
     /// The output holds nothing but PING acknowledgements.
     pub(crate) fn only_pongs(&self) -> bool {
-        self.pongs_only && !self.out.is_empty()
+        self.out.only_pongs()
     }
 
     /// The connection is over: once the output is written, close it.
@@ -262,7 +283,14 @@ impl Connection {
         if !self.streams.get(&stream).is_some_and(|s| s.send_open) {
             return;
         }
-        self.write_block(stream, Some(status), headers, end_stream);
+        self.blocks.write(
+            self.out.buf(),
+            stream,
+            Some(status),
+            headers,
+            end_stream,
+            self.peer_max_frame_size,
+        );
         if end_stream {
             self.end_sent(stream);
         }
@@ -282,7 +310,6 @@ impl Connection {
     pub(crate) fn reset(&mut self, stream: u32, reason: Reason) {
         if self.streams.remove(&stream).is_some() {
             frame::write_reset(self.out.buf(), stream, reason);
-            self.pongs_only = false;
         }
     }
 
@@ -295,7 +322,6 @@ impl Connection {
             frame::write_window_update(self.out.buf(), 0, self.recv_released);
             self.recv_window += i64::from(self.recv_released);
             self.recv_released = 0;
-            self.pongs_only = false;
         }
         let half = self.config.stream_window / 2;
         if let Some(s) = self.streams.get_mut(&stream) {
@@ -307,7 +333,6 @@ impl Connection {
                 frame::write_window_update(self.out.buf(), stream, s.recv_released);
                 s.recv_window += i64::from(s.recv_released);
                 s.recv_released = 0;
-                self.pongs_only = false;
             }
         }
     }
@@ -375,20 +400,17 @@ impl Connection {
                         let Some(Queued::Trailers(trailers)) = stream.queue.pop_front() else {
                             break;
                         };
-                        self.block_scratch.clear();
-                        self.encoder
-                            .encode(None, &trailers, &mut self.block_scratch);
-                        frame::write_headers(
+                        self.blocks.write(
                             self.out.buf(),
                             id,
-                            &self.block_scratch,
+                            None,
+                            &trailers,
                             true,
                             max_frame as u32,
                         );
                         ended = true;
                     }
                 }
-                self.pongs_only = false;
             }
             if stream.waiting && stream.queued_bytes == 0 {
                 stream.waiting = false;
@@ -414,26 +436,6 @@ impl Connection {
         self.streams.remove(&id);
     }
 
-    fn write_block(
-        &mut self,
-        stream: u32,
-        status: Option<StatusCode>,
-        headers: &HeaderMap,
-        end_stream: bool,
-    ) {
-        self.block_scratch.clear();
-        self.encoder
-            .encode(status, headers, &mut self.block_scratch);
-        frame::write_headers(
-            self.out.buf(),
-            stream,
-            &self.block_scratch,
-            end_stream,
-            self.peer_max_frame_size,
-        );
-        self.pongs_only = false;
-    }
-
     fn on_error(&mut self, error: FrameError, events: &mut Vec<Event>) {
         match error {
             FrameError::Connection(reason) => self.fail(reason),
@@ -442,7 +444,6 @@ impl Connection {
                     events.push(Event::Reset { stream });
                 }
                 frame::write_reset(self.out.buf(), stream, reason);
-                self.pongs_only = false;
             }
         }
     }
@@ -451,7 +452,6 @@ impl Connection {
     fn fail(&mut self, reason: Reason) {
         if !self.closed {
             frame::write_goaway(self.out.buf(), self.last_stream, reason);
-            self.pongs_only = false;
             self.closed = true;
         }
     }
@@ -557,9 +557,7 @@ impl Connection {
                 ack: false,
                 payload,
             } => {
-                let alone = self.out.is_empty() || self.pongs_only;
-                frame::write_pong(self.out.buf(), payload);
-                self.pongs_only = alone;
+                self.out.pong(payload);
             }
             Frame::GoAway { .. } => self.peer_gone = true,
             Frame::WindowUpdate {
@@ -606,7 +604,7 @@ impl Connection {
         events: &mut Vec<Event>,
     ) -> Result<(), FrameError> {
         if let Some(size) = settings.header_table_size {
-            self.encoder.set_max_table_size(size as usize);
+            self.blocks.encoder.set_max_table_size(size as usize);
         }
         if let Some(size) = settings.max_frame_size {
             self.peer_max_frame_size = size;
@@ -628,7 +626,6 @@ impl Connection {
             }
         }
         frame::write_settings_ack(self.out.buf());
-        self.pongs_only = false;
         Ok(())
     }
 
@@ -675,14 +672,12 @@ impl Connection {
         }
         if self.streams.len() >= self.config.max_concurrent_streams as usize {
             frame::write_reset(self.out.buf(), id, Reason::REFUSED_STREAM);
-            self.pongs_only = false;
             return Ok(());
         }
         let request = match decoded.ok().and_then(|()| request(&mut self.fields)) {
             Some(request) => request,
             None => {
                 frame::write_reset(self.out.buf(), id, Reason::PROTOCOL_ERROR);
-                self.pongs_only = false;
                 return Ok(());
             }
         };

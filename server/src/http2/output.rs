@@ -8,11 +8,15 @@
 //! payload's own `Bytes` follows it. The writer takes it all as slices for
 //! one vectored write ([`Output::slices`]) and reports how much went
 //! ([`Output::advance`]); bytes always leave in the order they were added.
+//! The output also knows when it holds nothing but PING acknowledgements
+//! ([`Output::only_pongs`]), which the server may hold back a moment.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
 use bytes::{Buf, Bytes, BytesMut};
+
+use super::frame;
 
 /// Payloads this large or larger are written from their own buffer.
 const BY_REFERENCE_BYTES: usize = 2048;
@@ -26,15 +30,31 @@ pub(crate) struct Output {
     sealed: VecDeque<Bytes>,
     sealed_len: usize,
     tail: BytesMut,
+    /// Everything added since the output was last empty was a PING
+    /// acknowledgement.
+    pongs_only: bool,
 }
 
 impl Output {
     /// The buffer frames are appended to.
     pub(crate) fn buf(&mut self) -> &mut BytesMut {
+        self.pongs_only = false;
         if self.tail.capacity() == 0 {
             self.tail.reserve(TAIL_BYTES);
         }
         &mut self.tail
+    }
+
+    /// Appends the acknowledgement of a PING.
+    pub(crate) fn pong(&mut self, payload: [u8; 8]) {
+        let alone = self.is_empty() || self.pongs_only;
+        frame::write_pong(self.buf(), payload);
+        self.pongs_only = alone;
+    }
+
+    /// The output holds nothing but PING acknowledgements.
+    pub(crate) fn only_pongs(&self) -> bool {
+        self.pongs_only && !self.is_empty()
     }
 
     /// Appends a payload: copied when small, else by reference.
@@ -43,6 +63,7 @@ impl Output {
             self.buf().extend_from_slice(&payload);
             return;
         }
+        self.pongs_only = false;
         if !self.tail.is_empty() {
             let sealed = self.tail.split().freeze();
             self.sealed_len += sealed.len();
@@ -98,6 +119,9 @@ impl Output {
             // holds it.
             self.tail.clear();
         }
+        if self.is_empty() {
+            self.pongs_only = false;
+        }
     }
 }
 
@@ -141,6 +165,26 @@ mod tests {
         assert!(output.is_empty());
         output.buf().extend_from_slice(b"again");
         assert_eq!(written(&output), b"again");
+    }
+
+    #[test]
+    fn pongs_alone_are_told_apart() {
+        let mut output = Output::default();
+        assert!(!output.only_pongs());
+        output.pong([1; 8]);
+        output.pong([2; 8]);
+        assert!(output.only_pongs());
+        output.advance(17);
+        assert!(output.only_pongs(), "one pong left");
+        output.advance(17);
+        assert!(!output.only_pongs(), "empty");
+        output.buf().extend_from_slice(b"frame");
+        output.pong([3; 8]);
+        assert!(!output.only_pongs(), "a pong behind another frame");
+        output.advance(output.len());
+        output.pong([4; 8]);
+        output.payload(Bytes::from(vec![0u8; BY_REFERENCE_BYTES]));
+        assert!(!output.only_pongs(), "a pong and a payload");
     }
 
     #[test]

@@ -194,19 +194,16 @@ where
 {
     let id = stream.id;
     let mut route = pin!(route);
-    // Polls `poll` until ready, or `None` once the stream is reset; with
-    // `wait_room`, also waits while the stream has data waiting for window.
+    // Whether the responder may go on: `None` once the stream is reset;
+    // with `wait_room`, `Some(false)` while the stream has data waiting
+    // for window. Either change wakes the task registered here.
     let until_reset = |wait_room: bool, cx: &mut Context<'_>| -> Option<bool> {
         let mut state = lock(&stream.state);
         if state.reset {
             return None;
         }
-        if wait_room && state.paused {
-            state.responder_waker = Some(cx.waker().clone());
-            return Some(false);
-        }
         state.responder_waker = Some(cx.waker().clone());
-        Some(true)
+        Some(!(wait_room && state.paused))
     };
     let response = poll_fn(|cx| match until_reset(false, cx) {
         None => Poll::Ready(None),
