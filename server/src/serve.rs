@@ -17,9 +17,11 @@ mod http2;
 pub(crate) mod tls;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::Either;
 use hyper::body::Incoming;
 use oxetcd_core::storage::KvStore;
 use tonic::body::Body;
@@ -223,8 +225,7 @@ impl<R: Runtime, K: KvStore> App<R, K> {
             if let Some(name) = &common_name {
                 request.extensions_mut().insert(name.clone());
             }
-            let app = app.clone();
-            async move { app.route(request).await }
+            app.route(request)
         };
         http2::serve(io, read, self.http2, self.timer.clone(), route).await;
     }
@@ -239,24 +240,33 @@ impl<R: Runtime, K: KvStore> App<R, K> {
             if let Some(name) = &common_name {
                 request.extensions_mut().insert(name.clone());
             }
-            async move { Ok::<_, Infallible>(app.route(request).await) }
+            let route = app.route(request);
+            async move { Ok::<_, Infallible>(route.await) }
         });
         if let Err(e) = self.builder.serve_connection(io, service).await {
             debug!(error = %e, "client connection ended with an error");
         }
     }
 
-    /// The HTTP endpoints' future is boxed: it is large, and this future
-    /// lives in every request's responder (see [`GrpcRouter::route`]).
-    async fn route<B>(&self, request: http::Request<B>) -> http::Response<Body>
+    /// Starts answering `request`. The gRPC call starts here, synchronously,
+    /// and the future returned is the router's own (see
+    /// [`GrpcRouter::route`]): it lives in every request's responder, so
+    /// nothing else is kept in it. The HTTP endpoints' future is boxed.
+    fn route<B>(
+        self: &Arc<Self>,
+        request: http::Request<B>,
+    ) -> impl Future<Output = http::Response<Body>> + Send + 'static
     where
         B: http_body::Body<Data = bytes::Bytes> + Unpin + Send + 'static,
         B::Error: Into<tonic::codegen::StdError> + Send + 'static,
     {
         if is_grpc(&request) {
-            self.grpc.route(request).await
+            Either::Left(self.grpc.route(request))
         } else {
-            Box::pin(self.http.route(request.map(Body::new))).await
+            let app = self.clone();
+            Either::Right(Box::pin(async move {
+                app.http.route(request.map(Body::new)).await
+            }))
         }
     }
 }

@@ -48,7 +48,16 @@ impl Gate {
 
     /// The credentials `request` carries.
     pub fn credentials<T>(&self, request: &tonic::Request<T>) -> Credentials {
-        let headers: &http::HeaderMap = request.metadata().as_ref();
+        self.credentials_of(request.metadata().as_ref(), request.extensions())
+    }
+
+    /// The credentials a call with these headers (its metadata) and
+    /// extensions carries.
+    pub fn credentials_of(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Credentials {
         let token = [&TOKEN, &http::header::AUTHORIZATION]
             .into_iter()
             .find_map(|key| headers.get(key)?.to_str().ok());
@@ -63,7 +72,7 @@ impl Gate {
                 _ => Credentials::Token(token.to_owned()),
             };
         }
-        match request.extensions().get::<ClientCommonName>() {
+        match extensions.get::<ClientCommonName>() {
             Some(ClientCommonName(name)) => Credentials::User {
                 name: name.clone(),
                 revision: None,

@@ -2,6 +2,7 @@
 //! driver. Validation and limits live in the node, not here. `RangeStream`
 //! is a sequence of ranges planned by [`super::range_stream`].
 
+use oxetcd_core::auth::Credentials;
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::{Request, Response};
 use oxetcd_proto::etcdserverpb::kv_server::Kv;
@@ -34,6 +35,25 @@ impl<K: KvStore> KvService<K> {
             gate,
             chunk_bytes,
         }
+    }
+}
+
+/// For the router's own unary path ([`super::unary`]), which sends a
+/// call's request itself, without tonic's request or the trait's boxed
+/// future.
+impl<K: KvStore> KvService<K> {
+    /// The credentials of a call with these parts.
+    pub(super) fn credentials(&self, parts: &http::request::Parts) -> Credentials {
+        self.gate.credentials_of(&parts.headers, &parts.extensions)
+    }
+
+    /// Sends `request` through the node as whoever `credentials` say.
+    pub(super) async fn ask(
+        &self,
+        credentials: Credentials,
+        request: Request,
+    ) -> Result<Response, oxetcd_core::Error> {
+        self.handle.request_as(credentials, request).await
     }
 }
 

@@ -32,10 +32,13 @@ macro_rules! ask {
         ask!(@send $service.handle, credentials, oxetcd_core::Request::$variant, $variant, $what)
     }};
     (@send $handle:expr, $credentials:expr, $request:expr, $variant:ident, $what:literal) => {
-        match $handle.request_as($credentials, $request).await {
+        ask!(@answer $handle.request_as($credentials, $request).await, $variant, $what)
+    };
+    (@answer $answered:expr, $variant:ident, $what:literal) => {
+        match $answered {
             Ok(oxetcd_core::Response::$variant(response)) => Ok(response),
-            Ok(other) => Err(super::mismatched($what, &other)),
-            Err(e) => Err(super::status_from_error(&e)),
+            Ok(other) => Err($crate::grpc::mismatched($what, &other)),
+            Err(e) => Err($crate::grpc::status_from_error(&e)),
         }
     };
 }
@@ -65,10 +68,10 @@ use std::task::{Context, Poll, Waker};
 
 use futures_util::future::{poll_fn, Either};
 use oxetcd_core::storage::KvStore;
-use oxetcd_core::Error;
+use oxetcd_core::{Error, Request};
 use oxetcd_proto::etcdserverpb::auth_server::AuthServer;
 use oxetcd_proto::etcdserverpb::cluster_server::ClusterServer;
-use oxetcd_proto::etcdserverpb::kv_server::{Kv, KvServer};
+use oxetcd_proto::etcdserverpb::kv_server::KvServer;
 use oxetcd_proto::etcdserverpb::lease_server::LeaseServer;
 use oxetcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use oxetcd_proto::v3electionpb::election_server::ElectionServer;
@@ -288,24 +291,38 @@ impl<K: KvStore> GrpcRouter<K> {
                 unary::Read::Message(parts, message) => (parts, message),
                 unary::Read::Tonic(request) => return to_tonic(request).await,
             };
-            macro_rules! serve {
-                ($method:ident, $encode:expr) => {
-                    match unary::decode(parts, message) {
-                        unary::Decoded::Call(request) => Ok(unary::answer(
-                            Kv::$method(&*service, request).await,
-                            $encode,
-                        )),
-                        unary::Decoded::Tonic(request) => to_tonic(*request).await,
-                    }
-                };
-            }
-            match method {
-                KvUnary::Range => serve!(range, range::encode_draining),
-                KvUnary::Put => serve!(put, encode_whole),
-                KvUnary::DeleteRange => serve!(delete_range, encode_whole),
-                KvUnary::Txn => serve!(txn, encode_whole),
-                KvUnary::Compact => serve!(compact, encode_whole),
-            }
+            // One request sent for every method, so the future holds one
+            // request's state, not one per method.
+            let decoded = match method {
+                KvUnary::Range => unary::decode(parts, message).map(Request::Range),
+                KvUnary::Put => unary::decode(parts, message).map(Request::Put),
+                KvUnary::DeleteRange => unary::decode(parts, message).map(Request::DeleteRange),
+                KvUnary::Txn => unary::decode(parts, message).map(Request::Txn),
+                KvUnary::Compact => unary::decode(parts, message).map(Request::Compact),
+            };
+            let (parts, request) = match decoded {
+                unary::Decoded::Call(parts, request) => (parts, request),
+                unary::Decoded::Tonic(request) => return to_tonic(*request).await,
+            };
+            let credentials = service.credentials(&parts);
+            drop(parts);
+            let answered = service.ask(credentials, request).await;
+            Ok(match method {
+                KvUnary::Range => {
+                    let range = ask!(@answer answered, Range, "range");
+                    unary::answer(range, range::encode_draining)
+                }
+                KvUnary::Put => unary::answer(ask!(@answer answered, Put, "put"), encode_whole),
+                KvUnary::DeleteRange => {
+                    let deleted = ask!(@answer answered, DeleteRange, "delete range");
+                    unary::answer(deleted, encode_whole)
+                }
+                KvUnary::Txn => unary::answer(ask!(@answer answered, Txn, "txn"), encode_whole),
+                KvUnary::Compact => {
+                    let compacted = ask!(@answer answered, Compact, "compact");
+                    unary::answer(compacted, encode_whole)
+                }
+            })
         })
     }
 }

@@ -242,11 +242,21 @@ where
 
 /// What [`decode`] made of a message.
 pub(crate) enum Decoded<M, B: HttpBody> {
-    /// The call's request, as tonic would hand it to the service.
-    Call(tonic::Request<M>),
+    /// The call's request parts (its metadata) and message.
+    Call(http::request::Parts, M),
     /// Bytes that do not decode: the request as it came, for tonic (boxed:
     /// the rare case).
     Tonic(Box<http::Request<Replay<B>>>),
+}
+
+impl<M, B: HttpBody> Decoded<M, B> {
+    /// The message made into another.
+    pub(crate) fn map<N>(self, f: impl FnOnce(M) -> N) -> Decoded<N, B> {
+        match self {
+            Decoded::Call(parts, message) => Decoded::Call(parts, f(message)),
+            Decoded::Tonic(request) => Decoded::Tonic(request),
+        }
+    }
 }
 
 /// Decodes `message`, or gives the request back to tonic (which reports
@@ -257,9 +267,7 @@ where
     B: HttpBody,
 {
     match M::decode(message.clone()) {
-        Ok(decoded) => Decoded::Call(tonic::Request::from_http(http::Request::from_parts(
-            parts, decoded,
-        ))),
+        Ok(decoded) => Decoded::Call(parts, decoded),
         Err(_) => {
             let mut framed = BytesMut::with_capacity(PREFIX_BYTES + message.len());
             framed.put_u8(0);
@@ -286,11 +294,11 @@ pub(crate) type Reserve = fn(&mut Vec<u8>, usize);
 /// or the error as tonic answers it. `encode` writes the message, first
 /// calling the [`Reserve`] it is given with the message's exact length.
 pub(crate) fn answer<M>(
-    response: Result<tonic::Response<M>, Status>,
+    response: Result<M, Status>,
     encode: impl FnOnce(M, &mut Vec<u8>, Reserve),
 ) -> http::Response<Body> {
-    let (metadata, message, extensions) = match response {
-        Ok(response) => response.into_parts(),
+    let message = match response {
+        Ok(message) => message,
         Err(status) => return status.into_http(),
     };
     let mut framed = Vec::new();
@@ -316,12 +324,10 @@ pub(crate) fn answer<M>(
         trailers: true,
     }));
     *answer.version_mut() = http::Version::HTTP_2;
-    *answer.headers_mut() = metadata.into_headers();
     answer.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    *answer.extensions_mut() = extensions;
     answer
 }
 
@@ -558,12 +564,12 @@ mod tests {
         };
         assert_eq!(replayed(*request).0, framed(0, &garbage));
         let parts = http::Request::new(()).into_parts().0;
-        let Decoded::Call(decoded) =
+        let Decoded::Call(_, decoded) =
             decode::<PutRequest, TestBody>(parts, Bytes::from(put_bytes()))
         else {
             panic!("not decoded");
         };
-        assert_eq!(decoded.into_inner().key, b"foo".to_vec());
+        assert_eq!(decoded.key, b"foo".to_vec());
     }
 
     fn answered(response: http::Response<Body>) -> (http::HeaderMap, Vec<u8>, Option<HeaderMap>) {
@@ -582,16 +588,13 @@ mod tests {
             }),
             prev_kv: None,
         };
-        let served = answer(
-            Ok(tonic::Response::new(response.clone())),
-            |m, b, reserve| {
-                reserve(b, m.encoded_len());
-                let start = b.as_ptr();
-                m.encode_raw(b);
-                assert_eq!(b.as_ptr(), start, "encoded in the room reserved");
-                assert_eq!(b.len(), b.capacity(), "the room reserved filled exactly");
-            },
-        );
+        let served = answer(Ok(response.clone()), |m, b, reserve| {
+            reserve(b, m.encoded_len());
+            let start = b.as_ptr();
+            m.encode_raw(b);
+            assert_eq!(b.as_ptr(), start, "encoded in the room reserved");
+            assert_eq!(b.len(), b.capacity(), "the room reserved filled exactly");
+        });
         let (headers, body, trailers) = answered(served);
         assert_eq!(headers["content-type"], "application/grpc");
         assert_eq!(body, framed(0, &response.encode_to_vec()));

@@ -355,24 +355,33 @@ impl Connection {
                     ..
                 }
         );
-        s.queue.push_back(item);
         if ends {
             s.send_open = false;
         }
-        self.flush(stream, &mut Vec::new());
+        self.send(stream, Some(item), &mut Vec::new());
     }
 
     /// Writes what `stream`'s windows let go of its queue.
     fn flush(&mut self, id: u32, events: &mut Vec<Event>) {
+        self.send(id, None, events);
+    }
+
+    /// Writes what `id`'s windows let go of its queue and then of `item`;
+    /// what they hold back stays queued, `item` behind the rest. An item
+    /// written at once is never queued (a unary call's answer usually is).
+    fn send(&mut self, id: u32, mut item: Option<Queued>, events: &mut Vec<Event>) {
         let max_frame = self.peer_max_frame_size as usize;
         let mut ended = false;
         {
             let Some(stream) = self.streams.get_mut(&id) else {
                 return;
             };
-            while let Some(item) = stream.queue.front_mut() {
-                match item {
-                    Queued::Data { data, end_stream } => {
+            while let Some(next) = stream.queue.pop_front().or_else(|| item.take()) {
+                match next {
+                    Queued::Data {
+                        mut data,
+                        end_stream,
+                    } => {
                         let window = stream.send_window.min(self.send_window).max(0) as usize;
                         let n = data.len().min(window).min(max_frame);
                         if n == 0 && !data.is_empty() {
@@ -380,26 +389,24 @@ impl Connection {
                                 stream.starved = true;
                                 self.starved.push_back(id);
                             }
+                            stream.queue.push_front(Queued::Data { data, end_stream });
                             break;
                         }
                         let last = n == data.len();
-                        let end = last && *end_stream;
+                        let end = last && end_stream;
                         frame::write_data_head(self.out.buf(), id, n, end);
-                        self.out.payload(data.slice(..n));
                         stream.send_window -= n as i64;
                         self.send_window -= n as i64;
                         stream.queued_bytes -= n;
                         if last {
-                            stream.queue.pop_front();
+                            self.out.payload(data);
                             ended |= end;
                         } else {
-                            let _ = data.split_to(n);
+                            self.out.payload(data.split_to(n));
+                            stream.queue.push_front(Queued::Data { data, end_stream });
                         }
                     }
-                    Queued::Trailers(_) => {
-                        let Some(Queued::Trailers(trailers)) = stream.queue.pop_front() else {
-                            break;
-                        };
+                    Queued::Trailers(trailers) => {
                         self.blocks.write(
                             self.out.buf(),
                             id,
@@ -412,6 +419,7 @@ impl Connection {
                     }
                 }
             }
+            stream.queue.extend(item);
             if stream.waiting && stream.queued_bytes == 0 {
                 stream.waiting = false;
                 events.push(Event::Writable { stream: id });

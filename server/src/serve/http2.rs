@@ -302,6 +302,8 @@ pub(crate) async fn serve<IO, R, F>(
     let mut events = Vec::new();
     let mut streams: HashMap<u32, Arc<Stream>> = HashMap::new();
     let mut responders = FuturesUnordered::new();
+    let mut outbox = Vec::new();
+    let mut released = Vec::new();
     let mut eof = false;
     let mut gathered = false;
     let mut pong_hold: Option<Pin<Box<dyn Sleep>>> = None;
@@ -387,8 +389,9 @@ pub(crate) async fn serve<IO, R, F>(
                     progressed = true;
                 }
             }
-            let outbox = std::mem::take(&mut *lock(&shared.outbox));
-            for (stream, out) in outbox {
+            // Swapped with the task's own vectors, which keep their room.
+            std::mem::swap(&mut outbox, &mut *lock(&shared.outbox));
+            for (stream, out) in outbox.drain(..) {
                 progressed = true;
                 match out {
                     Out::Head {
@@ -406,8 +409,8 @@ pub(crate) async fn serve<IO, R, F>(
                     }
                 }
             }
-            let released = std::mem::take(&mut *lock(&shared.released));
-            for (stream, n) in released {
+            std::mem::swap(&mut released, &mut *lock(&shared.released));
+            for (stream, n) in released.drain(..) {
                 machine.release(stream, n);
             }
             // Write what this pass produced, after one yield (see the
