@@ -189,6 +189,7 @@ where
 }
 
 fn main() -> ExitCode {
+    oxetcd_server::allocator::tune();
     let config = oxetcd_server::config::from_process();
     let executor = Arc::new(Executor::new());
     // The main thread polls the executor too.

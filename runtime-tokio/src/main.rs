@@ -88,6 +88,7 @@ impl Runtime for Tokio {
 }
 
 fn main() -> ExitCode {
+    oxetcd_server::allocator::tune();
     let config = oxetcd_server::config::from_process();
     // tokio's default: a worker per core (or TOKIO_WORKER_THREADS), not
     // the one fewer the smol runtime polls with (`async_threads`). tokio's

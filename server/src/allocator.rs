@@ -11,9 +11,17 @@
 //! aligned to 16 bytes, or to the block's size below that, which is every
 //! alignment Rust asks for but a few: those are sent to the plain calls,
 //! the rest (a task cell aligned to a cache line) to the aligned ones.
+//!
+//! [`tune`] shortens how long mimalloc keeps freed memory before giving it
+//! back to the system (its purge delay) from its default of a second to
+//! [`PURGE_DELAY_MS`]: a burst (a watch fan-out, a load of keys) frees and
+//! allocates much within a second, and a second's freed pages were a sixth
+//! of the peak resident set (one member's 256-watcher fan-out after 60,000
+//! puts: 75-77 MiB at a second, 65-66 MiB at 100 ms, 61-62 MiB with no
+//! delay, which cost 15 % more CPU per put; 100 ms costs none measurable).
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::c_void;
+use std::ffi::{c_int, c_long, c_void};
 
 use libmimalloc_sys as mi;
 
@@ -25,6 +33,38 @@ const PLAIN_ALIGN: usize = 16;
 /// Whether a block of this layout may come from the plain calls.
 fn plain(size: usize, align: usize) -> bool {
     align <= PLAIN_ALIGN && align <= size
+}
+
+/// How long mimalloc keeps freed memory before it gives it back, in
+/// milliseconds (see the module docs).
+pub const PURGE_DELAY_MS: c_long = 100;
+
+/// `mi_option_purge_delay`: its place in mimalloc 3's `mi_option_e`
+/// (`mimalloc.h`), which the bindings do not name.
+const OPTION_PURGE_DELAY: c_int = 15;
+
+/// The environment variable mimalloc reads the purge delay from.
+const PURGE_DELAY_ENV: &str = "MIMALLOC_PURGE_DELAY";
+
+extern "C" {
+    fn mi_option_get(option: c_int) -> c_long;
+    fn mi_option_set(option: c_int, value: c_long);
+}
+
+/// Sets mimalloc's purge delay to [`PURGE_DELAY_MS`], unless the
+/// environment chose one (`MIMALLOC_PURGE_DELAY`). Called first in a
+/// server's `main`.
+pub fn tune() {
+    if std::env::var_os(PURGE_DELAY_ENV).is_none() {
+        // SAFETY: a plain FFI call; mimalloc reads its options atomically.
+        unsafe { mi_option_set(OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
+    }
+}
+
+/// mimalloc's purge delay now, in milliseconds.
+pub fn purge_delay_ms() -> c_long {
+    // SAFETY: a plain FFI call.
+    unsafe { mi_option_get(OPTION_PURGE_DELAY) }
 }
 
 /// mimalloc, as [`GlobalAlloc`] (see the module docs).
@@ -83,6 +123,22 @@ unsafe impl GlobalAlloc for Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The option set is mimalloc's purge delay: before, it holds the
+    /// purge delay's default (a second; no other option of mimalloc 3
+    /// defaults to it), after, the delay chosen.
+    #[test]
+    fn tune_sets_the_purge_delay() {
+        if std::env::var_os(PURGE_DELAY_ENV).is_some() {
+            let before = purge_delay_ms();
+            tune();
+            assert_eq!(purge_delay_ms(), before, "the environment's choice is kept");
+            return;
+        }
+        assert_eq!(purge_delay_ms(), 1000, "mimalloc's default purge delay");
+        tune();
+        assert_eq!(purge_delay_ms(), PURGE_DELAY_MS);
+    }
 
     /// Blocks of every size and alignment mix come back aligned, hold
     /// their bytes through a resize across both kinds of call, and free.
