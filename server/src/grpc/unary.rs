@@ -11,12 +11,13 @@
 //!    message within the decoding limit, and nothing else, in it; the
 //!    message is decoded from the body's own bytes (no copy when one DATA
 //!    frame holds it, as it usually does).
-//! 2. It calls the service as tonic would, with the request's metadata and
-//!    extensions.
-//! 3. It answers with the response's metadata and `content-type`, the
-//!    message in one buffer of its exact size, and `grpc-status: 0`
-//!    trailers; a service error is answered as tonic answers one, in the
-//!    headers alone.
+//! 2. The router sends the decoded request through the node itself, with
+//!    the credentials the request's metadata and extensions carry, as the
+//!    service would (no tonic request, no boxed future of the service
+//!    trait).
+//! 3. It answers with `content-type`, the message in one buffer of its
+//!    exact size, and `grpc-status: 0` trailers; an error is answered as
+//!    tonic answers one, in the headers alone.
 //!
 //! Anything else — a `grpc-encoding` other than `identity`, a compressed,
 //! oversized or truncated message, a second message, request trailers, a

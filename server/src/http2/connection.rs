@@ -46,6 +46,22 @@ pub(crate) struct Config {
 /// The HPACK table size this server's decoder keeps (the default).
 const HEADER_TABLE_SIZE: usize = 4096;
 
+/// Streams this server may reset for the client's own errors (a malformed
+/// or refused request, a stream's protocol or flow-control error) before
+/// the connection ends with GOAWAY `ENHANCE_YOUR_CALM`, as the `h2` crate
+/// bounds them: a client that keeps erring costs a reset each, not a
+/// connection's lifetime of them.
+const ERROR_RESETS_MAX: u32 = 1024;
+
+/// Streams the client may reset before they were answered, beyond the
+/// streams that were, before the connection ends with GOAWAY
+/// `ENHANCE_YOUR_CALM`. Opening a stream and resetting it at once ("rapid
+/// reset", CVE-2023-44487) costs the client two small frames and the
+/// server a request's start; a client whose streams are mostly answered
+/// (a cancelled call now and then, a watch cancelled after its answer)
+/// never comes near the bound.
+const UNANSWERED_RESETS_MAX: u32 = 1024;
+
 /// What the server must act on.
 #[derive(Debug)]
 pub(crate) enum Event {
@@ -95,6 +111,8 @@ struct Stream {
     starved: bool,
     /// Told to wait for room (see [`Connection::has_room`]).
     waiting: bool,
+    /// Its response's headers went out.
+    answered: bool,
 }
 
 /// Header blocks out: the HPACK encoder, and the buffer it encodes into.
@@ -149,6 +167,11 @@ pub(crate) struct Connection {
     closed: bool,
     /// The client sent GOAWAY: the connection ends when its streams do.
     peer_gone: bool,
+    /// Streams reset for the client's errors ([`ERROR_RESETS_MAX`]).
+    error_resets: u32,
+    /// Streams the client reset unanswered, less those answered
+    /// ([`UNANSWERED_RESETS_MAX`]).
+    unanswered_resets: u32,
 }
 
 impl Connection {
@@ -200,6 +223,8 @@ impl Connection {
             fields: Vec::with_capacity(16),
             closed: false,
             peer_gone: false,
+            error_resets: 0,
+            unanswered_resets: 0,
         }
     }
 
@@ -280,8 +305,11 @@ impl Connection {
         headers: &HeaderMap,
         end_stream: bool,
     ) {
-        if !self.streams.get(&stream).is_some_and(|s| s.send_open) {
+        let Some(s) = self.streams.get_mut(&stream).filter(|s| s.send_open) else {
             return;
+        };
+        if !std::mem::replace(&mut s.answered, true) {
+            self.unanswered_resets = self.unanswered_resets.saturating_sub(1);
         }
         self.blocks.write(
             self.out.buf(),
@@ -451,8 +479,18 @@ impl Connection {
                 if self.streams.remove(&stream).is_some() {
                     events.push(Event::Reset { stream });
                 }
-                frame::write_reset(self.out.buf(), stream, reason);
+                self.reset_for_error(stream, reason);
             }
+        }
+    }
+
+    /// Resets `stream` for the client's own error; past
+    /// [`ERROR_RESETS_MAX`] of them, the connection ends.
+    fn reset_for_error(&mut self, stream: u32, reason: Reason) {
+        frame::write_reset(self.out.buf(), stream, reason);
+        self.error_resets += 1;
+        if self.error_resets > ERROR_RESETS_MAX {
+            self.fail(Reason::ENHANCE_YOUR_CALM);
         }
     }
 
@@ -555,8 +593,14 @@ impl Connection {
                 if stream > self.last_stream {
                     return Err(Conn(Reason::PROTOCOL_ERROR));
                 }
-                if self.streams.remove(&stream).is_some() {
+                if let Some(reset) = self.streams.remove(&stream) {
                     events.push(Event::Reset { stream });
+                    if !reset.answered {
+                        self.unanswered_resets += 1;
+                        if self.unanswered_resets > UNANSWERED_RESETS_MAX {
+                            return Err(Conn(Reason::ENHANCE_YOUR_CALM));
+                        }
+                    }
                 }
             }
             Frame::Settings(settings) => self.on_settings(settings, events)?,
@@ -679,13 +723,13 @@ impl Connection {
             return Ok(());
         }
         if self.streams.len() >= self.config.max_concurrent_streams as usize {
-            frame::write_reset(self.out.buf(), id, Reason::REFUSED_STREAM);
+            self.reset_for_error(id, Reason::REFUSED_STREAM);
             return Ok(());
         }
         let request = match decoded.ok().and_then(|()| request(&mut self.fields)) {
             Some(request) => request,
             None => {
-                frame::write_reset(self.out.buf(), id, Reason::PROTOCOL_ERROR);
+                self.reset_for_error(id, Reason::PROTOCOL_ERROR);
                 return Ok(());
             }
         };
@@ -701,6 +745,7 @@ impl Connection {
                 queued_bytes: 0,
                 starved: false,
                 waiting: false,
+                answered: false,
             },
         );
         events.push(Event::Request {

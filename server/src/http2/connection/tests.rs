@@ -505,6 +505,104 @@ fn streams_beyond_the_limit_are_refused() {
     assert_eq!(events.len(), 1);
 }
 
+/// A client that keeps sending malformed requests gets a reset for each,
+/// up to the bound, and then GOAWAY `ENHANCE_YOUR_CALM`.
+#[test]
+fn too_many_error_resets_end_the_connection() {
+    let mut client = Client::new(CONFIG, &[]);
+    let malformed = [0x83, 0x86]; // no :path
+    let mut id = 1;
+    for _ in 0..ERROR_RESETS_MAX {
+        client.send(&raw(HEADERS, END_HEADERS | END_STREAM, id, &malformed));
+        id += 2;
+    }
+    assert!(!client.conn.is_closed());
+    let frames = client.frames();
+    assert_eq!(frames.len(), ERROR_RESETS_MAX as usize);
+    assert!(frames.iter().all(|f| matches!(
+        f,
+        Frame::Reset {
+            reason: Reason::PROTOCOL_ERROR,
+            ..
+        }
+    )));
+    // A good request between them changes nothing: the errors are counted.
+    let events = client.send(&raw(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        id,
+        &grpc_block("/a/b"),
+    ));
+    assert_eq!(events.len(), 1);
+    id += 2;
+    client.send(&raw(HEADERS, END_HEADERS | END_STREAM, id, &malformed));
+    assert!(client.conn.is_closed());
+    assert_eq!(
+        client.frames(),
+        [
+            Frame::Reset {
+                stream: id,
+                reason: Reason::PROTOCOL_ERROR
+            },
+            Frame::GoAway {
+                last_stream: id,
+                reason: Reason::ENHANCE_YOUR_CALM
+            }
+        ]
+    );
+}
+
+/// Streams opened and reset before their answer ("rapid reset") end the
+/// connection past the bound; streams answered before their reset, and
+/// streams answered in between, do not count.
+#[test]
+fn rapid_resets_end_the_connection() {
+    let reset = |id: u32| raw(RST_STREAM, 0, id, &8u32.to_be_bytes());
+    // Answered, then reset (a watch cancelled): never counted.
+    let mut client = Client::new(CONFIG, &[]);
+    let mut id = 1;
+    for _ in 0..2 * UNANSWERED_RESETS_MAX {
+        client.open(id);
+        let events = client.send(&reset(id));
+        assert!(matches!(&events[..], [Event::Reset { .. }]), "{events:?}");
+        id += 2;
+    }
+    assert!(!client.conn.is_closed());
+    // One answered stream for each reset one: the count stays low.
+    let mut client = Client::new(CONFIG, &[]);
+    let mut id = 1;
+    for _ in 0..2 * UNANSWERED_RESETS_MAX {
+        client.send(&raw(HEADERS, END_HEADERS, id, &grpc_block("/a/b")));
+        client.send(&reset(id));
+        client.open(id + 2);
+        client.conn.send_trailers(id + 2, trailers_ok());
+        id += 4;
+    }
+    assert!(!client.conn.is_closed());
+    // Opened and reset at once: the bound, then GOAWAY.
+    let mut client = Client::new(CONFIG, &[]);
+    let mut id = 1;
+    for _ in 0..UNANSWERED_RESETS_MAX {
+        let events = client.send(&raw(HEADERS, END_HEADERS, id, &grpc_block("/a/b")));
+        assert_eq!(events.len(), 1);
+        client.send(&reset(id));
+        id += 2;
+    }
+    assert!(!client.conn.is_closed());
+    assert!(client.frames().is_empty());
+    client.send(&raw(HEADERS, END_HEADERS, id, &grpc_block("/a/b")));
+    let events = client.send(&reset(id));
+    assert!(matches!(&events[..], [Event::Reset { .. }]), "{events:?}");
+    assert!(client.conn.is_closed());
+    assert_eq!(
+        client.frames(),
+        [Frame::GoAway {
+            last_stream: id,
+            reason: Reason::ENHANCE_YOUR_CALM
+        }]
+    );
+}
+
 #[test]
 fn an_answer_before_the_request_ends_resets_with_no_error() {
     let mut client = Client::new(CONFIG, &[]);
