@@ -16,11 +16,12 @@ use super::buffer::WriteBuffer;
 use super::range::{self, key_value, Snapshot};
 use super::{current_revision, txn, LeaseCheck};
 
-/// See [`super::apply_with_leases`].
+/// See [`super::apply_with_leases`]. The request is taken whole: a put's
+/// key and value move into the version written, uncopied.
 pub(super) fn apply<W: KvWrite>(
     txn: &mut W,
     meta: &mut KvMeta,
-    request: &Write,
+    request: Write,
     leases: &dyn LeaseCheck,
     recorded: &mut Vec<KeyVersion>,
 ) -> Result<Response, Error> {
@@ -31,15 +32,15 @@ pub(super) fn apply<W: KvWrite>(
         let response = match request {
             Write::Put(put) => {
                 // A top-level put checks its lease before anything else.
-                check_lease(put, leases)?;
+                check_lease(&put, leases)?;
                 Response::Put(apply_put(&mut buffer, put)?)
             }
             Write::DeleteRange(delete) => {
-                Response::DeleteRange(apply_delete_range(&mut buffer, delete)?)
+                Response::DeleteRange(apply_delete_range(&mut buffer, &delete)?)
             }
-            Write::Txn(request) => Response::Txn(txn::apply_txn(&mut buffer, request, leases)?),
+            Write::Txn(request) => Response::Txn(txn::apply_txn(&mut buffer, &request, leases)?),
             Write::Compaction(request) => {
-                return compact(txn, meta, request).map(Response::Compact);
+                return compact(txn, meta, &request).map(Response::Compact);
             }
             _ => {
                 return Err(Error::Unimplemented("this request in mvcc"));
@@ -56,7 +57,11 @@ pub(super) fn apply<W: KvWrite>(
         txn.set_meta(&updated)?;
         *meta = updated;
     }
-    recorded.extend(changes);
+    if recorded.is_empty() {
+        *recorded = changes;
+    } else {
+        recorded.extend(changes);
+    }
     Ok(response)
 }
 
@@ -69,38 +74,47 @@ pub(super) fn check_lease(put: &PutRequest, leases: &dyn LeaseCheck) -> Result<(
     Ok(())
 }
 
-/// A put (the lease already checked).
+/// A put (the lease already checked); its key and value become the
+/// version's.
 pub(super) fn apply_put<R: KvRead + ?Sized>(
     buffer: &mut WriteBuffer<'_, R>,
-    put: &PutRequest,
+    put: PutRequest,
 ) -> Result<PutResponse, Error> {
-    let previous = if put.prev_kv || put.ignore_value || put.ignore_lease {
-        buffer.live(&put.key)?
+    let PutRequest {
+        key,
+        mut value,
+        mut lease,
+        prev_kv,
+        ignore_value,
+        ignore_lease,
+    } = put;
+    let previous = if prev_kv || ignore_value || ignore_lease {
+        buffer.live(&key)?
     } else {
         None
     };
-    let mut value = put.value.clone();
-    let mut lease = put.lease;
-    if put.ignore_value || put.ignore_lease {
+    if ignore_value || ignore_lease {
         let Some(previous) = &previous else {
             return Err(Error::KeyNotFound);
         };
-        if put.ignore_value {
+        if ignore_value {
             value = previous.value.clone();
         }
-        if put.ignore_lease {
+        if ignore_lease {
             lease = previous.lease;
         }
     }
-    buffer.put(&put.key, value, lease)?;
     let previous = if crate::canary::on(crate::canary::Canary::PrevKvWrongRevision) {
-        buffer.live(&put.key)?
+        let key_again = key.clone();
+        buffer.put(key, value, lease)?;
+        buffer.live(&key_again)?
     } else {
+        buffer.put(key, value, lease)?;
         previous
     };
     Ok(PutResponse {
         header: Some(header(buffer.begin() + 1)),
-        prev_kv: if put.prev_kv {
+        prev_kv: if prev_kv {
             previous.map(key_value)
         } else {
             None

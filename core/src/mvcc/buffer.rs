@@ -88,17 +88,17 @@ impl<'a, R: KvRead + ?Sized> WriteBuffer<'a, R> {
     /// Writes `value` to `key`, continuing the key's generation if it is live.
     pub(crate) fn put(
         &mut self,
-        key: &[u8],
+        key: Vec<u8>,
         value: Vec<u8>,
         lease: i64,
     ) -> Result<(), StorageError> {
         let main = self.begin + 1;
-        let (create_revision, version) = match self.generation(key)? {
+        let (create_revision, version) = match self.generation(&key)? {
             Some(previous) => (previous.create_revision, previous.version + 1),
             None => (main, 1),
         };
         self.push(KeyVersion {
-            key: key.to_vec(),
+            key,
             mod_revision: Revision {
                 main,
                 sub: self.changes.len() as i64,
@@ -244,7 +244,7 @@ mod tests {
             let buffer_base = &txn;
             let begin = meta.revision;
             let mut buffer = WriteBuffer::new(buffer_base, begin, 0);
-            buffer.put(key, b"base".to_vec(), 0).expect("put");
+            buffer.put(key.to_vec(), b"base".to_vec(), 0).expect("put");
             let changes = buffer.into_changes();
             for version in &changes {
                 txn.put_version(version).expect("stored");
@@ -270,7 +270,7 @@ mod tests {
                     model.insert(key.clone(), None);
                 } else {
                     let value = format!("v{i}").into_bytes();
-                    buffer.put(key, value.clone(), 0).expect("put");
+                    buffer.put(key.to_vec(), value.clone(), 0).expect("put");
                     model.insert(key.clone(), Some((value, version.unwrap_or(0) + 1)));
                 }
             }

@@ -134,7 +134,7 @@ pub fn apply_with_leases(
     request: &Write,
     leases: &dyn LeaseCheck,
 ) -> Result<Response, Error> {
-    apply::apply(txn, meta, request, leases, &mut Vec::new())
+    apply::apply(txn, meta, request.clone(), leases, &mut Vec::new())
 }
 
 /// As [`apply_with_leases`], and appends the versions the request wrote
@@ -144,7 +144,7 @@ pub fn apply_with_leases(
 pub fn apply_recording(
     txn: &mut impl KvWrite,
     meta: &mut KvMeta,
-    request: &Write,
+    request: Write,
     leases: &dyn LeaseCheck,
     changes: &mut Vec<KeyVersion>,
 ) -> Result<Response, Error> {

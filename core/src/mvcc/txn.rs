@@ -228,7 +228,9 @@ fn execute<R: KvRead + ?Sized>(
             Some(Op::RequestRange(range)) => {
                 Some(OpResponse::ResponseRange(range::execute(&*buffer, range)?))
             }
-            Some(Op::RequestPut(put)) => Some(OpResponse::ResponsePut(apply_put(buffer, put)?)),
+            Some(Op::RequestPut(put)) => {
+                Some(OpResponse::ResponsePut(apply_put(buffer, put.clone())?))
+            }
             Some(Op::RequestDeleteRange(delete)) => Some(OpResponse::ResponseDeleteRange(
                 apply_delete_range(buffer, delete)?,
             )),

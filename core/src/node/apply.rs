@@ -55,7 +55,7 @@ pub(super) fn apply_proposal(
 ) -> Result<Result<Response, Error>, StorageError> {
     match request {
         write @ (Write::Put(_) | Write::DeleteRange(_) | Write::Txn(_) | Write::Compaction(_)) => {
-            apply_kv(txn, meta, &write, cx)
+            apply_kv(txn, meta, write, cx)
         }
         proposal::Request::LeaseGrant(grant) => {
             let id = if grant.id == 0 {
@@ -115,7 +115,7 @@ pub(super) fn apply_proposal(
 fn apply_kv(
     txn: &mut impl KvWrite,
     meta: &mut KvMeta,
-    request: &Write,
+    request: Write,
     cx: &mut ApplyContext<'_>,
 ) -> Result<Result<Response, Error>, StorageError> {
     let mut changes = Vec::new();
@@ -183,7 +183,7 @@ fn apply_revoke_deletes(
             success: deletes,
             failure: Vec::new(),
         });
-        if let Err(e) = apply_kv(txn, meta, &txn_request, cx)? {
+        if let Err(e) = apply_kv(txn, meta, txn_request, cx)? {
             return Err(StorageError::invariant(format_args!(
                 "deleting the keys of lease {id:x}: {e}"
             )));
