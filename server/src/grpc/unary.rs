@@ -241,7 +241,10 @@ where
     }
 }
 
-/// What [`decode`] made of a message.
+/// What [`decode`] made of a message. The usual case is the large variant,
+/// held only while the call starts: boxing it would cost every call an
+/// allocation.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Decoded<M, B: HttpBody> {
     /// The call's request parts (its metadata) and message.
     Call(http::request::Parts, M),
