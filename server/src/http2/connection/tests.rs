@@ -88,14 +88,19 @@ impl Client {
         events
     }
 
-    /// A request on `id` that has ended, answered with response headers.
-    fn open(&mut self, id: u32) {
-        let events = self.send(&raw(
+    /// A whole gRPC request (its headers end it) on `id`.
+    fn request(&mut self, id: u32) -> Vec<Event> {
+        self.send(&raw(
             HEADERS,
             END_HEADERS | END_STREAM,
             id,
             &grpc_block("/a/b"),
-        ));
+        ))
+    }
+
+    /// A request on `id` that has ended, answered with response headers.
+    fn open(&mut self, id: u32) {
+        let events = self.request(id);
         assert_eq!(events.len(), 1, "{events:?}");
         self.conn
             .send_headers(id, StatusCode::OK, &response_headers(), false);
@@ -431,13 +436,7 @@ fn malformed_requests_reset_their_stream_only() {
         );
         id += 2;
     }
-    let events = client.send(&raw(
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        id,
-        &grpc_block("/a/b"),
-    ));
-    assert_eq!(events.len(), 1);
+    assert_eq!(client.request(id).len(), 1);
     assert!(!client.conn.is_closed());
 }
 
@@ -527,13 +526,7 @@ fn too_many_error_resets_end_the_connection() {
         }
     )));
     // A good request between them changes nothing: the errors are counted.
-    let events = client.send(&raw(
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        id,
-        &grpc_block("/a/b"),
-    ));
-    assert_eq!(events.len(), 1);
+    assert_eq!(client.request(id).len(), 1);
     id += 2;
     client.send(&raw(HEADERS, END_HEADERS | END_STREAM, id, &malformed));
     assert!(client.conn.is_closed());
