@@ -67,6 +67,7 @@ use tracing::{info, warn};
 
 pub use config::Config;
 pub use driver::Handle;
+pub use http2::UNANSWERED_RESETS_MAX;
 pub use runtime::Runtime;
 pub use socket::{BoundSocket, Either, Remote, SocketAddress};
 

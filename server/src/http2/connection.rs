@@ -54,13 +54,15 @@ const HEADER_TABLE_SIZE: usize = 4096;
 const ERROR_RESETS_MAX: u32 = 1024;
 
 /// Streams the client may reset before they were answered, beyond the
-/// streams that were, before the connection ends with GOAWAY
-/// `ENHANCE_YOUR_CALM`. Opening a stream and resetting it at once ("rapid
-/// reset", CVE-2023-44487) costs the client two small frames and the
-/// server a request's start; a client whose streams are mostly answered
-/// (a cancelled call now and then, a watch cancelled after its answer)
-/// never comes near the bound.
-const UNANSWERED_RESETS_MAX: u32 = 1024;
+/// streams that were, within one period of the server's (see
+/// [`Connection::forgive_resets`]), before the connection ends with
+/// GOAWAY `ENHANCE_YOUR_CALM`. Opening a stream and resetting it at once
+/// ("rapid reset", CVE-2023-44487) costs the client two small frames and
+/// the server a request's start, and such a client resets thousands a
+/// second; a client whose calls time out (while the cluster has no
+/// leader, say) resets far fewer, and one whose streams are mostly
+/// answered never comes near the bound.
+pub const UNANSWERED_RESETS_MAX: u32 = 1024;
 
 /// What the server must act on.
 #[derive(Debug)]
@@ -169,8 +171,8 @@ pub(crate) struct Connection {
     peer_gone: bool,
     /// Streams reset for the client's errors ([`ERROR_RESETS_MAX`]).
     error_resets: u32,
-    /// Streams the client reset unanswered, less those answered
-    /// ([`UNANSWERED_RESETS_MAX`]).
+    /// Streams the client reset unanswered, less those answered, in this
+    /// period ([`UNANSWERED_RESETS_MAX`]).
     unanswered_resets: u32,
 }
 
@@ -274,6 +276,19 @@ impl Connection {
     /// The output holds nothing but PING acknowledgements.
     pub(crate) fn only_pongs(&self) -> bool {
         self.out.only_pongs()
+    }
+
+    /// Whether the client reset streams unanswered in this period (see
+    /// [`Connection::forgive_resets`]).
+    pub(crate) fn has_unanswered_resets(&self) -> bool {
+        self.unanswered_resets > 0
+    }
+
+    /// Starts a new period for [`UNANSWERED_RESETS_MAX`]: the server calls
+    /// it a while after resets began (a second), so the bound is on how
+    /// fast a client resets, not on how many it ever did.
+    pub(crate) fn forgive_resets(&mut self) {
+        self.unanswered_resets = 0;
     }
 
     /// The connection is over: once the output is written, close it.

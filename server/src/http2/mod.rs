@@ -11,6 +11,8 @@
 //! each stream inside the connection's task.
 
 pub(crate) mod connection;
+
+pub use connection::UNANSWERED_RESETS_MAX;
 pub(crate) mod frame;
 pub(crate) mod hpack;
 mod output;

@@ -53,6 +53,11 @@ const READ_BYTES: usize = 16 * 1024;
 /// round trip, so its window estimate can only grow.
 const PONG_HOLD: Duration = Duration::from_millis(5);
 
+/// How long the client's resets of unanswered streams count against
+/// their bound before they are forgiven (see
+/// [`Connection::forgive_resets`]).
+const RESET_PERIOD: Duration = Duration::from_secs(1);
+
 /// Slices one write takes at most.
 const WRITE_SLICES: usize = 64;
 
@@ -307,6 +312,9 @@ pub(crate) async fn serve<IO, R, F>(
     let mut eof = false;
     let mut gathered = false;
     let mut pong_hold: Option<Pin<Box<dyn Sleep>>> = None;
+    // Armed by the first unanswered reset of a period, so that an idle
+    // connection has no timer.
+    let mut reset_period: Option<Pin<Box<dyn Sleep>>> = None;
     machine.receive(&mut input, &mut events);
     let ended = poll_fn(|cx| {
         shared.waker.register(cx.waker());
@@ -412,6 +420,13 @@ pub(crate) async fn serve<IO, R, F>(
             std::mem::swap(&mut released, &mut *lock(&shared.released));
             for (stream, n) in released.drain(..) {
                 machine.release(stream, n);
+            }
+            if machine.has_unanswered_resets() {
+                let period = reset_period.get_or_insert_with(|| timer.sleep(RESET_PERIOD));
+                if period.as_mut().poll(cx).is_ready() {
+                    machine.forgive_resets();
+                    reset_period = None;
+                }
             }
             // Write what this pass produced, after one yield (see the
             // module docs), or a lone PONG after its hold.

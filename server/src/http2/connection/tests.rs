@@ -546,8 +546,8 @@ fn too_many_error_resets_end_the_connection() {
 }
 
 /// Streams opened and reset before their answer ("rapid reset") end the
-/// connection past the bound; streams answered before their reset, and
-/// streams answered in between, do not count.
+/// connection past the bound within a period; streams answered before
+/// their reset, and streams answered in between, do not count.
 #[test]
 fn rapid_resets_end_the_connection() {
     let reset = |id: u32| raw(RST_STREAM, 0, id, &8u32.to_be_bytes());
@@ -570,6 +570,21 @@ fn rapid_resets_end_the_connection() {
         client.open(id + 2);
         client.conn.send_trailers(id + 2, trailers_ok());
         id += 4;
+    }
+    assert!(!client.conn.is_closed());
+    // Opened and reset at once, the bound's worth in each period: the
+    // count starts again with each.
+    let mut client = Client::new(CONFIG, &[]);
+    let mut id = 1;
+    for _ in 0..3 {
+        for _ in 0..UNANSWERED_RESETS_MAX {
+            client.send(&raw(HEADERS, END_HEADERS, id, &grpc_block("/a/b")));
+            client.send(&reset(id));
+            id += 2;
+        }
+        assert!(client.conn.has_unanswered_resets());
+        client.conn.forgive_resets();
+        assert!(!client.conn.has_unanswered_resets());
     }
     assert!(!client.conn.is_closed());
     // Opened and reset at once: the bound, then GOAWAY.
