@@ -58,7 +58,7 @@ fn run(batch: u64) -> f64 {
                 value: value.clone(),
                 ..PutRequest::default()
             });
-            mvcc::apply(&mut txn, &mut meta, &request).expect("apply");
+            mvcc::apply(&mut txn, &mut meta, request).expect("apply");
             applied += 1;
             meta.applied_index += 1;
         }

@@ -104,13 +104,12 @@ pub(super) fn apply_put<R: KvRead + ?Sized>(
             lease = previous.lease;
         }
     }
-    let previous = if crate::canary::on(crate::canary::Canary::PrevKvWrongRevision) {
-        let key_again = key.clone();
-        buffer.put(key, value, lease)?;
-        buffer.live(&key_again)?
-    } else {
-        buffer.put(key, value, lease)?;
-        previous
+    let canary = crate::canary::on(crate::canary::Canary::PrevKvWrongRevision);
+    let reread = canary.then(|| key.clone());
+    buffer.put(key, value, lease)?;
+    let previous = match reread {
+        Some(key) => buffer.live(&key)?,
+        None => previous,
     };
     Ok(PutResponse {
         header: Some(header(buffer.begin() + 1)),

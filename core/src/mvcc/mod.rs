@@ -110,11 +110,7 @@ pub fn read(
 
 /// Applies one request inside `txn` with no leases granted; see
 /// [`apply_with_leases`].
-pub fn apply(
-    txn: &mut impl KvWrite,
-    meta: &mut KvMeta,
-    request: &Write,
-) -> Result<Response, Error> {
+pub fn apply(txn: &mut impl KvWrite, meta: &mut KvMeta, request: Write) -> Result<Response, Error> {
     apply_with_leases(txn, meta, request, &NoLeases)
 }
 
@@ -128,13 +124,14 @@ pub fn apply(
 /// A request that fails leaves `txn` and `meta` unchanged: every write is
 /// buffered and reaches `txn` only once the whole request has succeeded.
 /// Storage errors are the exception: they are final for the node anyway.
+/// The request is taken whole: a put's key and value become the version's.
 pub fn apply_with_leases(
     txn: &mut impl KvWrite,
     meta: &mut KvMeta,
-    request: &Write,
+    request: Write,
     leases: &dyn LeaseCheck,
 ) -> Result<Response, Error> {
-    apply::apply(txn, meta, request.clone(), leases, &mut Vec::new())
+    apply::apply(txn, meta, request, leases, &mut Vec::new())
 }
 
 /// As [`apply_with_leases`], and appends the versions the request wrote

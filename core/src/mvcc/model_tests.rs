@@ -327,7 +327,7 @@ fn run(ops: Vec<KvOp>) -> bool {
         }
         let mut txn = kv.write().unwrap();
         let write = request.into_write().expect("a write");
-        let result = apply(&mut txn, &mut meta, &write);
+        let result = apply(&mut txn, &mut meta, write);
         txn.commit().unwrap();
         match op {
             KvOp::Put { key: k, value } => {

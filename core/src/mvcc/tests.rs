@@ -46,7 +46,7 @@ impl Store {
     fn apply(&mut self, request: Request) -> Result<Response, Error> {
         let write = request.into_write().expect("a write");
         let mut txn = self.kv.write().unwrap();
-        let result = apply_with_leases(&mut txn, &mut self.meta, &write, &self.leases);
+        let result = apply_with_leases(&mut txn, &mut self.meta, write, &self.leases);
         txn.commit().unwrap();
         result
     }
@@ -230,7 +230,7 @@ fn meta_revision_zero_reads_as_one() {
     let kv = MemoryKv::default();
     let mut meta = KvMeta::default();
     let mut w = kv.write().unwrap();
-    let r = apply(&mut w, &mut meta, &crate::Write::Put(put("a", "1"))).unwrap();
+    let r = apply(&mut w, &mut meta, crate::Write::Put(put("a", "1"))).unwrap();
     assert_eq!(
         r,
         Response::Put(PutResponse {

@@ -411,7 +411,7 @@ fn compaction_after_a_snapshot_does_not_change_it() {
     mvcc::apply(
         &mut txn,
         &mut meta,
-        &Write::Compaction(CompactionRequest {
+        Write::Compaction(CompactionRequest {
             revision: 5,
             ..CompactionRequest::default()
         }),
