@@ -1,11 +1,13 @@
 //! Starting server processes for tests: `oxetcd`, `oxetcd-smol` or Debian's
 //! etcd, on 127.0.0.1 with free ports, killed (SIGKILL) when dropped.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Longest a server may take from spawn to accepting clients.
@@ -85,13 +87,28 @@ pub fn binary_path(name: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
+/// A port on 127.0.0.1 that was free a moment ago, never one handed out
+/// before in this process: the kernel may give a port again as soon as
+/// its probe closes, and two servers started side by side (or a server's
+/// client and peer ports) would then share one.
 pub fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("local_addr: {e}"))
+    /// Ports handed out so far.
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    /// Kernel choices tried before giving up.
+    const ATTEMPTS: usize = 100;
+    let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
+    for _ in 0..ATTEMPTS {
+        let listener =
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind: {e}"))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| format!("local_addr: {e}"))?
+            .port();
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err("the kernel gave only ports handed out before".into())
 }
 
 /// A running server process. Dropping it kills the process (SIGKILL) and

@@ -9,10 +9,8 @@
 //! whose members dial each other a lot, use it by default. Neither hands
 //! out the same port twice in a process.
 
-use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 use oxetcd_conformance::free_port;
 
@@ -71,18 +69,8 @@ impl Ports {
     }
 }
 
-/// A free port from the kernel, never one it gave this process before
-/// (the kernel may give a port again as soon as its probe closes, and a
-/// cluster's members then share one); a test cannot go on without one.
+/// A free port from the kernel, never one handed out before in this
+/// process ([`free_port`]); a test cannot go on without one.
 fn kernel_port() -> u16 {
-    /// Ports handed out so far.
-    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
-    for _ in 0..100 {
-        let port = free_port().unwrap_or_else(|e| panic!("no free port: {e}"));
-        if given.insert(port) {
-            return port;
-        }
-    }
-    panic!("the kernel gave only ports handed out before")
+    free_port().unwrap_or_else(|e| panic!("no free port: {e}"))
 }

@@ -52,7 +52,7 @@ fn put_headers(stream: u32) -> Vec<u8> {
 }
 
 /// Opens and at once resets `count` streams from `first` on, in one write.
-fn open_and_reset(socket: &mut TcpStream, first: u32, count: usize) -> u32 {
+fn open_and_reset(server: &Server, socket: &mut TcpStream, first: u32, count: usize) -> u32 {
     let mut bytes = Vec::new();
     let mut id = first;
     for _ in 0..count {
@@ -60,7 +60,9 @@ fn open_and_reset(socket: &mut TcpStream, first: u32, count: usize) -> u32 {
         bytes.extend(frame(RST_STREAM, 0, id, &CANCEL.to_be_bytes()));
         id += 2;
     }
-    socket.write_all(&bytes).expect("the frames are written");
+    if let Err(e) = socket.write_all(&bytes) {
+        panic!("the frames are written: {e}\n{}", server.log_tail());
+    }
     id
 }
 
@@ -111,9 +113,9 @@ fn rapid_resets_are_told_to_calm_down(kind: ServerKind) {
     // The bound's worth, a pause past the period, as many again: the
     // connection stays and answers a PING.
     let mut socket = connect(&server);
-    let next = open_and_reset(&mut socket, 1, bound);
+    let next = open_and_reset(&server, &mut socket, 1, bound);
     std::thread::sleep(PAST_THE_PERIOD);
-    open_and_reset(&mut socket, next, bound);
+    open_and_reset(&server, &mut socket, next, bound);
     socket
         .write_all(&frame(PING, 0, 0, b"stillok!"))
         .expect("a ping is written");
@@ -129,7 +131,7 @@ fn rapid_resets_are_told_to_calm_down(kind: ServerKind) {
 
     // Past the bound at once: GOAWAY ENHANCE_YOUR_CALM, then the end.
     let mut socket = connect(&server);
-    open_and_reset(&mut socket, 1, bound + 1);
+    open_and_reset(&server, &mut socket, 1, bound + 1);
     let goaway = read_until(&mut socket, |kind, _, _| kind == GOAWAY)
         .expect("a GOAWAY before the connection closes");
     let code = u32::from_be_bytes([goaway[4], goaway[5], goaway[6], goaway[7]]);
