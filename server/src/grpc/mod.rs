@@ -90,6 +90,7 @@ pub use watch::{WatchCodec, WatchMessage, WatchResponses, WatchServer, WatchServ
 
 use self::credentials::Gate;
 use crate::driver::Handle;
+use crate::metrics::GrpcCall;
 
 /// What a gRPC message may carry beyond `--max-request-bytes`, so that a
 /// request just over the limit reaches the node and gets `etcdserver:
@@ -219,7 +220,12 @@ impl<K: KvStore> GrpcRouter<K> {
             .map_or(path, |(service, _method)| service);
         let call = match service {
             "etcdserverpb.KV" => match KvUnary::of(path) {
-                Some(method) => self.kv_unary(method, request),
+                Some(method) => {
+                    let unary = self.kv_unary(method, request);
+                    return Either::Left(Either::Left(
+                        async move { finish(unary.await, recorded) },
+                    ));
+                }
                 None => call(self.kv.clone(), request),
             },
             "etcdserverpb.Maintenance" => call(self.maintenance.clone(), request),
@@ -234,16 +240,42 @@ impl<K: KvStore> GrpcRouter<K> {
                 return Either::Right(ready(status.into_http()));
             }
         };
-        Either::Left(async move {
-            let response = match call.await {
-                Ok(response) => oversized_as_etcd(response),
+        Either::Left(Either::Right(async move {
+            match call.await {
+                Ok(response) => finish(Called::Served(response), recorded),
                 Err(never) => match never {},
-            };
+            }
+        }))
+    }
+}
+
+/// What a call answered.
+enum Called {
+    /// The router's own answer ([`unary::answer`]), its status known as
+    /// it was made.
+    Known(http::Response<Body>, tonic::Code),
+    /// A tonic service's response, its status read as it goes out.
+    Served(http::Response<Body>),
+}
+
+/// The response of a call, recorded: a known status at once (as
+/// go-grpc-prometheus counts a call handled when its handler returns),
+/// a served response as it goes out.
+fn finish(called: Called, recorded: Option<GrpcCall>) -> http::Response<Body> {
+    match called {
+        Called::Known(response, code) => {
+            if let Some(call) = recorded {
+                call.answered(code);
+            }
+            response
+        }
+        Called::Served(response) => {
+            let response = oversized_as_etcd(response);
             match recorded {
                 Some(call) => call.response(response),
                 None => response,
             }
-        })
+        }
     }
 }
 
@@ -273,7 +305,11 @@ impl KvUnary {
 impl<K: KvStore> GrpcRouter<K> {
     /// Answers a unary KV call through [`unary`]; what it does not serve goes
     /// to the generated server (ranges to [`range::RangeServer`]).
-    fn kv_unary<B>(&self, method: KvUnary, request: http::Request<RequestBody<B>>) -> CallFuture
+    fn kv_unary<B>(
+        &self,
+        method: KvUnary,
+        request: http::Request<RequestBody<B>>,
+    ) -> Pin<Box<dyn Future<Output = Called> + Send>>
     where
         B: http_body::Body<Data = bytes::Bytes> + Unpin + Send + 'static,
         B::Error: Into<tonic::codegen::StdError> + Send + 'static,
@@ -282,9 +318,15 @@ impl<K: KvStore> GrpcRouter<K> {
         let kv = self.kv.clone();
         let range = self.range.clone();
         let max_decoding = self.max_decoding;
-        let to_tonic = move |request| match method {
-            KvUnary::Range => call(range, request),
-            _ => call(kv, request),
+        let to_tonic = move |request| async move {
+            let served = match method {
+                KvUnary::Range => call(range, request).await,
+                _ => call(kv, request).await,
+            };
+            match served {
+                Ok(response) => Called::Served(response),
+                Err(never) => match never {},
+            }
         };
         Box::pin(async move {
             let (parts, message) = match unary::read(request, max_decoding).await {
@@ -307,7 +349,7 @@ impl<K: KvStore> GrpcRouter<K> {
             let credentials = service.credentials(&parts);
             drop(parts);
             let answered = service.ask(credentials, request).await;
-            Ok(match method {
+            let (response, code) = match method {
                 KvUnary::Range => {
                     let range = ask!(@answer answered, Range, "range");
                     unary::answer(range, range::encode_draining)
@@ -322,7 +364,8 @@ impl<K: KvStore> GrpcRouter<K> {
                     let compacted = ask!(@answer answered, Compact, "compact");
                     unary::answer(compacted, encode_whole)
                 }
-            })
+            };
+            Called::Known(response, code)
         })
     }
 }

@@ -35,7 +35,7 @@ use http::{HeaderMap, HeaderValue};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tonic::body::Body;
-use tonic::Status;
+use tonic::{Code, Status};
 
 /// A gRPC message's prefix: the compressed flag and the length.
 const PREFIX_BYTES: usize = 5;
@@ -295,15 +295,17 @@ where
 pub(crate) type Reserve = fn(&mut Vec<u8>, usize);
 
 /// The answer to a served call: the response framed as tonic frames it,
-/// or the error as tonic answers it. `encode` writes the message, first
-/// calling the [`Reserve`] it is given with the message's exact length.
+/// or the error as tonic answers it, with the status it carries (so the
+/// call's metrics need not read it back). `encode` writes the message,
+/// first calling the [`Reserve`] it is given with the message's exact
+/// length.
 pub(crate) fn answer<M>(
     response: Result<M, Status>,
     encode: impl FnOnce(M, &mut Vec<u8>, Reserve),
-) -> http::Response<Body> {
+) -> (http::Response<Body>, Code) {
     let message = match response {
         Ok(message) => message,
-        Err(status) => return status.into_http(),
+        Err(status) => return failed(status),
     };
     let mut framed = Vec::new();
     encode(message, &mut framed, |buffer, len| {
@@ -311,14 +313,14 @@ pub(crate) fn answer<M>(
         buffer.extend_from_slice(&[0; PREFIX_BYTES]);
     });
     let Some(len) = framed.len().checked_sub(PREFIX_BYTES) else {
-        return Status::internal("etcdserver: a response was encoded without its prefix")
-            .into_http();
+        return failed(Status::internal(
+            "etcdserver: a response was encoded without its prefix",
+        ));
     };
     let Ok(len) = u32::try_from(len) else {
-        return Status::resource_exhausted(format!(
+        return failed(Status::resource_exhausted(format!(
             "Cannot return body with more than 4GB of data but got {len} bytes"
-        ))
-        .into_http();
+        )));
     };
     framed[1..PREFIX_BYTES].copy_from_slice(&len.to_be_bytes());
     let mut answer = http::Response::new(Body::new(Answer {
@@ -332,7 +334,13 @@ pub(crate) fn answer<M>(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    answer
+    (answer, Code::Ok)
+}
+
+/// An error answered as tonic answers one, in the headers alone.
+fn failed(status: Status) -> (http::Response<Body>, Code) {
+    let code = status.code();
+    (status.into_http(), code)
 }
 
 /// A served call's response body: the message, then `grpc-status: 0`.
@@ -576,10 +584,20 @@ mod tests {
         assert_eq!(decoded.key, b"foo".to_vec());
     }
 
-    fn answered(response: http::Response<Body>) -> (http::HeaderMap, Vec<u8>, Option<HeaderMap>) {
+    /// The answer's headers, body and trailers; the code it was made
+    /// with is the one it carries.
+    fn answered(
+        (response, code): (http::Response<Body>, Code),
+    ) -> (http::HeaderMap, Vec<u8>, Option<HeaderMap>) {
         let (parts, body) = response.into_parts();
         let collected = block_on(body.collect()).expect("answers never fail");
         let trailers = collected.trailers().cloned();
+        let carried = parts
+            .headers
+            .get("grpc-status")
+            .or_else(|| trailers.as_ref().and_then(|t| t.get("grpc-status")))
+            .expect("a grpc-status");
+        assert_eq!(carried.as_bytes(), (code as i32).to_string().as_bytes());
         (parts.headers, collected.to_bytes().to_vec(), trailers)
     }
 

@@ -7,9 +7,11 @@
 //! call). A call looks its method up in an immutable map (no lock), counts
 //! itself started, and becomes a [`GrpcCall`]: it counts the messages each
 //! way (length prefixes of the gRPC frames, across HTTP/2 data frames),
-//! and its code once, from the `grpc-status` header or trailer. A call
-//! dropped before it ended is `Canceled`, as a client that went away is to
-//! gRPC-Go.
+//! and its code once, from the `grpc-status` header or trailer, or, for
+//! the answers the router makes itself, as it makes them (as
+//! go-grpc-prometheus counts a unary call handled when its handler
+//! returns). A call dropped before it ended is `Canceled`, as a client
+//! that went away is to gRPC-Go.
 
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -341,6 +343,12 @@ impl GrpcCall {
                 call: self,
             })
         })
+    }
+
+    /// Ends the call with `code`, its answer made (for a unary call,
+    /// its one message, sent on success).
+    pub(crate) fn answered(mut self, code: tonic::Code) {
+        self.finish(code as usize);
     }
 
     fn finish(&mut self, code: usize) {

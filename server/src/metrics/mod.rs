@@ -49,7 +49,7 @@ use tonic::body::Body;
 
 use crate::driver::Handle;
 
-pub(crate) use grpc::{GrpcMetrics, Received, GRPC_STATUS};
+pub(crate) use grpc::{GrpcCall, GrpcMetrics, Received, GRPC_STATUS};
 pub(crate) use listen::serve_metrics_urls;
 pub(crate) use node::NodePublisher;
 
