@@ -255,11 +255,15 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
                     self.apply_conf_change(entry, &meta)
                 }
                 EntryType::EntryNormal if !entry.data.is_empty() => {
-                    // From the entry's own buffer: its byte fields are
-                    // sliced from it rather than copied out first.
-                    let proposal = Proposal::decode(entry.data.clone()).map_err(|e| {
-                        StorageError::corrupt(format_args!("log entry {}", entry.index), e)
-                    })?;
+                    // A client's write this member appended is applied as
+                    // it was proposed; any other entry is decoded from its
+                    // own buffer.
+                    let proposal = match self.proposals.take_decoded(entry.index, &entry.data) {
+                        Some(proposal) => proposal,
+                        None => Proposal::decode(entry.data.clone()).map_err(|e| {
+                            StorageError::corrupt(format_args!("log entry {}", entry.index), e)
+                        })?,
+                    };
                     // Entries the leader proposes itself carry no ID and
                     // no user, and are not checked.
                     let checked = match &proposal.request {

@@ -656,12 +656,9 @@ impl<L: LogStore, K: KvStore> Node<L, K> {
         if data.len() > self.config.max_request_bytes {
             return self.answer(ticket, Err(Error::RequestTooLarge));
         }
-        self.propose(
-            ticket,
-            proposal.id,
-            EntryType::EntryNormal,
-            Bytes::from(data),
-        );
+        let id = proposal.id;
+        self.propose(ticket, id, EntryType::EntryNormal, Bytes::from(data));
+        self.proposals.keep_decoded(id, proposal);
     }
 
     /// Requests that are not writes: answered at once, read after a read

@@ -8,13 +8,17 @@
 //! this member appended as leader, the ID at each index. It decides which
 //! proposals an applied entry settles and which are lost (to a leader
 //! change, or to a snapshot that may or may not hold them); the node
-//! answers. Invariants: every index in `at` names a proposal in `by_id`
-//! whose `index` is that index; an ID is settled at most once.
+//! answers. A client's write this member appended as leader also keeps
+//! the proposal it encoded, so that applying the entry need not decode
+//! what the member already had (the entry's bytes are compared first).
+//! Invariants: every index in `at` names a proposal in `by_id` whose
+//! `index` is that index; an ID is settled at most once.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use hashbrown::HashMap;
+use oxetcd_proto::oxetcdpb::Proposal;
 
 use super::{Leadership, Ticket};
 
@@ -29,6 +33,9 @@ struct Proposed {
     /// The entry's data: an entry with this proposal's ID and other data is
     /// not ours (IDs of an earlier run of this member may repeat).
     data: Bytes,
+    /// What `data` encodes, kept for an entry appended here until it is
+    /// applied ([`Proposals::take_decoded`]).
+    decoded: Option<Proposal>,
 }
 
 /// What one applied entry means for this member's proposals.
@@ -91,9 +98,27 @@ impl Proposals {
             leader,
             index,
             data,
+            decoded: None,
         };
         let previous = self.by_id.insert(id, proposed);
         debug_assert!(previous.is_none(), "proposal {id} proposed twice");
+    }
+
+    /// Keeps `decoded`, what proposal `id` encodes, if this member
+    /// appended it as leader; dropped otherwise.
+    pub(super) fn keep_decoded(&mut self, id: u64, decoded: Proposal) {
+        if let Some(proposed) = self.by_id.get_mut(&id).filter(|p| p.index.is_some()) {
+            proposed.decoded = Some(decoded);
+        }
+    }
+
+    /// The proposal the entry at `index` with `data` encodes, when this
+    /// member appended it and kept it: the entry's bytes are the very
+    /// ones it encoded.
+    pub(super) fn take_decoded(&mut self, index: u64, data: &[u8]) -> Option<Proposal> {
+        let id = self.at.get(&index)?;
+        let proposed = self.by_id.get_mut(id).filter(|p| p.data == data)?;
+        proposed.decoded.take()
     }
 
     /// The entry at `index` with `data`, proposed as `id`, was applied.
@@ -225,6 +250,27 @@ mod tests {
         proposals.proposed(c, 12, LEADER, None, Bytes::from_static(b"c"));
         assert_eq!(proposals.settle(9, b"c", c).ours, Some(12));
         assert_eq!(proposals.settle(9, b"c", c).ours, None, "settled once");
+    }
+
+    #[test]
+    fn a_kept_proposal_is_taken_once_for_its_own_entry_only() {
+        let mut proposals = Proposals::new(0);
+        let (a, b) = (proposals.next_id(), proposals.next_id());
+        let kept = |id| Proposal {
+            id,
+            user: "root".into(),
+            ..Proposal::default()
+        };
+        proposals.proposed(a, 10, LEADER, Some(5), Bytes::from_static(b"a"));
+        proposals.keep_decoded(a, kept(a));
+        // Forwarded to a leader: not appended here, nothing kept.
+        proposals.proposed(b, 11, LEADER, None, Bytes::from_static(b"b"));
+        proposals.keep_decoded(b, kept(b));
+        assert_eq!(proposals.take_decoded(6, b"b"), None, "not appended here");
+        assert_eq!(proposals.take_decoded(5, b"x"), None, "another entry at 5");
+        assert_eq!(proposals.take_decoded(5, b"a"), Some(kept(a)));
+        assert_eq!(proposals.take_decoded(5, b"a"), None, "taken once");
+        assert_eq!(proposals.settle(5, b"a", a).ours, Some(10), "still settled");
     }
 
     #[test]
