@@ -2,6 +2,8 @@
 //! driver. Validation and limits live in the node, not here. `RangeStream`
 //! is a sequence of ranges planned by [`super::range_stream`].
 
+use std::future::Future;
+
 use oxetcd_core::auth::Credentials;
 use oxetcd_core::storage::KvStore;
 use oxetcd_core::{Request, Response};
@@ -48,12 +50,14 @@ impl<K: KvStore> KvService<K> {
     }
 
     /// Sends `request` through the node as whoever `credentials` say.
-    pub(super) async fn ask(
+    /// The handle's own future, not one around it: a caller's future holds
+    /// it, so each level would add its arguments' room and a move.
+    pub(super) fn ask(
         &self,
         credentials: Credentials,
         request: Request,
-    ) -> Result<Response, oxetcd_core::Error> {
-        self.handle.request_as(credentials, request).await
+    ) -> impl Future<Output = Result<Response, oxetcd_core::Error>> + Send + '_ {
+        self.handle.request_as(credentials, request)
     }
 }
 

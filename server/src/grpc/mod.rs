@@ -329,25 +329,27 @@ impl<K: KvStore> GrpcRouter<K> {
             }
         };
         Box::pin(async move {
-            let (parts, message) = match unary::read(request, max_decoding).await {
-                unary::Read::Message(parts, message) => (parts, message),
-                unary::Read::Tonic(request) => return to_tonic(request).await,
+            // In a block of its own, so that what is read and decoded
+            // takes no room in the future while the node answers.
+            let (credentials, request) = {
+                let (parts, message) = match unary::read(request, max_decoding).await {
+                    unary::Read::Message(parts, message) => (parts, message),
+                    unary::Read::Tonic(request) => return to_tonic(request).await,
+                };
+                // One request sent for every method, so the future holds
+                // one request's state, not one per method.
+                let decoded = match method {
+                    KvUnary::Range => unary::decode(parts, message).map(Request::Range),
+                    KvUnary::Put => unary::decode(parts, message).map(Request::Put),
+                    KvUnary::DeleteRange => unary::decode(parts, message).map(Request::DeleteRange),
+                    KvUnary::Txn => unary::decode(parts, message).map(Request::Txn),
+                    KvUnary::Compact => unary::decode(parts, message).map(Request::Compact),
+                };
+                match decoded {
+                    unary::Decoded::Call(parts, request) => (service.credentials(&parts), request),
+                    unary::Decoded::Tonic(request) => return to_tonic(*request).await,
+                }
             };
-            // One request sent for every method, so the future holds one
-            // request's state, not one per method.
-            let decoded = match method {
-                KvUnary::Range => unary::decode(parts, message).map(Request::Range),
-                KvUnary::Put => unary::decode(parts, message).map(Request::Put),
-                KvUnary::DeleteRange => unary::decode(parts, message).map(Request::DeleteRange),
-                KvUnary::Txn => unary::decode(parts, message).map(Request::Txn),
-                KvUnary::Compact => unary::decode(parts, message).map(Request::Compact),
-            };
-            let (parts, request) = match decoded {
-                unary::Decoded::Call(parts, request) => (parts, request),
-                unary::Decoded::Tonic(request) => return to_tonic(*request).await,
-            };
-            let credentials = service.credentials(&parts);
-            drop(parts);
             let answered = service.ask(credentials, request).await;
             let (response, code) = match method {
                 KvUnary::Range => {
