@@ -204,7 +204,8 @@ impl<K: KvStore> GrpcRouter<K> {
         B: http_body::Body<Data = bytes::Bytes> + Unpin + Send + 'static,
         B::Error: Into<tonic::codegen::StdError> + Send + 'static,
     {
-        // The call is recorded from here to its last frame (or its drop).
+        // The call is recorded from here to its last frame, or to the
+        // answer the router makes itself (or to its drop).
         let recorded = self
             .metrics
             .grpc
